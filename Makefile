@@ -1,0 +1,42 @@
+# offloadprobe: `make run` and `make test` set up everything on a fresh machine.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+# A host without an NVIDIA driver gets the CPU build of torch (it lies on disk here);
+# a GPU node gets the default (CUDA) build.
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+TORCH_SPEC ?= $(if $(HAS_GPU),torch,torch==2.13.0)
+
+$(BIN)/offloadprobe: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+.PHONY: env
+env: $(BIN)/offloadprobe ## Create the virtual environment if it is missing
+
+.PHONY: run
+run: env ## Run the main job: the lazy strategy on the default model
+	$(BIN)/offloadprobe run --strategy lazy
+
+.PHONY: test
+test: env ## Run the whole test suite (GPU tests skip without CUDA)
+	$(BIN)/python -m pytest
+
+.PHONY: lint
+lint: env ## Ruff lint and format check
+	$(BIN)/ruff check offloadprobe tests benchmarks
+	$(BIN)/ruff format --check offloadprobe tests benchmarks
+
+.PHONY: clean
+clean: ## Remove the virtual environment
+	rm -rf $(VENV)
+
+.PHONY: help
+help: ## Show this help
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'

@@ -1,0 +1,3 @@
+from offloadprobe.cli import main
+
+main()

@@ -1,0 +1,62 @@
+"""The ``offloadprobe`` command line. One module per verb; errors become exit codes here."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from offloadprobe.errors import OffloadProbeError
+
+app = typer.Typer(
+    name="offloadprobe",
+    help="Measure, compare and reproduce host/pinned/GPU memory of offload strategies "
+    "on real megatron-core buffers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Measure, compare and reproduce offload memory on real megatron-core buffers."""
+
+
+def _register() -> None:
+    from offloadprobe.cli import run  # noqa: F401  (each verb registers itself on import)
+
+
+def fail(message: str, code: int) -> None:
+    """Print one line to stderr and exit."""
+    print(f"offloadprobe: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: one line and exit 2 for bad input, never a traceback.
+
+    Click's exceptions are matched by shape, not type: typer releases differ in
+    whether they vendor click.
+    """
+    _register()
+    args = sys.argv[1:] if argv is None else list(argv)
+    command = typer.main.get_command(app)
+    if not args:
+        args = ["--help"]
+    try:
+        code = command.main(args=args, prog_name="offloadprobe", standalone_mode=False)
+    except OffloadProbeError as exc:
+        fail(str(exc), exc.exit_code)
+    except Exception as exc:
+        kind = type(exc).__name__
+        if kind == "Exit":
+            raise SystemExit(getattr(exc, "exit_code", 0)) from None
+        if kind == "Abort":
+            fail("aborted", 130)
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            fail(exc.format_message().replace("\n", " ") + hint, exc.exit_code)
+        raise
+    raise SystemExit(code if isinstance(code, int) else 0)

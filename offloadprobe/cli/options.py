@@ -1,0 +1,57 @@
+"""Options shared by several verbs, and their conversion to config records."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from offloadprobe.config import ModelConfig, size_for_payload
+from offloadprobe.units import parse_size
+
+Layers = Annotated[int, typer.Option("--layers", help="Transformer layers.")]
+Hidden = Annotated[int, typer.Option("--hidden", help="Hidden size.")]
+Heads = Annotated[int, typer.Option("--heads", help="Attention heads (must divide --hidden).")]
+Vocab = Annotated[int, typer.Option("--vocab", help="Vocabulary size.")]
+SeqLength = Annotated[int, typer.Option("--seq-length", help="Tokens per sample.")]
+MicroBatch = Annotated[int, typer.Option("--micro-batch", help="Samples per train step.")]
+Payload = Annotated[
+    str | None,
+    typer.Option(
+        "--payload",
+        help="Size the model to about this many bytes of bf16 parameters, e.g. 512MiB or "
+        "5GiB (overrides --hidden and --vocab).",
+    ),
+]
+Cycles = Annotated[int, typer.Option("--cycles", help="Offload/load cycles.")]
+TrainSteps = Annotated[
+    int, typer.Option("--train-steps", help="Train steps before the first offload and between.")
+]
+Device = Annotated[str, typer.Option("--device", help="cuda, cpu or auto.")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed for weights and data.")]
+
+DEFAULT = ModelConfig()
+
+
+def model_config(
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    vocab: int,
+    seq_length: int,
+    micro_batch: int,
+    payload: str | None,
+) -> ModelConfig:
+    """Validate the model flags into a ``ModelConfig``, sized to ``--payload`` if given."""
+    cfg = ModelConfig(
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        vocab_size=vocab,
+        seq_length=seq_length,
+        micro_batch_size=micro_batch,
+    )
+    if payload is not None:
+        cfg = size_for_payload(cfg, parse_size(payload, what="--payload"))
+    return cfg

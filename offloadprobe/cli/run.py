@@ -1,0 +1,97 @@
+"""``offloadprobe run``: one strategy's offload/load cycles in this process."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from offloadprobe.cli import app
+from offloadprobe.cli import options as opt
+from offloadprobe.config import RunConfig
+from offloadprobe.errors import IntegrityError
+from offloadprobe.records import Report
+from offloadprobe.report.json_report import write_json
+from offloadprobe.report.table import render_report
+from offloadprobe.runner import phases_per_run, run
+from offloadprobe.runtime.session import resolve_device
+from offloadprobe.strategies import validate_model_strategy
+
+
+@app.command("run")
+def run_command(
+    strategy: Annotated[
+        str,
+        typer.Option(
+            "--strategy",
+            "-s",
+            help="naive, lazy, registered, pageable, or your own package.module:object.",
+        ),
+    ] = "lazy",
+    cycles: opt.Cycles = 3,
+    train_steps: opt.TrainSteps = 1,
+    device: opt.Device = "auto",
+    payload: opt.Payload = None,
+    layers: opt.Layers = opt.DEFAULT.num_layers,
+    hidden: opt.Hidden = opt.DEFAULT.hidden_size,
+    heads: opt.Heads = opt.DEFAULT.num_attention_heads,
+    vocab: opt.Vocab = opt.DEFAULT.vocab_size,
+    seq_length: opt.SeqLength = opt.DEFAULT.seq_length,
+    micro_batch: opt.MicroBatch = opt.DEFAULT.micro_batch_size,
+    seed: opt.Seed = 1234,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write every reading to this JSON file.")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Run offload/load cycles of one strategy and print what each phase cost."""
+    model = opt.model_config(
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        vocab=vocab,
+        seq_length=seq_length,
+        micro_batch=micro_batch,
+        payload=payload,
+    )
+    cfg = RunConfig(
+        model=model,
+        strategy=strategy,
+        cycles=cycles,
+        train_steps=train_steps,
+        device=device,
+        seed=seed,
+    )
+    validate_model_strategy(strategy)
+    resolve_device(device)
+    report = _run_with_progress(cfg, show=progress)
+    render_report(report, Console())
+    if json_path is not None:
+        write_json(report, json_path)
+    problems = [line for r in report.runs for line in r.integrity]
+    if problems:
+        raise IntegrityError(f"strategy {strategy!r} corrupted data: " + "; ".join(problems[:3]))
+
+
+def _run_with_progress(cfg: RunConfig, *, show: bool) -> Report:
+    console = Console(file=sys.stderr)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not show,
+    ) as bar:
+        task = bar.add_task(f"{cfg.strategy}: building model", total=phases_per_run(cfg))
+
+        def advance(rec) -> None:
+            label = f"{cfg.strategy}: cycle {rec.cycle} {rec.phase}"
+            bar.update(task, advance=1, description=label)
+
+        return run(cfg, on_phase=advance)

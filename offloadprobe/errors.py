@@ -1,0 +1,40 @@
+"""One exception tree for offloadprobe; the CLI and the pytest plugin translate it.
+
+Exit codes: 2 for input the user can fix (``UsageError``), 1 for a run that
+measured something wrong (``IntegrityError``, ``BudgetExceeded``, a mismatch with
+a scenario's expectation).
+"""
+
+from __future__ import annotations
+
+
+class OffloadProbeError(Exception):
+    """Root of every error offloadprobe raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(OffloadProbeError):
+    """Bad input: a flag value, a scenario, a missing device, a user plug-in."""
+
+    exit_code = 2
+
+
+class DeviceUnavailable(UsageError):
+    """The requested device is not present on this host."""
+
+
+class StrategyError(UsageError):
+    """A strategy name is unknown or a user strategy cannot be loaded."""
+
+
+class IntegrityError(OffloadProbeError):
+    """A round trip changed data: the strategy lost or corrupted bytes."""
+
+
+class BudgetExceeded(OffloadProbeError):
+    """At least one measured value broke a memory or bandwidth budget."""
+
+
+class ExpectationMismatch(OffloadProbeError):
+    """A scenario's outcome differs from what the scenario file expects."""

@@ -1,0 +1,1 @@
+"""The probe model: megatron-core GPT, DDP contiguous buffers, DistributedOptimizer."""

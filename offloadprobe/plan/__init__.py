@@ -1,0 +1,1 @@
+"""Pure accounting for projecting offload costs to production scale (no measurement)."""

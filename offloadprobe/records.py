@@ -1,0 +1,183 @@
+"""Typed records of what a run measured. Reporters render these and nothing else.
+
+Every size is an ``int`` of bytes; ``None`` means "not measurable here" (for
+example GPU readings in CPU emulation), never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostReading:
+    """The process's host memory around one phase (from /proc/self/status)."""
+
+    rss_before: int
+    rss_after: int
+    peak: int
+    """High-water mark of RSS during the phase."""
+    shmem_after: int
+    """RssShmem after the phase: where cudaHostAlloc'd pinned pages show up."""
+    method: str
+    """``vmhwm`` (exact, reset via clear_refs) or ``sampled`` (psutil polling, may miss)."""
+    device_in_host_before: int = 0
+    """CPU emulation only: emulated device bytes (DDP buffers, optimizer state) inside RSS."""
+    device_in_host_after: int = 0
+
+    @property
+    def host_rss_before(self) -> int:
+        """RSS at the phase start without emulated device bytes (plain RSS on CUDA)."""
+        return self.rss_before - self.device_in_host_before
+
+    @property
+    def host_rss_after(self) -> int:
+        """RSS at the phase end without emulated device bytes (plain RSS on CUDA)."""
+        return self.rss_after - self.device_in_host_after
+
+    @property
+    def host_peak(self) -> int:
+        """Peak without emulated device bytes.
+
+        Device bytes only fall during an offload and only rise during a load, so the
+        larger of the start and end values is subtracted: exact when the peak comes
+        while all device storage is still (offload) or already (load) allocated, and
+        a lower bound otherwise.
+        """
+        return self.peak - max(self.device_in_host_before, self.device_in_host_after)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PinnedReading:
+    """PyTorch's pinned host caching allocator (``torch.cuda.host_memory_stats``)."""
+
+    reserved_after: int
+    """Bytes of pinned blocks the allocator owns, in use or cached (rounded sizes)."""
+    in_use_after: int
+    """Bytes of pinned blocks handed out to tensors."""
+    reserved_peak: int
+    key_schema: str
+    """Which key names this torch version uses: ``reserved_bytes`` or ``active_bytes``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuReading:
+    """PyTorch's CUDA caching allocator and the driver's view of device memory."""
+
+    allocated_before: int
+    allocated_after: int
+    allocated_peak: int
+    reserved_after: int
+    reserved_peak: int
+    device_used_after: int
+    """``total - free`` from ``torch.cuda.mem_get_info``: includes other processes and NCCL."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CgroupReading:
+    """The process's memory cgroup (v2 ``memory.current``/``memory.peak`` or v1 usage)."""
+
+    version: int
+    current_after: int
+    peak: int | None
+    peak_is_phase_local: bool
+    """True when the peak counter was reset at the phase start (v1 as root)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseRecord:
+    """One phase (train, offload or load) of one cycle."""
+
+    cycle: int
+    phase: str
+    seconds: float
+    bytes_moved: int
+    gbps: float | None
+    host: HostReading
+    pinned: PinnedReading | None
+    gpu: GpuReading | None
+    cgroup: CgroupReading | None
+    loss: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSummary:
+    """One strategy's figures of merit (see README for each definition)."""
+
+    host_peak_bytes: int
+    host_peak_x: float
+    steady_host_bytes: int
+    steady_host_x: float
+    pinned_reserved_bytes: int | None
+    gpu_left_after_offload_bytes: int | None
+    offload_gbps: float | None
+    load_gbps: float | None
+    first_offload_gbps: float | None
+    first_load_gbps: float | None
+    integrity_ok: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunRecord:
+    """Everything one strategy's run measured."""
+
+    strategy: str
+    description: str
+    payload_bytes: int
+    grad_bytes: int
+    baseline_host_bytes: int
+    """Host RSS just before the first offload: the zero of every ``_x`` figure."""
+    gpu_baseline_bytes: int | None
+    """GPU bytes allocated before the model existed."""
+    phases: list[PhaseRecord]
+    summary: RunSummary
+    integrity: list[str] = field(default_factory=list)
+    """One line per failed round-trip check; empty when every byte came back."""
+    notes: list[str] = field(default_factory=list)
+
+    def cycles(self) -> list[dict[str, Any]]:
+        """Phases grouped per cycle, the JSON's ``cycles`` list."""
+        grouped: dict[int, list[dict[str, Any]]] = {}
+        for rec in self.phases:
+            grouped.setdefault(rec.cycle, []).append(asdict(rec))
+        return [{"cycle": c, "phases": p} for c, p in sorted(grouped.items())]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Report:
+    """A whole invocation: the environment and one run per strategy."""
+
+    device: str
+    emulated: bool
+    emulation_note: str | None
+    payload_bytes: int
+    versions: dict[str, str | None]
+    machine: dict[str, Any]
+    model: dict[str, Any]
+    settings: dict[str, Any]
+    runs: list[RunRecord]
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON document (keys only ever get added)."""
+        doc = {
+            "schema_version": self.schema_version,
+            "device": self.device,
+            "emulated": self.emulated,
+            "emulation_note": self.emulation_note,
+            "payload_bytes": self.payload_bytes,
+            "versions": self.versions,
+            "machine": self.machine,
+            "model": self.model,
+            "settings": self.settings,
+            "runs": [],
+        }
+        for run in self.runs:
+            entry = asdict(run)
+            entry.pop("phases")
+            entry["cycles"] = run.cycles()
+            doc["runs"].append(entry)
+        return doc

@@ -1,0 +1,1 @@
+"""Reporters: render records (never measure). One module per output format."""

@@ -1,0 +1,18 @@
+"""The JSON report for CI: ``Report.to_dict()`` written to a path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from offloadprobe.errors import UsageError
+from offloadprobe.records import Report
+
+
+def write_json(report: Report, path: Path) -> None:
+    """Write the report; an unwritable path is the user's to fix."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    except OSError as exc:
+        raise UsageError(f"cannot write --json {path}: {exc.strerror}") from None

@@ -1,0 +1,110 @@
+"""CPU emulation of the CUDA calls megatron-core makes, for hosts without a GPU.
+
+megatron-core allocates DDP buffers on ``torch.cuda.current_device()``, creates
+optimizer scalars with ``device='cuda'``, sorts parameters by ``Tensor.type()``
+names such as ``torch.cuda.BFloat16Tensor`` and forks CUDA RNG states. On a CPU-only
+host these shims let the *same* megatron objects build and train with every
+"device" tensor in host memory. Nothing here pretends to measure a GPU: there is no
+pinned memory, a "pin" is an ordinary host copy, and the run says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+from collections.abc import Iterator
+from unittest import mock
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+NOTE = "CPU emulation: device buffers in host memory, no pinned memory, no GPU readings"
+
+
+def trim_host_heap() -> None:
+    """Return free glibc heap pages to the kernel (``malloc_trim(0)``), where glibc exists."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _host_device(device: object) -> object:
+    if device is None:
+        return None
+    if isinstance(device, int):
+        return torch.device("cpu")
+    resolved = torch.device(device)  # type: ignore[arg-type]
+    return torch.device("cpu") if resolved.type == "cuda" else resolved
+
+
+class _CudaToHost(TorchFunctionMode):
+    """Send every tensor that asks for CUDA to host memory; pinning becomes a copy."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if "device" in kwargs:
+            kwargs["device"] = _host_device(kwargs["device"])
+        kwargs.pop("pin_memory", None)  # no page-locked memory here: an ordinary host tensor
+        if func is torch.Tensor.pin_memory:
+            return args[0].clone()
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if func is torch.Tensor.to and args and len(args) > 1:
+            first = args[1]
+            if isinstance(first, (str, int, torch.device)) and not isinstance(first, bool):
+                args = (args[0], _host_device(first), *args[2:])
+        return func(*args, **kwargs)
+
+
+class _NullStream:
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def wait_stream(self, *args: object) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def record_event(self, *args: object) -> None:
+        return None
+
+
+_ORIGINAL_TYPE = torch.Tensor.type
+
+
+def _cuda_type_name(self: torch.Tensor, *args: object, **kwargs: object) -> object:
+    name = _ORIGINAL_TYPE(self, *args, **kwargs)
+    if args or kwargs or not isinstance(name, str) or name.startswith("torch.cuda."):
+        return name
+    return "torch.cuda." + name.removeprefix("torch.")
+
+
+@contextlib.contextmanager
+def cuda_on_host() -> Iterator[None]:
+    """Install the shims for the duration of the block, then restore everything."""
+    import megatron.core.tensor_parallel.random as mrandom
+
+    host_rng = lambda *a, **k: torch.get_rng_state()  # noqa: E731
+    patches = [
+        mock.patch("torch.cuda.current_device", lambda: 0),
+        mock.patch("torch.cuda.synchronize", lambda *a, **k: None),
+        mock.patch("torch.cuda.empty_cache", lambda: None),
+        mock.patch("torch.cuda.Stream", _NullStream),
+        mock.patch("torch.cuda.stream", lambda *a, **k: contextlib.nullcontext()),
+        mock.patch("torch.cuda.default_stream", lambda *a, **k: _NullStream()),
+        mock.patch("torch.cuda.current_stream", lambda *a, **k: _NullStream()),
+        mock.patch("torch.cuda.manual_seed", lambda *a, **k: None),
+        mock.patch("torch.cuda.get_rng_state", host_rng),
+        mock.patch.object(mrandom, "_get_cuda_rng_state", host_rng),
+        mock.patch.object(mrandom, "_set_cuda_rng_state", lambda *a, **k: None),
+        mock.patch.object(torch.Tensor, "type", _cuda_type_name),
+    ]
+    with contextlib.ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
+        stack.enter_context(_CudaToHost())
+        yield

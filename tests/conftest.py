@@ -1,0 +1,57 @@
+"""Shared fixtures: run the CLI as users do, and skip GPU tests without CUDA."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A small model that still moves tens of MiB, so host effects stand far above noise.
+SMALL_MODEL = ["--layers", "2", "--payload", "48MiB", "--seq-length", "32", "--micro-batch", "1"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300):
+    """Run ``python -m offloadprobe ARGS`` in a fresh process, as a user would."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "offloadprobe", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env=full_env,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+@pytest.fixture
+def run_json(tmp_path):
+    """Run one strategy through the CLI and return its parsed JSON report."""
+
+    def go(*args: str, device: str = "cpu") -> dict:
+        out = tmp_path / f"report-{len(list(tmp_path.iterdir()))}.json"
+        proc = run_cli("run", "--device", device, "--json", str(out), "--no-progress", *args)
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        return json.loads(out.read_text())
+
+    return go

@@ -1,0 +1,33 @@
+import pytest
+
+from offloadprobe.config import ModelConfig, RunConfig, gpt_param_count, size_for_payload
+from offloadprobe.errors import UsageError
+
+
+def test_heads_must_divide_hidden():
+    with pytest.raises(UsageError, match="does not divide --hidden"):
+        ModelConfig(hidden_size=1000, num_attention_heads=16)
+
+
+@pytest.mark.parametrize("cycles", [0, -1])
+def test_cycles_must_be_positive(cycles):
+    with pytest.raises(UsageError, match="--cycles"):
+        RunConfig(model=ModelConfig(), cycles=cycles)
+
+
+def test_device_must_be_known():
+    with pytest.raises(UsageError, match="--device"):
+        RunConfig(model=ModelConfig(), device="tpu")
+
+
+@pytest.mark.parametrize("payload", [48 * 2**20, 512 * 2**20, 5 * 2**30, 8 * 2**30 - 2**26])
+def test_size_for_payload_lands_within_two_percent(payload):
+    cfg = size_for_payload(ModelConfig(num_layers=4), payload)
+    assert cfg.hidden_size % cfg.num_attention_heads == 0
+    assert abs(cfg.param_count * 2 - payload) / payload < 0.02
+
+
+def test_param_count_formula_is_linear_in_vocab():
+    a = gpt_param_count(2, 256, 1024, 64)
+    b = gpt_param_count(2, 256, 2048, 64)
+    assert b - a == 2 * 1024 * 256

@@ -1,0 +1,36 @@
+import pytest
+
+from offloadprobe.errors import UsageError
+from offloadprobe.units import format_bytes, format_ratio, gbps, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("512MiB", 512 * 2**20),
+        ("5GiB", 5 * 2**30),
+        ("5 GiB", 5 * 2**30),
+        ("1.5GB", 1_500_000_000),
+        ("2048", 2048),
+        ("1700GiB", 1700 * 2**30),
+        ("64k", 65536),
+    ],
+)
+def test_parse_size_units(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "abc", "5XB", "-1GiB", "0", "GiB"])
+def test_parse_size_rejects_with_a_fix(text):
+    with pytest.raises(UsageError, match=r"512MiB|positive"):
+        parse_size(text, what="--payload")
+
+
+def test_format_edges():
+    assert format_bytes(5 * 2**30) == "5.00 GiB"
+    assert format_bytes(3 * 2**20) == "3.00 MiB"
+    assert format_bytes(-2 * 2**20) == "-2.00 MiB"
+    assert format_bytes(None) == "n/a"
+    assert format_ratio(2.6) == "2.60x"
+    assert gbps(10**9, 0.5) == 2.0
+    assert gbps(0, 1.0) is None

@@ -181,3 +181,45 @@ class Report:
             entry["cycles"] = run.cycles()
             doc["runs"].append(entry)
         return doc
+
+
+def _build(cls: type, data: Any) -> Any:
+    """Rebuild a (nested) record dataclass from its ``asdict`` form."""
+    import dataclasses
+    import typing
+
+    if data is None or not dataclasses.is_dataclass(cls):
+        return data
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value, hint = data[f.name], hints[f.name]
+        target = next(
+            (a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)),
+            hint if dataclasses.is_dataclass(hint) else None,
+        )
+        if target is not None and value is not None:
+            value = _build(target, value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def run_from_dict(entry: dict[str, Any]) -> RunRecord:
+    """Rebuild a ``RunRecord`` from one entry of a report's ``runs`` list."""
+    phases = [_build(PhaseRecord, p) for c in entry["cycles"] for p in c["phases"]]
+    fields = {k: v for k, v in entry.items() if k not in ("cycles", "phases")}
+    fields["phases"] = phases
+    fields["summary"] = _build(RunSummary, entry["summary"])
+    known = {f for f in RunRecord.__dataclass_fields__}
+    return RunRecord(**{k: v for k, v in fields.items() if k in known})
+
+
+def report_from_dict(doc: dict[str, Any]) -> Report:
+    """Rebuild a ``Report`` from its JSON document (unknown keys are ignored)."""
+    known = {f for f in Report.__dataclass_fields__} - {"runs"}
+    return Report(
+        runs=[run_from_dict(r) for r in doc["runs"]],
+        **{k: v for k, v in doc.items() if k in known},
+    )

@@ -41,6 +41,11 @@ def _train(model, steps: int) -> float | None:
     return loss
 
 
+def _in_transfers(runtime: Runtime, action: Callable[[list], None], models: list) -> None:
+    with runtime.transfers():
+        action(models)
+
+
 def run_cycles(
     cfg: RunConfig, runtime: Runtime, *, on_phase: PhaseCallback | None = None
 ) -> RunRecord:
@@ -66,11 +71,17 @@ def run_cycles(
             record(rec)
             before = fingerprint_buffers(model.chunks)
             rec, _ = meter.measure(
-                cycle, "offload", lambda: strategy.offload(model.chunks), bytes_moved=payload
+                cycle,
+                "offload",
+                lambda: _in_transfers(runtime, strategy.offload, model.chunks),
+                bytes_moved=payload,
             )
             record(rec)
             rec, _ = meter.measure(
-                cycle, "load", lambda: strategy.load(model.chunks), bytes_moved=payload
+                cycle,
+                "load",
+                lambda: _in_transfers(runtime, strategy.load, model.chunks),
+                bytes_moved=payload,
             )
             record(rec)
             problems += verify_round_trip(model.chunks, before, cycle)

@@ -30,16 +30,18 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
-def parse_size(text: str, *, what: str = "size") -> int:
+def parse_size(text: str, *, what: str = "size", allow_zero: bool = False) -> int:
     """Parse ``"512MiB"``, ``"5GiB"``, ``"1.5GB"`` or a plain byte count into bytes."""
     match = _SIZE.match(str(text))
+    if match and float(match.group(1)) == 0 and allow_zero:
+        return 0
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _UNITS:
         raise UsageError(
             f"cannot parse {what} {text!r}: use a number with a unit, e.g. 512MiB, 5GiB or 2GB"
         )
     value = int(float(match.group(1)) * _UNITS[unit])
-    if value <= 0:
+    if value < 0 or (value == 0 and not allow_zero):
         raise UsageError(f"{what} {text!r} must be positive")
     return value
 

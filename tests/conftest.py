@@ -28,7 +28,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300):
     """Run ``python -m offloadprobe ARGS`` in a fresh process, as a user would."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", **(env or {})}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    full_env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "120", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "offloadprobe", *args],
         capture_output=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -55,3 +56,24 @@ def model_config(
     if payload is not None:
         cfg = size_for_payload(cfg, parse_size(payload, what="--payload"))
     return cfg
+
+
+MaxHostPeak = Annotated[
+    str | None,
+    typer.Option(
+        "--max-host-peak",
+        help="Budget: worst host peak over the pre-offload baseline, as a multiple of the "
+        "payload (1.1x) or a size (6GiB).",
+    ),
+]
+MaxGpuResidual = Annotated[
+    str | None,
+    typer.Option("--max-gpu-residual", help="Budget: device bytes left after offload (a size)."),
+]
+MinOffloadBandwidth = Annotated[
+    str | None,
+    typer.Option("--min-offload-bandwidth", help="Budget: steady offload rate in GB/s."),
+]
+JsonPath = Annotated[
+    Path | None, typer.Option("--json", help="Write every reading to this JSON file.")
+]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from offloadprobe.budgets import budgets_from_flags
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.config import RunConfig
@@ -43,10 +43,11 @@ def run_command(
     seq_length: opt.SeqLength = opt.DEFAULT.seq_length,
     micro_batch: opt.MicroBatch = opt.DEFAULT.micro_batch_size,
     seed: opt.Seed = 1234,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write every reading to this JSON file.")
-    ] = None,
+    json_path: opt.JsonPath = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    max_host_peak: opt.MaxHostPeak = None,
+    max_gpu_residual: opt.MaxGpuResidual = None,
+    min_offload_bandwidth: opt.MinOffloadBandwidth = None,
 ) -> None:
     """Run offload/load cycles of one strategy and print what each phase cost."""
     model = opt.model_config(
@@ -68,6 +69,7 @@ def run_command(
     )
     validate_model_strategy(strategy)
     resolve_device(device)
+    budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     report = _run_with_progress(cfg, show=progress)
     render_report(report, Console())
     if json_path is not None:
@@ -75,6 +77,7 @@ def run_command(
     problems = [line for r in report.runs for line in r.integrity]
     if problems:
         raise IntegrityError(f"strategy {strategy!r} corrupted data: " + "; ".join(problems[:3]))
+    enforce(budgets, report.runs)
 
 
 def _run_with_progress(cfg: RunConfig, *, show: bool) -> Report:

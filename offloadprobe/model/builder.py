@@ -8,13 +8,13 @@ verl and NeMo-RL, and a megatron ``DistributedOptimizer`` over it.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from offloadprobe.config import ModelConfig
+from offloadprobe.optimizer.build import OptimizerChoice, build_optimizer
 from offloadprobe.runtime import Runtime
 
 
@@ -29,6 +29,8 @@ class ProbeModel:
     """megatron-core optimizer (a ChainedOptimizer over DistributedOptimizer)."""
     optimizer_name: str
     """Which inner optimizer computes the step, in words."""
+    optimizer_choice: OptimizerChoice = field(default_factory=OptimizerChoice)
+    """What the optimizer was built from (precision-aware or not, state dtypes)."""
     batch: dict[str, torch.Tensor] = field(default_factory=dict)
     """Fixed tokens, positions, mask and labels for every train step."""
 
@@ -89,13 +91,12 @@ def build_probe_model(
     runtime: Runtime,
     *,
     seed: int,
-    optimizer_config: Any | None = None,
+    optimizer: OptimizerChoice | None = None,
 ) -> ProbeModel:
     """Build GPTModel -> Float16Module -> DDP -> DistributedOptimizer on the runtime."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.transformer.module import Float16Module
 
     torch.manual_seed(seed)
@@ -116,21 +117,13 @@ def build_probe_model(
     chunk = DistributedDataParallel(
         config=tconfig, ddp_config=ddp_config, module=Float16Module(tconfig, gpt)
     )
-    if optimizer_config is None:
-        optimizer_config = OptimizerConfig(
-            optimizer="adam", lr=1e-4, bf16=True, use_distributed_optimizer=True, clip_grad=1.0
-        )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        optimizer = get_megatron_optimizer(optimizer_config, [chunk])
-    inner = {
-        type(o.optimizer).__module__ + "." + type(o.optimizer).__name__
-        for o in getattr(optimizer, "chained_optimizers", [optimizer])
-    }
+    choice = optimizer or OptimizerChoice()
+    megatron_optimizer, optimizer_name = build_optimizer(choice, [chunk])
     return ProbeModel(
         config=cfg,
         chunks=[chunk],
-        optimizer=optimizer,
-        optimizer_name=", ".join(sorted(inner)),
+        optimizer=megatron_optimizer,
+        optimizer_name=optimizer_name,
+        optimizer_choice=choice,
         batch=_batch(cfg, seed, runtime.device),
     )

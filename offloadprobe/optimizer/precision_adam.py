@@ -44,8 +44,13 @@ _SCALED_RANGE = {torch.float16: torch.finfo(torch.float16).max / 2.0, torch.uint
 """Scaled dtypes -> the magnitude a tensor's absmax is mapped to (uint8 holds FP8 E4M3)."""
 _CHUNK_ELEMENTS = 1 << 26
 """Elements updated per batch of fp32 temporaries (bounds the step's extra memory)."""
-_PRECISION_KWARGS = ("master_weight_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
-                     "use_decoupled_grad", "store_param_remainders")
+_PRECISION_KWARGS = (
+    "master_weight_dtype",
+    "exp_avg_dtype",
+    "exp_avg_sq_dtype",
+    "use_decoupled_grad",
+    "store_param_remainders",
+)
 _TE_MISSING = "requires FusedAdam from TransformerEngine"
 
 if sys.byteorder != "little":  # split_fp32/join_fp32 address the fp32 halves in memory order
@@ -123,16 +128,19 @@ class PrecisionAwareAdam(torch.optim.Optimizer):
         for name, dtype in (("exp_avg", exp_avg_dtype), ("exp_avg_sq", exp_avg_sq_dtype)):
             if dtype not in _STATE_DTYPES:
                 raise ValueError(f"{name}_dtype must be fp32/fp16/bf16/uint8(FP8), got {dtype}")
-        super().__init__(params, {"lr": lr, "bias_correction": bias_correction, "betas": betas,
-                                  "eps": eps, "weight_decay": weight_decay})
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        super().__init__(params, {**defaults, "bias_correction": bias_correction})
         self.adam_w_mode = bool(adam_w_mode)
         self.capturable = False
         self.master_weights = master_weights
         self.master_weight_dtype = master_weight_dtype
         self.exp_avg_dtype = exp_avg_dtype
         self.exp_avg_sq_dtype = exp_avg_sq_dtype
-        self.name_to_dtype_map = {"exp_avg": exp_avg_dtype, "exp_avg_sq": exp_avg_sq_dtype,
-                                  "master_param": master_weight_dtype}
+        self.name_to_dtype_map = {
+            "exp_avg": exp_avg_dtype,
+            "exp_avg_sq": exp_avg_sq_dtype,
+            "master_param": master_weight_dtype,
+        }
         self.use_decoupled_grad = use_decoupled_grad
         # Like TE: remainders only replace an fp32 master, and only for bf16 params.
         self.store_param_remainders = bool(
@@ -160,8 +168,8 @@ class PrecisionAwareAdam(torch.optim.Optimizer):
         """
         remainder = self._uses_remainder(param)
         if self.master_weights and store_param_remainders not in (None, remainder):
-            raise ValueError(f"store_param_remainders={store_param_remainders} contradicts the "
-                             f"optimizer's setting for a {param.dtype} parameter")
+            msg = f"store_param_remainders={store_param_remainders} contradicts the optimizer"
+            raise ValueError(f"{msg}'s setting for a {param.dtype} parameter")
         self._new_state(param, "exp_avg")
         self._new_state(param, "exp_avg_sq")
         if self.master_weights:
@@ -185,8 +193,7 @@ class PrecisionAwareAdam(torch.optim.Optimizer):
         remainder = state_name == "master_param" and self._uses_remainder(param)
         expected = torch.int16 if remainder else torch.float32
         if unscaled_state.dtype != expected:
-            raise TypeError(f"{state_name} for a {param.dtype} parameter takes {expected}, "
-                            f"got {unscaled_state.dtype}")
+            raise TypeError(f"{state_name} takes {expected} here, got {unscaled_state.dtype}")
         if state_name not in self.state[param]:
             self._new_state(param, state_name, remainder=remainder)
         self._write(param, state_name, unscaled_state)
@@ -277,17 +284,10 @@ class PrecisionAwareAdam(torch.optim.Optimizer):
 
     def _step_group(self, group: dict[str, Any]) -> None:
         group["step"] = group.get("step", 0) + 1  # one count per group, as in FusedAdam
-        beta1, beta2 = group["betas"]
-        corrected = group["bias_correction"]
         for batch in _batches(group["params"]):
             work = [w for w in map(self._load, batch) if w is not None]
             if work:
-                _adam_update(
-                    work, lr=float(group["lr"]), beta1=beta1, beta2=beta2, eps=group["eps"],
-                    weight_decay=group["weight_decay"], decoupled=self.adam_w_mode,
-                    correction1=1.0 - beta1 ** group["step"] if corrected else 1.0,
-                    correction2=1.0 - beta2 ** group["step"] if corrected else 1.0,
-                )
+                _adam_update(work, group, decoupled=self.adam_w_mode)
                 for item in work:
                     self._store(item)
 
@@ -302,9 +302,13 @@ class PrecisionAwareAdam(torch.optim.Optimizer):
         state = self.state[param]
         if not state:
             self.initialize_state(param)
-        return _Work(param, grad.detach().float(), self.master_param_fp32(param),
-                     self._decode(param, "exp_avg", state["exp_avg"]),
-                     self._decode(param, "exp_avg_sq", state["exp_avg_sq"]))
+        return _Work(
+            param,
+            grad.detach().float(),
+            self.master_param_fp32(param),
+            self._decode(param, "exp_avg", state["exp_avg"]),
+            self._decode(param, "exp_avg_sq", state["exp_avg_sq"]),
+        )
 
     def _store(self, work: _Work) -> None:
         param, state = work.param, self.state[work.param]
@@ -341,10 +345,13 @@ def _batches(params: list[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
         yield batch
 
 
-def _adam_update(work: list[_Work], *, lr: float, beta1: float, beta2: float, eps: float,
-                 weight_decay: float, decoupled: bool, correction1: float,
-                 correction2: float) -> None:
+def _adam_update(work: list[_Work], group: dict[str, Any], decoupled: bool) -> None:
     """In place on fp32 lists, in the operation order of TE's ``adam_update``."""
+    lr, eps, weight_decay = float(group["lr"]), group["eps"], group["weight_decay"]
+    beta1, beta2 = group["betas"]
+    corrected = group["bias_correction"]
+    correction1 = 1.0 - beta1 ** group["step"] if corrected else 1.0
+    correction2 = 1.0 - beta2 ** group["step"] if corrected else 1.0
     grads = [w.grad for w in work]
     weights = [w.weight for w in work]
     exp_avgs = [w.exp_avg for w in work]
@@ -427,6 +434,8 @@ def _megatron_patches(adam_cls: type) -> list[tuple[Any, str, Any]]:
     from megatron.core import optimizer as mc_optimizer
     from megatron.core.optimizer import distrib_optimizer, optimizer_config
 
+    config_cls = optimizer_config.OptimizerConfig
+
     patches: list[tuple[Any, str, Any]] = [
         (mc_optimizer, "Adam", adam_cls),  # the class get_megatron_optimizer instantiates
         (mc_optimizer, "USING_PYTORCH_OPTIMIZER", False),  # else it picks torch.optim.AdamW
@@ -439,8 +448,11 @@ def _megatron_patches(adam_cls: type) -> list[tuple[Any, str, Any]]:
             # 0.19.2 says 0.0.0 and drops store_param_remainders) and skip the config's TE import
             (mc_optimizer, "is_te_min_version", _te_min_version_as_fused_adam_api),
             (optimizer_config, "is_te_min_version", _te_min_version_as_fused_adam_api),
-            (optimizer_config.OptimizerConfig, "__post_init__",
-             _tolerate_missing_te(optimizer_config.OptimizerConfig.__dict__["__post_init__"])),
+            (
+                config_cls,
+                "__post_init__",
+                _tolerate_missing_te(config_cls.__dict__["__post_init__"]),
+            ),
         ]
     return patches
 
@@ -462,8 +474,7 @@ def megatron_uses(adam_cls: type = PrecisionAwareAdam) -> Iterator[tuple[str, ..
     with contextlib.ExitStack() as stack:
         for owner, name, value in patches:
             if not hasattr(owner, name):
-                raise RuntimeError(f"megatron-core has no {_label(owner, name)}; "
-                                   "offloadprobe's patch list needs updating for this version")
+                raise RuntimeError(f"this megatron-core has no {_label(owner, name)} to patch")
             stack.enter_context(mock.patch.object(owner, name, value))
         yield tuple(_label(owner, name) for owner, name, _ in patches)
 

@@ -106,7 +106,8 @@ class GptShape:
         if self.num_attention_heads % self.query_groups:
             raise LayoutError(
                 "num_query_groups",
-                f"{self.query_groups} does not divide {self.num_attention_heads} heads",
+                f"{self.query_groups} does not divide {self.num_attention_heads} heads; "
+                "use a group count that divides the head count",
             )
         if self.position_embedding == "learned_absolute" and self.max_sequence_length <= 0:
             raise LayoutError("max_sequence_length", "set it for learned_absolute positions")
@@ -159,12 +160,15 @@ class Parallelism:
             _positive(name, getattr(self, name))
         if (self.tp * self.dp) % self.ep:
             raise LayoutError(
-                "ep", f"ep={self.ep} must divide tp*dp={self.tp * self.dp} (expert data parallel)"
+                "ep",
+                f"ep={self.ep} does not divide tp*dp={self.tp * self.dp} (expert data "
+                "parallel size); lower ep or raise dp",
             )
         if self.world_size % self.gpus_per_node:
             raise LayoutError(
                 "gpus_per_node",
-                f"tp*pp*dp={self.world_size} GPUs do not fill nodes of {self.gpus_per_node}",
+                f"tp*pp*dp={self.world_size} GPUs do not fill nodes of {self.gpus_per_node}; "
+                "make tp*pp*dp a multiple of gpus_per_node",
             )
 
     @property
@@ -405,13 +409,15 @@ def stage_layer_counts(num_layers: int, par: Parallelism) -> tuple[int, ...]:
                 "pp", f"pp={par.pp} does not divide {num_layers} layers; set first/last layers"
             )
         return (num_layers // par.pp,) * par.pp
-    rest, stages = num_layers - (first or 0) - (last or 0), par.pp - (first is not None) - (
-        last is not None
+    rest, stages = (
+        num_layers - (first or 0) - (last or 0),
+        par.pp - (first is not None) - (last is not None),
     )
     if rest < 0 or stages < 0 or (stages and rest % stages) or (not stages and rest):
         raise LayoutError(
             "first_stage_layers",
-            f"{num_layers} layers do not split as first={first}, last={last} over pp={par.pp}",
+            f"{num_layers} layers do not split as first={first}, last={last} over "
+            f"pp={par.pp}; the layers left must split evenly over the middle stages",
         )
     middle = rest // stages if stages else 0
     counts = [middle] * par.pp
@@ -454,16 +460,31 @@ def gpt_stage_parameters(shape: GptShape, par: Parallelism, pp_rank: int) -> tup
             shared_embedding=tied_copy and not last,
         )
         if shape.position_embedding == "learned_absolute":
-            add("embedding.position_embeddings.weight", shape.max_sequence_length * h,
-                f"{shape.max_sequence_length} * {h}")
+            add(
+                "embedding.position_embeddings.weight",
+                shape.max_sequence_length * h,
+                f"{shape.max_sequence_length} * {h}",
+            )
     heads, groups, bias = shape.num_attention_heads, shape.query_groups, shape.add_bias_linear
     for local in range(counts[pp_rank]):
         p = f"decoder.layers.{local}"
         norm(f"{p}.input_layernorm", h, f"{h}")
-        linear(f"{p}.self_attention.linear_proj", h, heads * kv // tp, f"{h}",
-               f"{heads}*{kv}/{tp}", bias)
-        linear(f"{p}.self_attention.linear_qkv", (heads + 2 * groups) * kv // tp, h,
-               f"({heads}+2*{groups})*{kv}/{tp}", f"{h}", bias or shape.add_qkv_bias)
+        linear(
+            f"{p}.self_attention.linear_proj",
+            h,
+            heads * kv // tp,
+            f"{h}",
+            f"{heads}*{kv}/{tp}",
+            bias,
+        )
+        linear(
+            f"{p}.self_attention.linear_qkv",
+            (heads + 2 * groups) * kv // tp,
+            h,
+            f"({heads}+2*{groups})*{kv}/{tp}",
+            f"{h}",
+            bias or shape.add_qkv_bias,
+        )
         if shape.qk_layernorm:
             norm(f"{p}.self_attention.q_layernorm", kv, f"{kv}")
             norm(f"{p}.self_attention.k_layernorm", kv, f"{kv}")
@@ -477,31 +498,58 @@ def gpt_stage_parameters(shape: GptShape, par: Parallelism, pp_rank: int) -> tup
         linear(f"{p}.mlp.router", experts, h, f"{experts}", f"{h}", bias)
         for e in range(experts // par.ep):
             q = f"{p}.mlp.experts.local_experts.{e}"
-            linear(f"{q}.linear_fc1", glu * moe_ffn, h, f"{glu}*{moe_ffn}", f"{h}", bias,
-                   expert=True)
+            linear(
+                f"{q}.linear_fc1", glu * moe_ffn, h, f"{glu}*{moe_ffn}", f"{h}", bias, expert=True
+            )
             linear(f"{q}.linear_fc2", h, moe_ffn, f"{h}", f"{moe_ffn}", bias, expert=True)
         if shared := shape.shared_expert_ffn_hidden_size:
-            linear(f"{p}.mlp.shared_experts.linear_fc1", glu * shared // tp, h,
-                   f"{glu}*{shared}/{tp}", f"{h}", False)
-            linear(f"{p}.mlp.shared_experts.linear_fc2", h, shared // tp, f"{h}",
-                   f"{shared}/{tp}", False)
+            linear(
+                f"{p}.mlp.shared_experts.linear_fc1",
+                glu * shared // tp,
+                h,
+                f"{glu}*{shared}/{tp}",
+                f"{h}",
+                False,
+            )
+            linear(
+                f"{p}.mlp.shared_experts.linear_fc2",
+                h,
+                shared // tp,
+                f"{h}",
+                f"{shared}/{tp}",
+                False,
+            )
     if last:
         norm("decoder.final_layernorm", h, f"{h}")
         if shape.untie_embeddings_and_output_weights or tied_copy:
-            add("output_layer.weight", shape.vocab_size // tp * h,
-                f"{shape.vocab_size}/{tp} * {h}", shared_embedding=tied_copy)
+            add(
+                "output_layer.weight",
+                shape.vocab_size // tp * h,
+                f"{shape.vocab_size}/{tp} * {h}",
+                shared_embedding=tied_copy,
+            )
     return tuple(out)
 
 
 def count_stage_parameters(model: ParamCount, par: Parallelism) -> tuple[ParamEntry, ...]:
     """Even split of a bare parameter count: one dense and one expert tensor per rank."""
     dense = model.total_params - model.expert_params
-    out = [ParamEntry(name="dense", numel=-(-dense // (par.tp * par.pp)),
-                      formula=f"ceil({dense} / (tp*pp = {par.tp}*{par.pp}))")]
+    out = [
+        ParamEntry(
+            name="dense",
+            numel=-(-dense // (par.tp * par.pp)),
+            formula=f"ceil({dense} / (tp*pp = {par.tp}*{par.pp}))",
+        )
+    ]
     if model.expert_params:
-        out.append(ParamEntry(name="experts", numel=-(-model.expert_params // (par.ep * par.pp)),
-                              formula=f"ceil({model.expert_params} / (ep*pp = {par.ep}*{par.pp}))",
-                              expert=True))
+        out.append(
+            ParamEntry(
+                name="experts",
+                numel=-(-model.expert_params // (par.ep * par.pp)),
+                formula=f"ceil({model.expert_params} / (ep*pp = {par.ep}*{par.pp}))",
+                expert=True,
+            )
+        )
     return tuple(out)
 
 
@@ -523,15 +571,15 @@ def _check_shape(shape: GptShape, par: Parallelism) -> None:
     )
     for field, value, divisor, by in checks:
         if value % divisor:
-            raise LayoutError(field, f"{value} is not divisible by {by}={divisor}")
+            raise LayoutError(
+                field, f"{value} is not divisible by {by}={divisor}; choose {by} to divide it"
+            )
 
 
 # ---------------------------------------------------------------- the layout
 
 
-def lay_out_model(
-    model: ModelSpec, par: Parallelism, ddp: DdpOptions | None = None
-) -> ModelLayout:
+def lay_out_model(model: ModelSpec, par: Parallelism, ddp: DdpOptions | None = None) -> ModelLayout:
     """Every pipeline stage's buffers for ``model`` under ``par``."""
     ddp = ddp or DdpOptions()
     stages = []
@@ -559,8 +607,7 @@ def _lay_out_stage(
         for kind, group, dp in groups
         if group
     )
-    terms = [Term(label="layers on this stage", formula=_split_formula(par, pp_rank),
-                  value=layers)]
+    terms = [Term(label="layers on this stage", formula=_split_formula(par, pp_rank), value=layers)]
     for (kind, group, dp), buffer in zip([g for g in groups if g[1]], buffers, strict=True):
         terms += _buffer_terms(kind, group, buffer, dp, bucket_size, ddp)
     return StageLayout(pp_rank=pp_rank, num_layers=layers, buffers=buffers, terms=tuple(terms))
@@ -580,8 +627,9 @@ def _buffer_terms(
         entry, count = by_component.get(key, (p, 0))
         by_component[key] = (entry, count + 1)
     terms = [
-        Term(label=f"{kind}: {key}", formula=f"{count} x {entry.formula}",
-             value=count * entry.numel)
+        Term(
+            label=f"{kind}: {key}", formula=f"{count} x {entry.formula}", value=count * entry.numel
+        )
         for key, (entry, count) in by_component.items()
     ]
     divisor = bucket_end_divisor(dp, ddp.pad_buckets_for_high_nccl_busbw)
@@ -589,15 +637,24 @@ def _buffer_terms(
     pw, gw = DTYPE_BYTES[buffer.param_dtype], DTYPE_BYTES[buffer.grad_dtype]
     return [
         *terms,
-        Term(label=f"{kind}: padding", formula=f"params start at multiples of {PARAM_ALIGN}; "
-             f"{buckets} end at multiples of lcm(dp={dp}, {BUCKET_ALIGN}"
-             f"{', 2**16' if ddp.pad_buckets_for_high_nccl_busbw else ''}) = {divisor}",
-             value=buffer.numel - sum(p.numel for p in group)),
+        Term(
+            label=f"{kind}: padding",
+            formula=f"params start at multiples of {PARAM_ALIGN}; "
+            f"{buckets} end at multiples of lcm(dp={dp}, {BUCKET_ALIGN}"
+            f"{', 2**16' if ddp.pad_buckets_for_high_nccl_busbw else ''}) = {divisor}",
+            value=buffer.numel - sum(p.numel for p in group),
+        ),
         Term(label=f"{kind}: buffer numel", formula="params + padding", value=buffer.numel),
-        Term(label=f"{kind}: param_data bytes", formula=f"{buffer.numel} x {pw} "
-             f"({buffer.param_dtype})", value=buffer.param_bytes),
-        Term(label=f"{kind}: grad_data bytes", formula=f"{buffer.numel} x {gw} "
-             f"({buffer.grad_dtype})", value=buffer.grad_bytes),
+        Term(
+            label=f"{kind}: param_data bytes",
+            formula=f"{buffer.numel} x {pw} ({buffer.param_dtype})",
+            value=buffer.param_bytes,
+        ),
+        Term(
+            label=f"{kind}: grad_data bytes",
+            formula=f"{buffer.numel} x {gw} ({buffer.grad_dtype})",
+            value=buffer.grad_bytes,
+        ),
     ]
 
 
@@ -609,8 +666,10 @@ def _component(name: str) -> str:
 def _split_formula(par: Parallelism, pp_rank: int) -> str:
     if par.first_stage_layers is None and par.last_stage_layers is None:
         return f"num_layers / pp={par.pp}"
-    return (f"first={par.first_stage_layers}, last={par.last_stage_layers}, "
-            f"the rest split evenly; stage {pp_rank}")
+    return (
+        f"first={par.first_stage_layers}, last={par.last_stage_layers}, "
+        f"the rest split evenly; stage {pp_rank}"
+    )
 
 
 def _node_stages(par: Parallelism) -> tuple[tuple[tuple[int, int], ...], ...]:
@@ -626,7 +685,7 @@ def _node_stages(par: Parallelism) -> tuple[tuple[tuple[int, int], ...], ...]:
 
 def _positive(field: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise LayoutError(field, f"must be a positive integer, got {value!r}")
+        raise LayoutError(field, f"must be a positive integer, got {value!r}; use 1 or more")
 
 
 # ---------------------------------------------------------------- optimizer state
@@ -648,9 +707,12 @@ class OptimizerOptions:
         for name in ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
             if getattr(self, name) not in DTYPE_BYTES:
                 raise LayoutError(name, f"use one of {', '.join(DTYPE_BYTES)}")
-        if not self.precision_aware and (self.main_params_dtype, self.exp_avg_dtype,
-                                         self.exp_avg_sq_dtype) != ("float32",) * 3:
-            raise LayoutError("precision_aware", "non-fp32 optimizer state needs it")
+        if (
+            not self.precision_aware
+            and (self.main_params_dtype, self.exp_avg_dtype, self.exp_avg_sq_dtype)
+            != ("float32",) * 3
+        ):
+            raise LayoutError("precision_aware", "set it to true for non-fp32 optimizer state")
 
     def master_dtype(self, param_dtype: str) -> str | None:
         """dtype of the master copy, None when the params are themselves the fp32 master."""
@@ -698,10 +760,16 @@ def optimizer_terms(state: OptimizerState, dp_size: int) -> tuple[Term, ...]:
     """The arithmetic behind ``state``, for display next to the buffer terms."""
     n, k = state.shard_numel, state.kind
     return (
-        Term(label=f"{k}: optimizer shard numel", formula=f"largest of {dp_size} shards, "
-             "params only", value=n),
-        Term(label=f"{k}: master params", formula=f"{n} x {state.master_dtype or 'none'}",
-             value=state.master_param_bytes),
+        Term(
+            label=f"{k}: optimizer shard numel",
+            formula=f"largest of {dp_size} shards, params only",
+            value=n,
+        ),
+        Term(
+            label=f"{k}: master params",
+            formula=f"{n} x {state.master_dtype or 'none'}",
+            value=state.master_param_bytes,
+        ),
         Term(label=f"{k}: exp_avg", formula=f"{n} elements", value=state.exp_avg_bytes),
         Term(label=f"{k}: exp_avg_sq", formula=f"{n} elements", value=state.exp_avg_sq_bytes),
     )

@@ -47,8 +47,10 @@ class HostAllocatorConfig:
     """Bytes (``pinned_max_cached_size_mb`` x MiB); None: cache every freed block (default)."""
 
     def rounds(self, nbytes: int) -> bool:
-        return all(limit is None or nbytes <= limit
-                   for limit in (self.max_round_threshold, self.max_cached_size))
+        return all(
+            limit is None or nbytes <= limit
+            for limit in (self.max_round_threshold, self.max_cached_size)
+        )
 
     def caches(self, nbytes: int) -> bool:
         return self.max_cached_size is None or nbytes <= self.max_cached_size
@@ -81,8 +83,9 @@ def page_rounded(nbytes: int, page_size: int = PAGE_SIZE) -> int:
     return -(-nbytes // page_size) * page_size
 
 
-def resident_bytes(nbytes: int, kind: HostKind,
-                   config: HostAllocatorConfig = DEFAULT_CONFIG) -> int:
+def resident_bytes(
+    nbytes: int, kind: HostKind, config: HostAllocatorConfig = DEFAULT_CONFIG
+) -> int:
     """Host bytes one allocation of ``nbytes`` holds, by how it was made."""
     if kind == "pinned":
         return page_rounded(pinned_block_size(nbytes, config))
@@ -175,11 +178,18 @@ def replay(events: Iterable[Event], config: HostAllocatorConfig = DEFAULT_CONFIG
         else:
             state.cached = 0
             state.free_lists.clear()
-        steps.append(Step(event=event, resident=state.other + state.in_use + state.cached,
-                          pinned_in_use=state.in_use, pinned_cached=state.cached,
-                          reused=reused))
-    return Replay(steps=tuple(steps), host_allocs=state.host_allocs,
-                  undersized_reuses=state.undersized)
+        steps.append(
+            Step(
+                event=event,
+                resident=state.other + state.in_use + state.cached,
+                pinned_in_use=state.in_use,
+                pinned_cached=state.cached,
+                reused=reused,
+            )
+        )
+    return Replay(
+        steps=tuple(steps), host_allocs=state.host_allocs, undersized_reuses=state.undersized
+    )
 
 
 def _alloc(state: _State, event: Alloc, config: HostAllocatorConfig) -> bool:

@@ -40,8 +40,20 @@ def _host_device(device: object) -> object:
     return torch.device("cpu") if resolved.type == "cuda" else resolved
 
 
+_TRANSFERS = (torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.to)
+
+
 class _CudaToHost(TorchFunctionMode):
-    """Send every tensor that asks for CUDA to host memory; pinning becomes a copy."""
+    """Send every tensor that asks for CUDA to host memory; pinning becomes a copy.
+
+    Outside offload/load phases a device move is a no-op, as megatron expects of a
+    tensor already on its device. Inside them (``transfers_copy``) every ``.cpu()``,
+    ``.cuda()`` and ``.to(device)`` makes a new host tensor, as a real device<->host
+    transfer does, so a strategy that "moves" state really allocates a copy and the
+    original storage can be told apart from it.
+    """
+
+    copy_transfers = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -50,13 +62,38 @@ class _CudaToHost(TorchFunctionMode):
         kwargs.pop("pin_memory", None)  # no page-locked memory here: an ordinary host tensor
         if func is torch.Tensor.pin_memory:
             return args[0].clone()
+        if func is torch.Tensor.to and len(args) > 1 and _is_device(args[1]):
+            args = (args[0], _host_device(args[1]), *args[2:])
+        if func in _TRANSFERS and _CudaToHost.copy_transfers and _moves_device(func, args, kwargs):
+            kwargs.pop("non_blocking", None)
+            if func is torch.Tensor.to:
+                kwargs["copy"] = True
+                return func(*args, **kwargs)
+            return args[0].clone()
         if func is torch.Tensor.cuda:
             return args[0]
-        if func is torch.Tensor.to and args and len(args) > 1:
-            first = args[1]
-            if isinstance(first, (str, int, torch.device)) and not isinstance(first, bool):
-                args = (args[0], _host_device(first), *args[2:])
         return func(*args, **kwargs)
+
+
+def _is_device(value: object) -> bool:
+    return isinstance(value, (str, int, torch.device)) and not isinstance(value, bool)
+
+
+def _moves_device(func: object, args: tuple, kwargs: dict) -> bool:
+    if func is not torch.Tensor.to:
+        return True
+    return "device" in kwargs or (len(args) > 1 and _is_device(args[1]))
+
+
+@contextlib.contextmanager
+def transfers_copy() -> Iterator[None]:
+    """Inside the block, device<->host moves of emulated device tensors make copies."""
+    previous = _CudaToHost.copy_transfers
+    _CudaToHost.copy_transfers = True
+    try:
+        yield
+    finally:
+        _CudaToHost.copy_transfers = previous
 
 
 class _NullStream:

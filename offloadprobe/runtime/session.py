@@ -30,6 +30,10 @@ class Runtime:
         """Whether page-locked host memory exists here."""
         return self.device == "cuda"
 
+    def transfers(self) -> contextlib.AbstractContextManager[None]:
+        """Context for a strategy's offload/load: real copies for every device move."""
+        return emulation.transfers_copy() if self.emulated else contextlib.nullcontext()
+
     def synchronize(self) -> None:
         """Wait for queued device work (a no-op in CPU emulation)."""
         if self.device == "cuda":

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import types
@@ -24,9 +23,9 @@ from offloadprobe.plan.layout import (
     GptShape,
     LayoutError,
     OptimizerOptions,
+    Parallelism,
     ParamCount,
     ParamEntry,
-    Parallelism,
     bucket_end_divisor,
     gpt_stage_parameters,
     lay_out_buffer,
@@ -38,6 +37,7 @@ from offloadprobe.plan.layout import (
 )
 
 pytest.importorskip("megatron.core")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
 # ------------------------------------------------------------ megatron on CPU (world size 1)
 # Self-contained stand-in for the project's runtime emulation: megatron-core allocates its
@@ -53,20 +53,20 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def megatron_world() -> Iterator[None]:
     from megatron.core import parallel_state
-    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
-    owned = not torch.distributed.is_initialized()
-    if owned:
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = str(_free_port())
-        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
-    parallel_state.initialize_model_parallel(1, 1)
-    with contextlib.suppress(Exception):  # seeds CUDA RNG trackers; irrelevant to layout
-        model_parallel_cuda_manual_seed(1234)
-    yield
-    parallel_state.destroy_model_parallel()
-    if owned:
-        torch.distributed.destroy_process_group()
+    owned_group = not torch.distributed.is_initialized()
+    owned_state = not parallel_state.model_parallel_is_initialized()
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    with mock.patch.dict(os.environ, env):
+        if owned_group:
+            torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+        if owned_state:
+            parallel_state.initialize_model_parallel(1, 1)
+        yield
+        if owned_state:
+            parallel_state.destroy_model_parallel()
+        if owned_group:
+            torch.distributed.destroy_process_group()
 
 
 def _transformer_config(shape: GptShape) -> Any:
@@ -164,8 +164,16 @@ def megatron_buffer(numels: list[int], shared: set[int], dp: int, bucket: int | 
         mock.patch.object(pgb, "log_on_each_pipeline_stage", lambda *a, **k: None),
     ):
         return pgb._ParamAndGradBuffer(
-            config, torch.bfloat16, torch.float32, params, _Group(dp), bucket,
-            {p: str(i) for i, p in enumerate(params)}, 1.0, list(range(len(params))), False,
+            config,
+            torch.bfloat16,
+            torch.float32,
+            params,
+            _Group(dp),
+            bucket,
+            {p: str(i) for i, p in enumerate(params)},
+            1.0,
+            list(range(len(params))),
+            False,
             groups,
         )
 
@@ -173,26 +181,59 @@ def megatron_buffer(numels: list[int], shared: set[int], dp: int, bucket: int | 
 # ------------------------------------------------------------ shapes
 
 DENSE_LAYERNORM = GptShape(
-    num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=200, vocab_size=1000,
-    swiglu=False, normalization="LayerNorm", add_bias_linear=True,
-    untie_embeddings_and_output_weights=False, position_embedding="learned_absolute",
+    num_layers=2,
+    hidden_size=64,
+    num_attention_heads=4,
+    ffn_hidden_size=200,
+    vocab_size=1000,
+    swiglu=False,
+    normalization="LayerNorm",
+    add_bias_linear=True,
+    untie_embeddings_and_output_weights=False,
+    position_embedding="learned_absolute",
     max_sequence_length=40,
 )
 DENSE_GQA = GptShape(
-    num_layers=3, hidden_size=96, num_attention_heads=6, num_query_groups=2, kv_channels=24,
-    ffn_hidden_size=136, vocab_size=777, qk_layernorm=True, add_qkv_bias=True,
+    num_layers=3,
+    hidden_size=96,
+    num_attention_heads=6,
+    num_query_groups=2,
+    kv_channels=24,
+    ffn_hidden_size=136,
+    vocab_size=777,
+    qk_layernorm=True,
+    add_qkv_bias=True,
 )
 MOE_SHARED = GptShape(
-    num_layers=3, hidden_size=64, num_attention_heads=4, num_query_groups=2,
-    ffn_hidden_size=160, vocab_size=512, num_experts=4, moe_ffn_hidden_size=48,
-    num_dense_layers=1, shared_expert_ffn_hidden_size=40, qk_layernorm=True,
+    num_layers=3,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_query_groups=2,
+    ffn_hidden_size=160,
+    vocab_size=512,
+    num_experts=4,
+    moe_ffn_hidden_size=48,
+    num_dense_layers=1,
+    shared_expert_ffn_hidden_size=40,
+    qk_layernorm=True,
 )
 MOE_BIAS = GptShape(
-    num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=300, num_experts=3,
-    moe_ffn_hidden_size=52, swiglu=False, normalization="LayerNorm", add_bias_linear=True,
+    num_layers=2,
+    hidden_size=64,
+    num_attention_heads=4,
+    vocab_size=300,
+    num_experts=3,
+    moe_ffn_hidden_size=52,
+    swiglu=False,
+    normalization="LayerNorm",
+    add_bias_linear=True,
 )
-SHAPES = {"dense-layernorm": DENSE_LAYERNORM, "dense-gqa": DENSE_GQA, "moe-shared": MOE_SHARED,
-          "moe-bias": MOE_BIAS}
+SHAPES = {
+    "dense-layernorm": DENSE_LAYERNORM,
+    "dense-gqa": DENSE_GQA,
+    "moe-shared": MOE_SHARED,
+    "moe-bias": MOE_BIAS,
+}
 DDPS = {
     "one-bucket": DdpOptions(),
     "buckets-5000": DdpOptions(overlap_grad_reduce=True, bucket_size=5000),
@@ -205,8 +246,10 @@ def test_parameter_list_matches_gptmodel(megatron_world: None, name: str) -> Non
     # GIVEN a shape, WHEN megatron builds it, THEN our list has the same names and sizes
     model, _ = build_megatron(SHAPES[name], DdpOptions())
     real = [(n, p.numel()) for n, p in model.named_parameters()]
-    ours = [(p.name, p.numel) for p in gpt_stage_parameters(SHAPES[name], Parallelism(
-        gpus_per_node=1), 0)]
+    ours = [
+        (p.name, p.numel)
+        for p in gpt_stage_parameters(SHAPES[name], Parallelism(gpus_per_node=1), 0)
+    ]
     assert ours == real
 
 
@@ -217,8 +260,13 @@ def test_buffers_match_megatron_ddp(megatron_world: None, name: str, ddp_name: s
     _, wrapped = build_megatron(shape, ddp)
     stage = lay_out_model(shape, Parallelism(gpus_per_node=1), ddp).stages[0]
     real = [
-        (b.param_data.numel(), b.grad_data.numel(), str(b.grad_data.dtype), b.numel_unpadded,
-         [tuple(i) for i in b.bucket_indices])
+        (
+            b.param_data.numel(),
+            b.grad_data.numel(),
+            str(b.grad_data.dtype),
+            b.numel_unpadded,
+            [tuple(i) for i in b.bucket_indices],
+        )
         for b in wrapped.buffers
     ]
     ours = [
@@ -244,8 +292,7 @@ def test_padding_matches_megatron_buffer(dp: int, bucket: int | None, shared: se
         ParamEntry(name=str(i), numel=n, formula=str(n), shared_embedding=i in shared)
         for i, n in enumerate(numels)
     ]
-    ours = lay_out_buffer(entries, kind="dense", dp_size=dp, bucket_size=bucket,
-                          ddp=DdpOptions())
+    ours = lay_out_buffer(entries, kind="dense", dp_size=dp, bucket_size=bucket, ddp=DdpOptions())
     assert ours.numel == real.numel == real.param_data.numel()
     assert ours.numel_unpadded == real.numel_unpadded
     assert list(ours.buckets) == [tuple(i) for i in real.bucket_indices]
@@ -285,12 +332,19 @@ def test_padding_rules_match_megatron_019_source() -> None:
 # ------------------------------------------------------------ projection arithmetic
 
 QWEN3_235B = GptShape(
-    num_layers=94, hidden_size=4096, num_attention_heads=64, num_query_groups=4,
-    kv_channels=128, vocab_size=151936, num_experts=128, moe_ffn_hidden_size=1536,
+    num_layers=94,
+    hidden_size=4096,
+    num_attention_heads=64,
+    num_query_groups=4,
+    kv_channels=128,
+    vocab_size=151936,
+    num_experts=128,
+    moe_ffn_hidden_size=1536,
     qk_layernorm=True,
 )
-VERL_PAR = Parallelism(tp=4, pp=8, ep=4, dp=2, gpus_per_node=8, first_stage_layers=11,
-                       last_stage_layers=11)
+VERL_PAR = Parallelism(
+    tp=4, pp=8, ep=4, dp=2, gpus_per_node=8, first_stage_layers=11, last_stage_layers=11
+)
 
 
 def test_qwen3_235b_expert_buffer_by_hand() -> None:
@@ -320,14 +374,17 @@ def test_stage_layer_split_and_nodes() -> None:
     assert layout.per_node([1] * 8) == (8,) * 8
     small = Parallelism(tp=2, pp=4, dp=1, gpus_per_node=4)
     assert lay_out_model(ParamCount(total_params=10**6), small).node_stages == (
-        ((0, 2), (1, 2)), ((2, 2), (3, 2)))
+        ((0, 2), (1, 2)),
+        ((2, 2), (3, 2)),
+    )
 
 
 def test_first_stage_buckets_only() -> None:
     # megatron turns bucketing off on every stage but the first
     par = Parallelism(pp=2, gpus_per_node=1)
-    shape = GptShape(num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=128,
-                     vocab_size=256)
+    shape = GptShape(
+        num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=128, vocab_size=256
+    )
     layout = lay_out_model(shape, par, DdpOptions(overlap_grad_reduce=True, bucket_size=5000))
     assert len(layout.stages[0].buffers[0].buckets) > 1
     assert len(layout.stages[1].buffers[0].buckets) == 1
@@ -335,8 +392,14 @@ def test_first_stage_buckets_only() -> None:
 
 def test_tied_embeddings_with_pp_get_their_own_buckets() -> None:
     par = Parallelism(pp=2, gpus_per_node=1)
-    shape = GptShape(num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=128,
-                     vocab_size=256, untie_embeddings_and_output_weights=False)
+    shape = GptShape(
+        num_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        ffn_hidden_size=128,
+        vocab_size=256,
+        untie_embeddings_and_output_weights=False,
+    )
     first, last = (lay_out_model(shape, par).stages[i].buffers[0] for i in (0, 1))
     assert first.buckets[-1][1] - first.buckets[-1][0] == 256 * 64  # embedding alone, last
     assert len(last.buckets) == 2  # output_layer copy is laid out first (reverse order)
@@ -355,9 +418,18 @@ def test_param_count_model_spreads_evenly() -> None:
 def test_terms_add_up() -> None:
     stage = lay_out_model(MOE_SHARED, Parallelism(gpus_per_node=1)).stages[0]
     values = {t.label: t.value for t in stage.terms}
-    parts = sum(t.value for t in stage.terms if t.label.startswith("dense: ")
-                and t.label not in {"dense: padding", "dense: buffer numel",
-                                    "dense: param_data bytes", "dense: grad_data bytes"})
+    parts = sum(
+        t.value
+        for t in stage.terms
+        if t.label.startswith("dense: ")
+        and t.label
+        not in {
+            "dense: padding",
+            "dense: buffer numel",
+            "dense: param_data bytes",
+            "dense: grad_data bytes",
+        }
+    )
     assert parts + values["dense: padding"] == values["dense: buffer numel"]
     assert values["dense: param_data bytes"] == 2 * values["dense: buffer numel"]
     assert values["layers on this stage"] == 3
@@ -370,19 +442,23 @@ def test_optimizer_state_classic_and_precision_aware() -> None:
     assert [buffer.shard_numel(r) for r in range(4)] == [256, 256, 256, 232]
     classic = optimizer_state(buffer, OptimizerOptions())
     assert (classic.shard_numel, classic.total_bytes) == (256, 256 * 12)
-    aware = optimizer_state(buffer, OptimizerOptions(
-        precision_aware=True, exp_avg_dtype="bfloat16", exp_avg_sq_dtype="bfloat16"))
+    aware = optimizer_state(
+        buffer,
+        OptimizerOptions(
+            precision_aware=True, exp_avg_dtype="bfloat16", exp_avg_sq_dtype="bfloat16"
+        ),
+    )
     assert (aware.master_dtype, aware.master_param_bytes) == ("int16", 512)
     assert aware.total_bytes == 256 * (2 + 2 + 2)
-    no_remainders = optimizer_state(buffer, OptimizerOptions(
-        precision_aware=True, store_param_remainders=False))
+    no_remainders = optimizer_state(
+        buffer, OptimizerOptions(precision_aware=True, store_param_remainders=False)
+    )
     assert no_remainders.master_param_bytes == 256 * 4
 
 
 def test_optimizer_shard_excludes_alignment_padding() -> None:
     entries = [ParamEntry(name=str(i), numel=n, formula="") for i, n in enumerate((10, 10))]
-    buffer = lay_out_buffer(entries, kind="dense", dp_size=2, bucket_size=None,
-                            ddp=DdpOptions())
+    buffer = lay_out_buffer(entries, kind="dense", dp_size=2, bucket_size=None, ddp=DdpOptions())
     assert buffer.param_ranges == ((0, 10), (64, 74))
     assert buffer.numel == 128
     assert [buffer.shard_numel(r) for r in (0, 1)] == [10, 10]  # shards [0, 64), [64, 128)
@@ -399,8 +475,14 @@ def test_optimizer_shard_excludes_alignment_padding() -> None:
     ],
 )
 def test_impossible_shapes_name_the_field(kwargs: dict[str, int], field: str) -> None:
-    base = dict(num_layers=4, hidden_size=96, num_attention_heads=8, vocab_size=1000,
-                num_experts=8, moe_ffn_hidden_size=32)
+    base = dict(
+        num_layers=4,
+        hidden_size=96,
+        num_attention_heads=8,
+        vocab_size=1000,
+        num_experts=8,
+        moe_ffn_hidden_size=32,
+    )
     shape = GptShape(**{**base, **kwargs})
     with pytest.raises(LayoutError) as err:
         lay_out_model(shape, Parallelism(tp=4, ep=4, dp=1, gpus_per_node=4))

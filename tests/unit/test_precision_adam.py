@@ -125,7 +125,7 @@ def test_split_and_join_are_exact_for_every_bit_pattern_kind() -> None:
     assert param.dtype == torch.bfloat16 and remainder.dtype == torch.int16
     assert torch.equal(_bits(join_fp32(param, remainder)), bits)
     # Only exact ties (low half 0x8000) may round differently from torch's ties-to-even.
-    differs = (param.view(torch.int16) != master.to(torch.bfloat16).view(torch.int16))
+    differs = param.view(torch.int16) != master.to(torch.bfloat16).view(torch.int16)
     differs &= ~torch.isnan(master)
     assert bool(((bits[differs] & 0xFFFF) == 0x8000).all())
     assert split_fp32(torch.tensor([1.0 + 2**-8]))[0].item() == 1.0 + 2**-7  # tie: away from 0
@@ -221,9 +221,14 @@ def test_params_without_grad_are_left_alone() -> None:
 
 
 def test_state_dict_round_trip_continues_identically() -> None:
-    kwargs = {**HYPER, "master_weights": True, "use_decoupled_grad": True,
-              "store_param_remainders": True, "exp_avg_dtype": torch.bfloat16,
-              "exp_avg_sq_dtype": torch.float16}
+    kwargs = {
+        **HYPER,
+        "master_weights": True,
+        "use_decoupled_grad": True,
+        "store_param_remainders": True,
+        "exp_avg_dtype": torch.bfloat16,
+        "exp_avg_sq_dtype": torch.float16,
+    }
     first = _params(torch.bfloat16)
     opt = PrecisionAwareAdam(first, **kwargs)
     _train(opt, first, attr="decoupled_grad")
@@ -278,8 +283,12 @@ def test_megatron_config_accepts_precision_aware_only_inside_the_block() -> None
     import megatron.core.optimizer as mc_optimizer
     from megatron.core.optimizer import OptimizerConfig
 
-    kwargs = {"optimizer": "adam", "bf16": True, "use_distributed_optimizer": True,
-              "use_precision_aware_optimizer": True}
+    kwargs = {
+        "optimizer": "adam",
+        "bf16": True,
+        "use_distributed_optimizer": True,
+        "use_precision_aware_optimizer": True,
+    }
     # 0.19.2: "requires FusedAdam from TransformerEngine"; 0.16.1 fails one line earlier, in
     # is_te_min_version (None >= Version: TypeError).
     with pytest.raises((RuntimeError, TypeError)):
@@ -391,8 +400,9 @@ def _tiny_megatron_model():
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.down(torch.relu(self.up(x)))
 
-    config = TransformerConfig(num_layers=1, hidden_size=16, num_attention_heads=1, bf16=True,
-                               params_dtype=torch.bfloat16)
+    config = TransformerConfig(
+        num_layers=1, hidden_size=16, num_attention_heads=1, bf16=True, params_dtype=torch.bfloat16
+    )
     torch.manual_seed(0)
     return config, Tiny(config).to(torch.bfloat16)
 
@@ -406,8 +416,13 @@ def _megatron_build(config, module, precision_aware: bool):
     )
     model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=module)
     opt_config = OptimizerConfig(
-        optimizer="adam", lr=1e-2, weight_decay=0.1, bf16=True, use_distributed_optimizer=True,
-        clip_grad=0.0, use_precision_aware_optimizer=precision_aware,
+        optimizer="adam",
+        lr=1e-2,
+        weight_decay=0.1,
+        bf16=True,
+        use_distributed_optimizer=True,
+        clip_grad=0.0,
+        use_precision_aware_optimizer=precision_aware,
     )
     optimizer = get_megatron_optimizer(opt_config, [model])
     inner = [o.optimizer for o in getattr(optimizer, "chained_optimizers", [optimizer])]

@@ -1,0 +1,113 @@
+"""``offloadprobe compare``: strategies side by side, each in a fresh process."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from offloadprobe.budgets import budgets_from_flags
+from offloadprobe.cli import app
+from offloadprobe.cli import options as opt
+from offloadprobe.cli.budget_report import enforce
+from offloadprobe.comparison import Candidate, candidates, compare, model_args
+from offloadprobe.config import RunConfig
+from offloadprobe.errors import UsageError
+from offloadprobe.report.comparison_table import render_comparison
+from offloadprobe.report.markdown import write_markdown
+from offloadprobe.runtime.session import resolve_device
+from offloadprobe.strategies import validate_model_strategy
+
+
+@app.command("compare")
+def compare_command(
+    strategies: Annotated[
+        list[str], typer.Argument(help="Strategies to compare, e.g. naive lazy registered.")
+    ],
+    baseline: Annotated[
+        str | None, typer.Option("--baseline", help="Row the ratios are taken against.")
+    ] = None,
+    alloc_conf: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--alloc-conf",
+            help="PyTorch allocator settings for the children (PYTORCH_ALLOC_CONF), e.g. "
+            "pinned_use_cuda_host_register:True. Repeat to compare settings.",
+        ),
+    ] = None,
+    child_timeout: Annotated[
+        float | None, typer.Option("--child-timeout", help="Seconds each child may run.")
+    ] = None,
+    cycles: opt.Cycles = 3,
+    train_steps: opt.TrainSteps = 1,
+    device: opt.Device = "auto",
+    payload: opt.Payload = None,
+    layers: opt.Layers = opt.DEFAULT.num_layers,
+    hidden: opt.Hidden = opt.DEFAULT.hidden_size,
+    heads: opt.Heads = opt.DEFAULT.num_attention_heads,
+    vocab: opt.Vocab = opt.DEFAULT.vocab_size,
+    seq_length: opt.SeqLength = opt.DEFAULT.seq_length,
+    micro_batch: opt.MicroBatch = opt.DEFAULT.micro_batch_size,
+    seed: opt.Seed = 1234,
+    json_path: opt.JsonPath = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Write a Markdown table for a PR.")
+    ] = None,
+    max_host_peak: opt.MaxHostPeak = None,
+    max_gpu_residual: opt.MaxGpuResidual = None,
+    min_offload_bandwidth: opt.MinOffloadBandwidth = None,
+) -> None:
+    """Run each strategy in a fresh process with the same model, seed and cycles."""
+    model = opt.model_config(
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        vocab=vocab,
+        seq_length=seq_length,
+        micro_batch=micro_batch,
+        payload=payload,
+    )
+    RunConfig(model=model, cycles=cycles, train_steps=train_steps, device=device, seed=seed)
+    resolve_device(device)
+    for strategy in strategies:
+        validate_model_strategy(strategy)
+    budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
+    items = candidates(strategies, [], alloc_conf or [])
+    labels = [c.label for c in items]
+    base = baseline or labels[0]
+    if base not in labels:
+        raise UsageError(
+            f"--baseline {base!r} is not one of the compared rows: {', '.join(labels)}"
+        )
+    common = [
+        "--device", device, "--cycles", str(cycles), "--train-steps", str(train_steps),
+        "--seed", str(seed), *model_args(model),
+    ]  # fmt: skip
+    err = Console(file=sys.stderr)
+
+    def started(index: int, item: Candidate) -> None:
+        err.print(f"[{index + 1}/{len(items)}] {item.label}: running in a fresh process")
+
+    comparison = compare(items, common, baseline=base, timeout_s=child_timeout, on_start=started)
+    render_comparison(comparison, Console())
+    environment = _environment(comparison.to_dict())
+    if json_path is not None:
+        from offloadprobe.report.json_report import write_document
+
+        write_document(comparison.to_dict(), json_path)
+    if markdown is not None:
+        write_markdown(comparison, markdown, environment=environment)
+    enforce(budgets, [row.run for row in comparison.rows if row.run is not None])
+
+
+def _environment(doc: dict) -> str:
+    versions = doc.get("versions") or {}
+    machine = doc.get("machine") or {}
+    parts = [machine.get("gpu") or doc.get("device", "")]
+    parts += [f"{k} {v}" for k, v in versions.items() if v and k != "python"]
+    if doc.get("emulated"):
+        parts.append("CPU emulation")
+    return ", ".join(p for p in parts if p)

@@ -1,0 +1,63 @@
+"""The side-by-side comparison as plain cells, shared by the rich and Markdown reporters."""
+
+from __future__ import annotations
+
+from offloadprobe.comparison import Comparison, ComparisonRow
+from offloadprobe.records import RunSummary
+from offloadprobe.units import format_bytes, format_ratio
+
+HEADERS = [
+    "strategy",
+    "host peak",
+    "vs base",
+    "steady host",
+    "pinned reserved",
+    "GPU left after offload",
+    "offload GB/s (first / steady)",
+    "load GB/s (first / steady)",
+    "verdict",
+]
+
+
+def _rate(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
+
+
+def _vs(value: float, base: float | None) -> str:
+    if base is None or base <= 0:
+        return "n/a"
+    return f"{value / base:.2f}x"
+
+
+def row_cells(row: ComparisonRow, base: RunSummary | None) -> list[str]:
+    """One candidate's cells; a child that died shows only its verdict."""
+    if row.run is None:
+        return [row.candidate.label, *["-"] * (len(HEADERS) - 2), row.outcome.verdict]
+    s = row.run.summary
+    return [
+        row.candidate.label,
+        f"{format_ratio(s.host_peak_x)} ({format_bytes(s.host_peak_bytes)})",
+        _vs(s.host_peak_x, base.host_peak_x if base else None),
+        f"{format_ratio(s.steady_host_x)} ({format_bytes(s.steady_host_bytes)})",
+        format_bytes(s.pinned_reserved_bytes),
+        format_bytes(s.gpu_left_after_offload_bytes),
+        f"{_rate(s.first_offload_gbps)} / {_rate(s.offload_gbps)}",
+        f"{_rate(s.first_load_gbps)} / {_rate(s.load_gbps)}",
+        row.outcome.verdict if s.integrity_ok else "ROUND TRIP CORRUPTED",
+    ]
+
+
+def comparison_cells(comparison: Comparison) -> list[list[str]]:
+    """Every row's cells, in run order."""
+    base = comparison.baseline_summary()
+    return [row_cells(row, base) for row in comparison.rows]
+
+
+def caption(comparison: Comparison) -> str:
+    """What the numbers are over, and which settings all rows share."""
+    first = next((r.run for r in comparison.rows if r.run is not None), None)
+    payload = format_bytes(first.payload_bytes) if first else "n/a"
+    return (
+        f"payload {payload}; x = multiple of the payload over the host RSS before the first "
+        f"offload; 'vs base' = host peak / {comparison.baseline}'s; each row ran in a fresh process"
+    )

@@ -1,0 +1,28 @@
+"""A Markdown table of a comparison, ready to paste into a pull request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from offloadprobe.comparison import Comparison
+from offloadprobe.errors import UsageError
+from offloadprobe.report.comparison_cells import HEADERS, caption, comparison_cells
+
+
+def comparison_markdown(comparison: Comparison, *, environment: str = "") -> str:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    out = [line(HEADERS), line(["---"] * len(HEADERS))]
+    out += [line(cells) for cells in comparison_cells(comparison)]
+    out.append("")
+    out.append(caption(comparison) + (f"; {environment}" if environment else "") + ".")
+    return "\n".join(out) + "\n"
+
+
+def write_markdown(comparison: Comparison, path: Path, *, environment: str = "") -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(comparison_markdown(comparison, environment=environment))
+    except OSError as exc:
+        raise UsageError(f"cannot write --markdown {path}: {exc.strerror}") from None

@@ -1,0 +1,5 @@
+"""OOM-report scenarios: production setups described as TOML, loaded into typed records."""
+
+from offloadprobe.scenarios.schema import Scenario, ScenarioError, load_scenario
+
+__all__ = ["Scenario", "ScenarioError", "load_scenario"]

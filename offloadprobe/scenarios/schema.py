@@ -1,0 +1,476 @@
+"""The scenario file: a strict TOML schema and ``load_scenario(path) -> Scenario``.
+
+A scenario describes one production setup from an OOM report, what the report says
+each offload strategy does there, and where it came from::
+
+    [model]        params (+ expert_params), or a GPT/MoE shape; dtype
+    [parallelism]  tp, pp, ep, dp, gpus_per_node (+ nodes, first/last_stage_layers)
+    [ddp]          optional: grad_reduce_in_fp32, overlap_grad_reduce, bucket_size, ...
+    [offload]      params, grads, optimizer (bools); precision_aware and its dtypes
+    [limit]        host_memory_per_node, gpu_memory_per_device (size strings) and what
+                   else the node or GPU holds meanwhile (host/gpu_reserved_...)
+    [expect]       strategy = "oom" | "ok"   (or [[expect]] tables with a note)
+    [source]       title, url, notes
+    [repro]        optional: payload (scaled-down size), cycles
+
+Every mistake raises ``ScenarioError`` naming the file, the dotted key and a fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from offloadprobe.errors import UsageError
+from offloadprobe.plan.layout import (
+    DTYPE_BYTES,
+    DdpOptions,
+    GptShape,
+    LayoutError,
+    ModelLayout,
+    ModelSpec,
+    OptimizerOptions,
+    Parallelism,
+    ParamCount,
+    check_model_fits,
+    lay_out_model,
+)
+from offloadprobe.units import parse_size
+
+PARAM_STRATEGIES = ("naive", "lazy", "registered", "pageable")
+"""How the model's DDP buffers reach the host (see ``offloadprobe.strategies``)."""
+OPTIMIZER_STRATEGIES = ("legacy", "fixed", "complete", "none")
+"""How optimizer state is offloaded: ``legacy`` leaves the precision-aware
+``master_param`` on the GPU (verl before PR 6635), ``fixed`` moves it too,
+``complete`` moves every optimizer tensor, ``none`` keeps everything on the GPU."""
+Outcome = Literal["oom", "ok"]
+
+_SHAPE_KEYS = {f: t for f, t in GptShape.__annotations__.items()}
+_ALIASES = {  # names users paste from HF configs or megatron flags
+    "tensor_model_parallel_size": "tp",
+    "pipeline_model_parallel_size": "pp",
+    "expert_model_parallel_size": "ep",
+    "data_parallel_size": "dp",
+    "num_moe_experts": "num_experts",
+    "num_key_value_heads": "num_query_groups",
+    "num_hidden_layers": "num_layers",
+    "intermediate_size": "ffn_hidden_size",
+    "moe_intermediate_size": "moe_ffn_hidden_size",
+    "head_dim": "kv_channels",
+    "gated_linear_unit": "swiglu",
+    "num_layers_in_first_pipeline_stage": "first_stage_layers",
+    "num_layers_in_last_pipeline_stage": "last_stage_layers",
+    "use_precision_aware_optimizer": "precision_aware",
+}
+
+
+class ScenarioError(UsageError):
+    """A scenario file the schema rejects: ``path``, dotted ``key`` and how to fix it."""
+
+    def __init__(self, path: Path | str, key: str, message: str) -> None:
+        super().__init__(f"{path}: {key}: {message}")
+        self.path = Path(path)
+        self.key = key
+        self.message = message
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSection:
+    spec: ModelSpec
+    dtype: str = "bfloat16"
+    name: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OffloadSection:
+    """What the trainer moves off the GPU between phases."""
+
+    params: bool = True
+    grads: bool = False
+    """Grad buffers copied to the host (verl only frees them: false)."""
+    optimizer: bool = False
+    optimizer_options: OptimizerOptions = field(default_factory=OptimizerOptions)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LimitSection:
+    """Budgets, in bytes; ``None`` when the report gives none."""
+
+    host_memory_per_node: int | None = None
+    """cgroup / node host memory the offloaded state must fit in."""
+    gpu_memory_per_device: int | None = None
+    host_reserved_per_node: int = 0
+    """Host bytes other things hold meanwhile (rollout engine, ref model, Ray...)."""
+    gpu_reserved_per_device: int = 0
+    """GPU bytes the next phase claims while the trainer is offloaded (e.g. vLLM)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Expectation:
+    strategy: str
+    outcome: Outcome
+    kind: Literal["params", "optimizer"]
+    note: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Source:
+    title: str
+    url: str | None = None
+    notes: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Repro:
+    """A scaled-down run that should reproduce the outcomes on one machine."""
+
+    payload: int
+    cycles: int = 3
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scenario:
+    path: Path
+    model: ModelSection
+    parallelism: Parallelism
+    ddp: DdpOptions
+    offload: OffloadSection
+    limit: LimitSection
+    expect: tuple[Expectation, ...]
+    source: Source
+    repro: Repro | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    def layout(self) -> ModelLayout:
+        return lay_out_model(self.model.spec, self.parallelism, self.ddp)
+
+    def expected(self, strategy: str) -> Outcome | None:
+        return next((e.outcome for e in self.expect if e.strategy == strategy), None)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_scenario(path: Path | str) -> Scenario:
+    """Read and validate one scenario file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ScenarioError(path, "<file>", f"cannot read it ({err.strerror})") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ScenarioError(path, "<file>", f"not valid TOML: {err}") from err
+    return _Reader(path).scenario(data)
+
+
+T = TypeVar("T")
+
+
+class _Reader:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, key: str, message: str) -> ScenarioError:
+        return ScenarioError(self.path, key, message)
+
+    # ---- sections
+
+    def scenario(self, data: Mapping[str, Any]) -> Scenario:
+        tables = ("model", "parallelism", "ddp", "offload", "limit", "expect", "source", "repro")
+        self.known("", data, tables)
+        required = ("model", "parallelism", "offload", "limit", "expect", "source")
+        for name in required:
+            if name not in data:
+                raise self.fail(
+                    name,
+                    f"missing [{name}] table; every scenario needs "
+                    f"{', '.join(f'[{t}]' for t in required)}",
+                )
+        model = self.model(self.table(data, "model"))
+        ddp = self.ddp(self.table(data, "ddp") if "ddp" in data else {}, model.dtype)
+        par = self.parallelism(self.table(data, "parallelism"))
+        try:
+            check_model_fits(model.spec, par)
+        except LayoutError as err:
+            section = "parallelism" if err.field in Parallelism.__annotations__ else "model"
+            raise self.fail(f"{section}.{err.field}", err.message) from err
+        return Scenario(
+            path=self.path,
+            model=model,
+            parallelism=par,
+            ddp=ddp,
+            offload=self.offload(self.table(data, "offload")),
+            limit=self.limit(self.table(data, "limit")),
+            expect=self.expect(data["expect"]),
+            source=self.source(self.table(data, "source")),
+            repro=self.repro(self.table(data, "repro")) if "repro" in data else None,
+        )
+
+    def model(self, t: Mapping[str, Any]) -> ModelSection:
+        shape_keys = tuple(_SHAPE_KEYS)
+        self.known(
+            "model", t, ("name", "dtype", "params", "expert_params", "moe_router_topk", *shape_keys)
+        )
+        dtype = self.choice("model.dtype", t.get("dtype", "bfloat16"), tuple(DTYPE_BYTES))
+        name = self.opt(t, "model", "name", str)
+        self.opt(t, "model", "moe_router_topk", int)  # accepted; no effect on buffer sizes
+        given = [k for k in shape_keys if k in t]
+        if "params" in t:
+            if given:
+                raise self.fail(
+                    f"model.{given[0]}",
+                    "give either params (+ expert_params) or the shape keys, not both",
+                )
+            return ModelSection(
+                spec=self.build(
+                    "model",
+                    ParamCount,
+                    {
+                        "total_params": self.get(t, "model", "params", int),
+                        "expert_params": self.opt(t, "model", "expert_params", int) or 0,
+                    },
+                ),
+                dtype=dtype,
+                name=name,
+            )
+        if "expert_params" in t:
+            raise self.fail("model.expert_params", "only with params; set params too")
+        values = {k: self.get(t, "model", k, _SHAPE_TYPES[k]) for k in given}
+        for key in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
+            if key not in values:
+                raise self.fail(
+                    f"model.{key}",
+                    "missing; a shape needs num_layers, "
+                    "hidden_size, num_attention_heads and vocab_size (or use params)",
+                )
+        for key, options in (
+            ("normalization", ("RMSNorm", "LayerNorm")),
+            ("position_embedding", ("rope", "learned_absolute")),
+        ):
+            if key in values:
+                self.choice(f"model.{key}", values[key], options)
+        return ModelSection(spec=self.build("model", GptShape, values), dtype=dtype, name=name)
+
+    def parallelism(self, t: Mapping[str, Any]) -> Parallelism:
+        keys = (
+            "tp",
+            "pp",
+            "ep",
+            "dp",
+            "gpus_per_node",
+            "nodes",
+            "first_stage_layers",
+            "last_stage_layers",
+        )
+        self.known("parallelism", t, keys)
+        for key in ("tp", "pp", "dp", "gpus_per_node"):
+            self.get(t, "parallelism", key, int)
+        values = {k: self.get(t, "parallelism", k, int) for k in keys if k in t}
+        nodes = values.pop("nodes", None)
+        par = self.build("parallelism", Parallelism, values)
+        if nodes is not None and nodes * par.gpus_per_node != par.world_size:
+            raise self.fail(
+                "parallelism.nodes",
+                f"{nodes} nodes x {par.gpus_per_node} GPUs = "
+                f"{nodes * par.gpus_per_node}, but tp*pp*dp = {par.world_size}; "
+                "make dp = nodes*gpus_per_node / (tp*pp)",
+            )
+        return par
+
+    def ddp(self, t: Mapping[str, Any], dtype: str) -> DdpOptions:
+        bools = ("grad_reduce_in_fp32", "overlap_grad_reduce", "pad_buckets_for_high_nccl_busbw")
+        self.known("ddp", t, (*bools, "bucket_size"))
+        values: dict[str, Any] = {k: self.get(t, "ddp", k, bool) for k in bools if k in t}
+        values["bucket_size"] = self.opt(t, "ddp", "bucket_size", int)
+        return self.build("ddp", DdpOptions, {"param_dtype": dtype, **values})
+
+    def offload(self, t: Mapping[str, Any]) -> OffloadSection:
+        dtypes = ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+        self.known(
+            "offload",
+            t,
+            ("params", "grads", "optimizer", "precision_aware", "store_param_remainders", *dtypes),
+        )
+        opt: dict[str, Any] = {
+            k: self.choice(f"offload.{k}", self.get(t, "offload", k, str), tuple(DTYPE_BYTES))
+            for k in dtypes
+            if k in t
+        }
+        for key, attr in (
+            ("precision_aware", "precision_aware"),
+            ("store_param_remainders", "store_param_remainders"),
+        ):
+            if key in t:
+                opt[attr] = self.get(t, "offload", key, bool)
+        return OffloadSection(
+            params=self.get(t, "offload", "params", bool),
+            grads=self.get(t, "offload", "grads", bool),
+            optimizer=self.get(t, "offload", "optimizer", bool),
+            optimizer_options=self.build("offload", OptimizerOptions, opt),
+        )
+
+    def limit(self, t: Mapping[str, Any]) -> LimitSection:
+        keys = (
+            "host_memory_per_node",
+            "gpu_memory_per_device",
+            "host_reserved_per_node",
+            "gpu_reserved_per_device",
+        )
+        self.known("limit", t, keys)
+        values = {k: self.size(f"limit.{k}", t[k]) for k in keys if k in t}
+        if not {"host_memory_per_node", "gpu_memory_per_device"} & values.keys():
+            raise self.fail(
+                "limit.host_memory_per_node",
+                "set host_memory_per_node or "
+                'gpu_memory_per_device, e.g. host_memory_per_node = "1700GiB"',
+            )
+        return LimitSection(**values)
+
+    def expect(self, raw: Any) -> tuple[Expectation, ...]:
+        if isinstance(raw, Mapping):
+            self.known("expect", raw, (*PARAM_STRATEGIES, *OPTIMIZER_STRATEGIES))
+            items = [(f"expect.{k}", k, v, None) for k, v in raw.items()]
+        elif isinstance(raw, list) and all(isinstance(e, Mapping) for e in raw):
+            items = []
+            for i, entry in enumerate(raw):
+                where = f"expect[{i}]"
+                self.known(where, entry, ("strategy", "outcome", "note"))
+                strategy = self.get(entry, where, "strategy", str)
+                self.choice(
+                    f"{where}.strategy", strategy, (*PARAM_STRATEGIES, *OPTIMIZER_STRATEGIES)
+                )
+                items.append(
+                    (
+                        f"{where}.outcome",
+                        strategy,
+                        self.get(entry, where, "outcome", str),
+                        self.opt(entry, where, "note", str),
+                    )
+                )
+        else:
+            raise self.fail("expect", 'use a table (naive = "oom") or [[expect]] tables')
+        if not items:
+            raise self.fail("expect", 'expect at least one outcome, e.g. naive = "oom"')
+        out, seen = [], set()
+        for key, strategy, outcome, note in items:
+            if strategy in seen:
+                raise self.fail(key, f"{strategy} is expected twice; keep one")
+            seen.add(strategy)
+            self.choice(key, outcome, ("oom", "ok"))
+            kind = "params" if strategy in PARAM_STRATEGIES else "optimizer"
+            out.append(Expectation(strategy=strategy, outcome=outcome, kind=kind, note=note))
+        return tuple(out)
+
+    def source(self, t: Mapping[str, Any]) -> Source:
+        self.known("source", t, ("title", "url", "notes"))
+        return Source(
+            title=self.get(t, "source", "title", str),
+            url=self.opt(t, "source", "url", str),
+            notes=self.opt(t, "source", "notes", str),
+        )
+
+    def repro(self, t: Mapping[str, Any]) -> Repro:
+        self.known("repro", t, ("payload", "cycles"))
+        cycles = self.opt(t, "repro", "cycles", int)
+        if cycles is not None and cycles < 1:
+            raise self.fail("repro.cycles", f"must be at least 1, got {cycles}")
+        return Repro(
+            payload=self.size("repro.payload", self.get(t, "repro", "payload", object)),
+            cycles=3 if cycles is None else cycles,
+        )
+
+    # ---- primitives
+
+    def table(self, data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+        value = data.get(key, {})
+        if not isinstance(value, Mapping):
+            raise self.fail(key, f"expected a [{key}] table, got {_kind(value)}")
+        return value
+
+    def known(self, section: str, t: Mapping[str, Any], valid: tuple[str, ...]) -> None:
+        for key in t:
+            if key in valid:
+                continue
+            where = f"{section}.{key}" if section else key
+            hint = _ALIASES.get(key) if _ALIASES.get(key) in valid else None
+            hint = hint or next(iter(difflib.get_close_matches(key, valid, n=1, cutoff=0.6)), None)
+            fix = f"did you mean {hint!r}?" if hint else f"valid keys: {', '.join(valid)}"
+            place = f"[{section}]" if section else "the top level"
+            raise self.fail(where, f"unknown key {key!r} in {place}; {fix}")
+
+    def get(self, t: Mapping[str, Any], section: str, key: str, kind: type[T]) -> T:
+        if key not in t:
+            raise self.fail(f"{section}.{key}", f"missing; add {key} = <{kind.__name__}>")
+        return self.typed(f"{section}.{key}", t[key], kind)
+
+    def opt(self, t: Mapping[str, Any], section: str, key: str, kind: type[T]) -> T | None:
+        return self.typed(f"{section}.{key}", t[key], kind) if key in t else None
+
+    def typed(self, key: str, value: Any, kind: type[T]) -> T:
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if kind is object or ok:
+            return value
+        example = {int: "4", bool: "true", str: '"text"'}.get(kind, "...")
+        raise self.fail(
+            key,
+            f"expected {_NAMES.get(kind, kind.__name__)}, got "
+            f"{_kind(value)} {value!r}; write e.g. {key.rsplit('.', 1)[-1]} = "
+            f"{example}",
+        )
+
+    def choice(self, key: str, value: Any, options: tuple[str, ...]) -> str:
+        if value not in options:
+            lowered = {o.lower(): o for o in options}
+            near = (
+                [lowered[str(value).lower()]]
+                if str(value).lower() in lowered
+                else (difflib.get_close_matches(str(value), options, n=1, cutoff=0.5))
+            )
+            fix = f"did you mean {near[0]!r}?" if near else f"use one of {', '.join(options)}"
+            raise self.fail(key, f"{value!r} is not allowed; {fix}")
+        return value
+
+    def size(self, key: str, value: Any) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        if not isinstance(value, str):
+            raise self.fail(key, f'expected a size string like "1700GiB", got {_kind(value)}')
+        try:
+            return parse_size(value, what="size")
+        except UsageError as err:
+            raise self.fail(key, f'{err}; binary units: "64MiB", "1700GiB"') from err
+
+    def build(self, section: str, factory: Callable[..., T], values: dict[str, Any]) -> T:
+        try:
+            return factory(**values)
+        except LayoutError as err:
+            key = {"total_params": "params"}.get(err.field, err.field)
+            raise self.fail(f"{section}.{key}", err.message) from err
+
+
+_SHAPE_TYPES: dict[str, type] = {
+    k: bool if "bool" in t else str if ("Literal" in t or t == "str") else int
+    for k, t in _SHAPE_KEYS.items()
+}
+_NAMES = {int: "an integer", bool: "true or false", str: "a string"}
+
+
+def _kind(value: Any) -> str:
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "float",
+        str: "string",
+        list: "array",
+        dict: "table",
+    }.get(type(value), type(value).__name__)

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from offloadprobe.budgets import budgets_from_flags
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
+from offloadprobe.cli.budget_report import enforce
 from offloadprobe.config import RunConfig
 from offloadprobe.errors import IntegrityError
 from offloadprobe.records import Report

@@ -108,6 +108,11 @@ def parse_host_peak(text: str) -> HostPeakBudget:
     match = _RATIO.match(text)
     if match:
         return HostPeakBudget(limit_x=float(match.group(1)))
+    if re.match(r"^\s*[0-9.]+\s*$", text):
+        raise UsageError(
+            f"--max-host-peak {text!r} has no unit: write {text.strip()}x for a multiple of "
+            f"the payload or {text.strip()}GiB for a size"
+        )
     try:
         return HostPeakBudget(limit_bytes=parse_size(text, what="--max-host-peak"))
     except UsageError:

@@ -6,7 +6,9 @@ What is reproduced (megatron-core 0.16.1 ``distributed/param_and_grad_buffer.py`
 for ``use_distributed_optimizer=True``:
 
 * parameters are grouped into one buffer per ``(param_dtype, grad_dtype)``, split into
-  dense ``buffers`` and ``expert_parallel_buffers`` (params with ``allreduce=False``);
+  dense ``buffers`` and ``expert_parallel_buffers`` (params with ``allreduce=False``:
+  experts when ep > 1 or, since 0.19, when the expert tensor-parallel size differs from
+  tp; 0.16.1 keeps experts dense whenever ep = 1, which moves only bucket padding);
   ``grad_dtype`` is fp32 when ``grad_reduce_in_fp32`` else the param dtype;
 * params are laid out in reverse ``named_parameters()`` order, each starting on a
   64-element boundary;

@@ -48,8 +48,9 @@ OPTIMIZER_STRATEGIES = ("legacy", "fixed", "complete", "none")
 ``master_param`` on the GPU (verl before PR 6635), ``fixed`` moves it too,
 ``complete`` moves every optimizer tensor, ``none`` keeps everything on the GPU."""
 Outcome = Literal["oom", "ok"]
+PARAM_DTYPES = ("bfloat16", "float16", "float32")
 
-_SHAPE_KEYS = {f: t for f, t in GptShape.__annotations__.items()}
+_SHAPE_KEYS: dict[str, str] = dict(GptShape.__annotations__)
 _ALIASES = {  # names users paste from HF configs or megatron flags
     "tensor_model_parallel_size": "tp",
     "pipeline_model_parallel_size": "pp",
@@ -94,7 +95,8 @@ class OffloadSection:
 
     params: bool = True
     grads: bool = False
-    """Grad buffers copied to the host (verl only frees them: false)."""
+    """Grad buffers released from the GPU between phases (megatron-core and verl free
+    them and zero them on reload; nothing reaches the host)."""
     optimizer: bool = False
     optimizer_options: OptimizerOptions = field(default_factory=OptimizerOptions)
 
@@ -221,7 +223,7 @@ class _Reader:
         self.known(
             "model", t, ("name", "dtype", "params", "expert_params", "moe_router_topk", *shape_keys)
         )
-        dtype = self.choice("model.dtype", t.get("dtype", "bfloat16"), tuple(DTYPE_BYTES))
+        dtype = self.choice("model.dtype", t.get("dtype", "bfloat16"), PARAM_DTYPES)
         name = self.opt(t, "model", "name", str)
         self.opt(t, "model", "moe_router_topk", int)  # accepted; no effect on buffer sizes
         given = [k for k in shape_keys if k in t]
@@ -306,12 +308,9 @@ class _Reader:
             for k in dtypes
             if k in t
         }
-        for key, attr in (
-            ("precision_aware", "precision_aware"),
-            ("store_param_remainders", "store_param_remainders"),
-        ):
+        for key in ("precision_aware", "store_param_remainders"):
             if key in t:
-                opt[attr] = self.get(t, "offload", key, bool)
+                opt[key] = self.get(t, "offload", key, bool)
         return OffloadSection(
             params=self.get(t, "offload", "params", bool),
             grads=self.get(t, "offload", "grads", bool),
@@ -381,11 +380,13 @@ class _Reader:
 
     def repro(self, t: Mapping[str, Any]) -> Repro:
         self.known("repro", t, ("payload", "cycles"))
+        if "payload" not in t:
+            raise self.fail("repro.payload", 'missing; add payload = "64MiB"')
         cycles = self.opt(t, "repro", "cycles", int)
         if cycles is not None and cycles < 1:
             raise self.fail("repro.cycles", f"must be at least 1, got {cycles}")
         return Repro(
-            payload=self.size("repro.payload", self.get(t, "repro", "payload", object)),
+            payload=self.size("repro.payload", t["payload"]),
             cycles=3 if cycles is None else cycles,
         )
 
@@ -418,7 +419,7 @@ class _Reader:
 
     def typed(self, key: str, value: Any, kind: type[T]) -> T:
         ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        if kind is object or ok:
+        if ok:
             return value
         example = {int: "4", bool: "true", str: '"text"'}.get(kind, "...")
         raise self.fail(

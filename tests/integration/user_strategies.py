@@ -37,3 +37,13 @@ class FlipsOneBit(KeepOnHost):
 
 
 keep_on_host = KeepOnHost()
+
+
+class KillsItself(KeepOnHost):
+    """A strategy whose process dies by SIGKILL mid-offload, as under the OOM killer."""
+
+    def offload(self, models):
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -499,3 +499,12 @@ def test_impossible_parallelism_names_the_field() -> None:
     with pytest.raises(LayoutError) as err:
         stage_layer_counts(94, Parallelism(pp=8, gpus_per_node=8))
     assert err.value.field == "pp"
+
+
+def test_expert_buffers_split_like_megatron_019() -> None:
+    # allreduce=False for experts when ep > 1 or etp (1) != tp; checked on 2 GPUs with 0.19.2
+    assert not Parallelism(gpus_per_node=1).separate_expert_buffers
+    assert Parallelism(ep=2, dp=2, gpus_per_node=2).separate_expert_buffers
+    assert Parallelism(tp=2, gpus_per_node=2).separate_expert_buffers
+    assert Parallelism(tp=2, ep=2, gpus_per_node=2).expert_dp == 1
+    assert Parallelism(tp=2, gpus_per_node=2).expert_dp == 2

@@ -115,7 +115,7 @@ def offload_run(request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-def offload_probe(request: pytest.FixtureRequest):  # noqa: ANN201
+def offload_probe(request: pytest.FixtureRequest):
     """Call ``offload_probe(strategy=..., max_host_peak=..., payload=...)`` in a test."""
 
     def run(**options: Any) -> Any:
@@ -129,7 +129,7 @@ def offload_probe(request: pytest.FixtureRequest):  # noqa: ANN201
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item):  # noqa: ANN201
+def pytest_runtest_call(item: pytest.Item):
     result = yield
     stored = item.stash.get(_RESULT, None)
     if stored is not None and stored[1] is not None:

@@ -6,7 +6,8 @@ Read from torch 2.13.0 (``ATen/core/CachingHostAllocator.h`` as installed, and
 * ``allocate(size)`` rounds ``size`` up with ``c10::llvm::PowerOf2Ceil`` when
   ``size <= pinned_max_round_threshold`` and ``size <= pinned_max_cached_size``; both
   default to ``SIZE_MAX`` and are set with ``PYTORCH_ALLOC_CONF`` keys
-  ``pinned_max_round_threshold_mb`` / ``pinned_max_cached_size_mb`` (MiB);
+  ``pinned_max_round_threshold_mb`` / ``pinned_max_cached_size_mb`` (MiB). torch 2.11.0
+  has neither option and rounds every size (``HostAllocatorConfig()`` models both);
 * it first pops the most recently freed block of free list ``ceil(log2(rounded))``;
   only when that list is empty does it call ``cudaHostAlloc(rounded)`` (or ``malloc`` plus
   ``cudaHostRegister(rounded)`` with ``pinned_use_cuda_host_register``). Blocks are never

@@ -152,4 +152,5 @@ def budgets_from_flags(
 
 def check_all(budgets: list[Budget], runs: list[RunRecord]) -> list[Breach]:
     """Every breach of every budget by every run, in run order."""
-    return [b for run in runs for budget in budgets if (b := budget.check(run)) is not None]
+    checked = [run for run in runs if run.summary is not None]
+    return [b for run in checked for budget in budgets if (b := budget.check(run)) is not None]

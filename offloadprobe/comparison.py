@@ -76,6 +76,8 @@ class Comparison:
             )
             runs.append(entry)
         doc = doc or {"schema_version": 1}
+        settings = {k: v for k, v in (doc.get("settings") or {}).items() if k != "strategy"}
+        doc["settings"] = {**settings, "labels": [r.candidate.label for r in self.rows]}
         doc["runs"] = runs
         doc["baseline"] = self.baseline
         return doc

@@ -105,6 +105,10 @@ class RunConfig:
     device: str = "auto"
     """``cuda``, ``cpu`` or ``auto`` (CUDA when present)."""
     seed: int = 1234
+    rollout_claim_bytes: int = 0
+    """Device bytes the next phase (a rollout engine) claims between offload and load."""
+    gpu_limit_bytes: int | None = None
+    """Cap on the device memory this process may allocate (a scaled-down GPU)."""
 
     def __post_init__(self) -> None:
         if self.cycles <= 0:

@@ -32,6 +32,10 @@ class IntegrityError(OffloadProbeError):
     """A round trip changed data: the strategy lost or corrupted bytes."""
 
 
+class DeviceOutOfMemory(OffloadProbeError):
+    """A phase ran out of device memory (real, or judged in CPU emulation)."""
+
+
 class BudgetExceeded(OffloadProbeError):
     """At least one measured value broke a memory or bandwidth budget."""
 

@@ -133,10 +133,13 @@ class RunRecord:
     gpu_baseline_bytes: int | None
     """GPU bytes allocated before the model existed."""
     phases: list[PhaseRecord]
-    summary: RunSummary
+    summary: RunSummary | None
+    """None when the run stopped before its first offload/load pair completed."""
     integrity: list[str] = field(default_factory=list)
     """One line per failed round-trip check; empty when every byte came back."""
     notes: list[str] = field(default_factory=list)
+    failure: str | None = None
+    """Why the run stopped early (e.g. device out of memory in a named phase)."""
 
     def cycles(self) -> list[dict[str, Any]]:
         """Phases grouped per cycle, the JSON's ``cycles`` list."""

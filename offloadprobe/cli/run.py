@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,13 +15,15 @@ from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
 from offloadprobe.config import RunConfig
-from offloadprobe.errors import IntegrityError
+from offloadprobe.errors import DeviceOutOfMemory, IntegrityError
+from offloadprobe.phase_log import PhaseLog
 from offloadprobe.records import Report
 from offloadprobe.report.json_report import write_json
 from offloadprobe.report.table import render_report
-from offloadprobe.runner import phases_per_run, run
+from offloadprobe.runner import Hooks, phases_per_run, run
 from offloadprobe.runtime.session import resolve_device
 from offloadprobe.strategies import validate_model_strategy
+from offloadprobe.units import parse_size
 
 
 @app.command("run")
@@ -49,6 +52,22 @@ def run_command(
     max_host_peak: opt.MaxHostPeak = None,
     max_gpu_residual: opt.MaxGpuResidual = None,
     min_offload_bandwidth: opt.MinOffloadBandwidth = None,
+    rollout_claim: Annotated[
+        str | None,
+        typer.Option(
+            "--rollout-claim",
+            help="Between offload and load, claim this much device memory, as a rollout "
+            "engine would (e.g. 60GiB).",
+        ),
+    ] = None,
+    gpu_limit: Annotated[
+        str | None,
+        typer.Option("--gpu-limit", help="Cap the device memory this run may allocate."),
+    ] = None,
+    phase_log: Annotated[
+        Path | None,
+        typer.Option("--phase-log", hidden=True, help="Append phase start/end lines here."),
+    ] = None,
 ) -> None:
     """Run offload/load cycles of one strategy and print what each phase cost."""
     model = opt.model_config(
@@ -67,21 +86,28 @@ def run_command(
         train_steps=train_steps,
         device=device,
         seed=seed,
+        rollout_claim_bytes=parse_size(rollout_claim, what="--rollout-claim")
+        if rollout_claim
+        else 0,
+        gpu_limit_bytes=parse_size(gpu_limit, what="--gpu-limit") if gpu_limit else None,
     )
     validate_model_strategy(strategy)
     resolve_device(device)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
-    report = _run_with_progress(cfg, show=progress)
+    report = _run_with_progress(cfg, show=progress, phase_log=phase_log)
     render_report(report, Console())
     if json_path is not None:
         write_json(report, json_path)
     problems = [line for r in report.runs for line in r.integrity]
     if problems:
         raise IntegrityError(f"strategy {strategy!r} corrupted data: " + "; ".join(problems[:3]))
+    failures = [r.failure for r in report.runs if r.failure]
+    if failures:
+        raise DeviceOutOfMemory(failures[0])
     enforce(budgets, report.runs)
 
 
-def _run_with_progress(cfg: RunConfig, *, show: bool) -> Report:
+def _run_with_progress(cfg: RunConfig, *, show: bool, phase_log: Path | None) -> Report:
     console = Console(file=sys.stderr)
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -98,4 +124,11 @@ def _run_with_progress(cfg: RunConfig, *, show: bool) -> Report:
             label = f"{cfg.strategy}: cycle {rec.cycle} {rec.phase}"
             bar.update(task, advance=1, description=label)
 
-        return run(cfg, on_phase=advance)
+        log = PhaseLog(phase_log) if phase_log else None
+        return run(
+            cfg,
+            Hooks(
+                on_phase=lambda rec: (advance(rec), log and log.end(rec.cycle, rec.phase)),
+                on_start=log.start if log else None,
+            ),
+        )

@@ -97,9 +97,11 @@ def build_probe_model(
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
     from megatron.core.transformer.module import Float16Module
 
     torch.manual_seed(seed)
+    model_parallel_cuda_manual_seed(seed)  # on CUDA, weights come from megatron's RNG tracker
     tconfig = _transformer_config(cfg, runtime)
     gpt = GPTModel(
         config=tconfig,

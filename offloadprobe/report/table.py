@@ -62,6 +62,9 @@ def summary_line(run: RunRecord) -> Text:
     s = run.summary
     text = Text()
     text.append(f"{run.strategy}: ", style="bold")
+    if s is None:
+        text.append(f"stopped early: {run.failure or 'no offload/load completed'}", style="red")
+        return text
     text.append(
         f"host peak {format_ratio(s.host_peak_x)} payload ({format_bytes(s.host_peak_bytes)}), "
         f"steady host {format_ratio(s.steady_host_x)} ({format_bytes(s.steady_host_bytes)}), "

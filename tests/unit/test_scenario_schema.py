@@ -124,8 +124,9 @@ def test_ci_small_limit_sits_between_lazy_and_naive() -> None:
     assert 48 * 2**20 <= s.repro.payload <= 64 * 2**20
     lazy, naive = (host_peak_per_node(s, k, "none") for k in ("lazy", "naive"))
     assert lazy < limit < naive
-    # CPU emulation pins nothing: lazy holds 1x, naive 2x (old copy + new copy)
-    assert payload < limit < 2 * payload
+    # CPU emulation pins nothing; `offloadprobe run --device cpu` measured lazy 1.00x and
+    # naive 1.99x (cycle 0) to 3.00x of the payload: the budget separates those too
+    assert payload < limit < 1.9 * payload
 
 
 # ------------------------------------------------------------ bad input

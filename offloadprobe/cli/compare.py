@@ -89,7 +89,11 @@ def compare_command(
     err = Console(file=sys.stderr)
 
     def started(index: int, item: Candidate) -> None:
-        err.print(f"[{index + 1}/{len(items)}] {item.label}: running in a fresh process")
+        err.print(
+            f"({index + 1}/{len(items)}) {item.label}: running in a fresh process",
+            markup=False,
+            highlight=False,
+        )
 
     comparison = compare(items, common, baseline=base, timeout_s=child_timeout, on_start=started)
     render_comparison(comparison, Console())

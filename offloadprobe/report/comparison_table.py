@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from offloadprobe.comparison import Comparison
@@ -15,7 +16,7 @@ def comparison_table(comparison: Comparison) -> Table:
         table.add_column(name, justify="left" if name in ("strategy", "verdict") else "right")
     for cells, row in zip(comparison_cells(comparison), comparison.rows, strict=True):
         style = None if row.ok else "red"
-        table.add_row(*cells, style=style)
+        table.add_row(*(escape(c) for c in cells), style=style)
     return table
 
 
@@ -23,4 +24,4 @@ def render_comparison(comparison: Comparison, console: Console) -> None:
     console.print(comparison_table(comparison))
     notes = sorted({n for r in comparison.rows if r.run for n in r.run.notes})
     for note in notes:
-        console.print(note, style="yellow")
+        console.print(escape(note), style="yellow")

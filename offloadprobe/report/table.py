@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -20,7 +21,7 @@ def _delta(value: int | None, base: int, payload: int) -> str:
 def phase_table(run: RunRecord, *, gpu: bool) -> Table:
     """One row per cycle and phase; host figures are over the pre-offload baseline."""
     table = Table(
-        title=f"{run.strategy}: {run.description}",
+        title=escape(f"{run.strategy}: {run.description}"),
         caption=(
             f"x = multiple of the payload, {format_bytes(run.payload_bytes)} of param_data; "
             f"host figures over the host RSS before the first offload "

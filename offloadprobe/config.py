@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from offloadprobe.errors import UsageError
+from offloadprobe.optimizer.build import OptimizerChoice
 
 BF16_BYTES = 2
 
@@ -109,6 +110,12 @@ class RunConfig:
     """Device bytes the next phase (a rollout engine) claims between offload and load."""
     gpu_limit_bytes: int | None = None
     """Cap on the device memory this process may allocate (a scaled-down GPU)."""
+    optimizer_strategy: str = "none"
+    """A registered optimizer-state strategy name or ``package.module:object``."""
+    optimizer: OptimizerChoice = field(default_factory=OptimizerChoice)
+    """Classic or precision-aware optimizer, and its state dtypes."""
+    reference_check: bool = True
+    """Compare every train step after a load with a run that never offloaded."""
 
     def __post_init__(self) -> None:
         if self.cycles <= 0:

@@ -38,6 +38,7 @@ class PhaseMeter:
     ) -> tuple[PhaseRecord, Any]:
         """Run ``action`` as one phase; return its record and the action's result."""
         self.runtime.synchronize()
+        self.runtime.settle()
         for probe in (self.cgroup, self.gpu, self.pinned, self.host):
             probe.begin()
         start = self.clock()

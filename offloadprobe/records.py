@@ -40,14 +40,16 @@ class HostReading:
 
     @property
     def host_peak(self) -> int:
-        """Peak without emulated device bytes.
+        """Peak without emulated device bytes (the raw peak on CUDA).
 
-        Device bytes only fall during an offload and only rise during a load, so the
-        larger of the start and end values is subtracted: exact when the peak comes
-        while all device storage is still (offload) or already (load) allocated, and
-        a lower bound otherwise.
+        In CPU emulation the device bytes inside RSS move during the phase, so the
+        host-only peak is bounded from below by three exact values: the raw peak less
+        the larger of the start and end device bytes, and the host-only RSS at the
+        start and at the end. The largest of them is reported; on CUDA all three
+        reduce to the kernel's high-water mark.
         """
-        return self.peak - max(self.device_in_host_before, self.device_in_host_after)
+        bound = self.peak - max(self.device_in_host_before, self.device_in_host_after)
+        return max(bound, self.host_rss_before, self.host_rss_after)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,6 +103,8 @@ class PhaseRecord:
     gpu: GpuReading | None
     cgroup: CgroupReading | None
     loss: float | None = None
+    left_on_device: dict[str, int] | None = None
+    """Offload phases: bytes still on the device afterwards, per owner (state key or buffer)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,6 +122,12 @@ class RunSummary:
     first_offload_gbps: float | None
     first_load_gbps: float | None
     integrity_ok: bool
+    left_after_offload_bytes_by_key: dict[str, int] | None = None
+    """Device bytes per owner still resident after the last offload (residency audit)."""
+    optimizer_state_bytes: int | None = None
+    """Bytes the optimizer holds on the device before offload (the optimizer payload)."""
+    steady_host_x_optimizer_state: float | None = None
+    """Steady host footprint over the optimizer-state bytes."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -140,6 +150,11 @@ class RunRecord:
     notes: list[str] = field(default_factory=list)
     failure: str | None = None
     """Why the run stopped early (e.g. device out of memory in a named phase)."""
+    optimizer_strategy: str = "none"
+    optimizer: str = ""
+    """The optimizer that computed the steps, in words."""
+    left_after_offload: list[dict[str, Any]] = field(default_factory=list)
+    """The last offload's residency audit: owner, parameter name, dtype, bytes per tensor."""
 
     def cycles(self) -> list[dict[str, Any]]:
         """Phases grouped per cycle, the JSON's ``cycles`` list."""

@@ -29,6 +29,7 @@ def summarise(
     gpu_baseline_bytes: int | None,
     registered_bytes: int,
     integrity_ok: bool,
+    optimizer_state_bytes: int | None = None,
 ) -> RunSummary:
     """Summarise offload/load cycles.
 
@@ -65,4 +66,9 @@ def summarise(
         first_offload_gbps=first_offload,
         first_load_gbps=first_load,
         integrity_ok=integrity_ok,
+        left_after_offload_bytes_by_key=last.left_on_device,
+        optimizer_state_bytes=optimizer_state_bytes,
+        steady_host_x_optimizer_state=(
+            steady / optimizer_state_bytes if optimizer_state_bytes else None
+        ),
     )

@@ -16,6 +16,7 @@ from offloadprobe.cli.budget_report import enforce
 from offloadprobe.comparison import Candidate, candidates, compare, model_args
 from offloadprobe.config import RunConfig
 from offloadprobe.errors import UsageError
+from offloadprobe.optimizer.strategies import validate_optimizer_strategy
 from offloadprobe.report.comparison_table import render_comparison
 from offloadprobe.report.markdown import write_markdown
 from offloadprobe.runtime.session import resolve_device
@@ -38,6 +39,18 @@ def compare_command(
             "pinned_use_cuda_host_register:True. Repeat to compare settings.",
         ),
     ] = None,
+    optimizer_strategy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--optimizer-strategy",
+            help="Optimizer-state strategies; repeat to compare each with every strategy.",
+        ),
+    ] = None,
+    precision_aware: opt.PrecisionAware = False,
+    exp_avg_dtype: opt.ExpAvgDtype = "fp32",
+    exp_avg_sq_dtype: opt.ExpAvgSqDtype = "fp32",
+    store_param_remainders: opt.Remainders = False,
+    reference_check: opt.ReferenceCheck = True,
     child_timeout: Annotated[
         float | None, typer.Option("--child-timeout", help="Seconds each child may run.")
     ] = None,
@@ -74,8 +87,16 @@ def compare_command(
     resolve_device(device)
     for strategy in strategies:
         validate_model_strategy(strategy)
+    for spec in optimizer_strategy or []:
+        validate_optimizer_strategy(spec)
+    choice = opt.optimizer_choice(
+        precision_aware=precision_aware,
+        exp_avg_dtype=exp_avg_dtype,
+        exp_avg_sq_dtype=exp_avg_sq_dtype,
+        remainders=store_param_remainders,
+    )
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
-    items = candidates(strategies, [], alloc_conf or [])
+    items = candidates(strategies, optimizer_strategy or [], alloc_conf or [])
     labels = [c.label for c in items]
     base = baseline or labels[0]
     if base not in labels:
@@ -84,7 +105,8 @@ def compare_command(
         )
     common = [
         "--device", device, "--cycles", str(cycles), "--train-steps", str(train_steps),
-        "--seed", str(seed), *model_args(model),
+        "--seed", str(seed), *model_args(model), *opt.optimizer_args(choice),
+        "--reference-check" if reference_check else "--no-reference-check",
     ]  # fmt: skip
     err = Console(file=sys.stderr)
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from offloadprobe.config import ModelConfig, size_for_payload
+from offloadprobe.optimizer.build import OptimizerChoice
 from offloadprobe.units import parse_size
 
 Layers = Annotated[int, typer.Option("--layers", help="Transformer layers.")]
@@ -77,3 +78,56 @@ MinOffloadBandwidth = Annotated[
 JsonPath = Annotated[
     Path | None, typer.Option("--json", help="Write every reading to this JSON file.")
 ]
+
+OptimizerStrategy = Annotated[
+    str,
+    typer.Option(
+        "--optimizer-strategy",
+        help="Optimizer-state offload: legacy, fixed, complete, none, or package.module:object.",
+    ),
+]
+PrecisionAware = Annotated[
+    bool,
+    typer.Option(
+        "--precision-aware/--classic",
+        help="megatron's precision-aware optimizer (master weights in the optimizer state).",
+    ),
+]
+ExpAvgDtype = Annotated[str, typer.Option("--exp-avg-dtype", help="fp32, bf16, fp16 or uint8.")]
+ExpAvgSqDtype = Annotated[
+    str, typer.Option("--exp-avg-sq-dtype", help="fp32, bf16, fp16 or uint8.")
+]
+Remainders = Annotated[
+    bool,
+    typer.Option(
+        "--store-param-remainders",
+        help="Precision-aware: keep int16 remainders of the fp32 master weights.",
+    ),
+]
+ReferenceCheck = Annotated[
+    bool,
+    typer.Option(
+        "--reference-check/--no-reference-check",
+        help="Compare each train step after a load bit for bit with a run that never offloaded.",
+    ),
+]
+
+
+def optimizer_choice(
+    *, precision_aware: bool, exp_avg_dtype: str, exp_avg_sq_dtype: str, remainders: bool
+) -> OptimizerChoice:
+    """Validate the optimizer flags into an ``OptimizerChoice``."""
+    return OptimizerChoice(
+        precision_aware=precision_aware,
+        exp_avg_dtype=exp_avg_dtype,
+        exp_avg_sq_dtype=exp_avg_sq_dtype,
+        store_param_remainders=remainders,
+    )
+
+
+def optimizer_args(choice: OptimizerChoice) -> list[str]:
+    """The optimizer choice as ``run`` flags, for child processes."""
+    args = ["--precision-aware" if choice.precision_aware else "--classic"]
+    args += ["--exp-avg-dtype", choice.exp_avg_dtype]
+    args += ["--exp-avg-sq-dtype", choice.exp_avg_sq_dtype]
+    return args + (["--store-param-remainders"] if choice.store_param_remainders else [])

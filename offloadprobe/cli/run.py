@@ -16,6 +16,7 @@ from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
 from offloadprobe.config import RunConfig
 from offloadprobe.errors import DeviceOutOfMemory, IntegrityError
+from offloadprobe.optimizer.strategies import validate_optimizer_strategy
 from offloadprobe.phase_log import PhaseLog
 from offloadprobe.records import Report
 from offloadprobe.report.json_report import write_json
@@ -33,9 +34,15 @@ def run_command(
         typer.Option(
             "--strategy",
             "-s",
-            help="naive, lazy, registered, pageable, or your own package.module:object.",
+            help="naive, lazy, registered, pageable, none, or your own package.module:object.",
         ),
     ] = "lazy",
+    optimizer_strategy: opt.OptimizerStrategy = "none",
+    precision_aware: opt.PrecisionAware = False,
+    exp_avg_dtype: opt.ExpAvgDtype = "fp32",
+    exp_avg_sq_dtype: opt.ExpAvgSqDtype = "fp32",
+    store_param_remainders: opt.Remainders = False,
+    reference_check: opt.ReferenceCheck = True,
     cycles: opt.Cycles = 3,
     train_steps: opt.TrainSteps = 1,
     device: opt.Device = "auto",
@@ -90,8 +97,17 @@ def run_command(
         if rollout_claim
         else 0,
         gpu_limit_bytes=parse_size(gpu_limit, what="--gpu-limit") if gpu_limit else None,
+        optimizer_strategy=optimizer_strategy,
+        optimizer=opt.optimizer_choice(
+            precision_aware=precision_aware,
+            exp_avg_dtype=exp_avg_dtype,
+            exp_avg_sq_dtype=exp_avg_sq_dtype,
+            remainders=store_param_remainders,
+        ),
+        reference_check=reference_check,
     )
     validate_model_strategy(strategy)
+    validate_optimizer_strategy(optimizer_strategy)
     resolve_device(device)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     report = _run_with_progress(cfg, show=progress, phase_log=phase_log)

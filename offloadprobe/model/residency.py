@@ -7,32 +7,29 @@ from typing import Any
 
 import torch
 
+from offloadprobe.optimizer.holdings import holdings
+from offloadprobe.runtime import emulation
 from offloadprobe.strategies.base import ddp_buffers
 
 
-def _optimizer_tensors(optimizer: Any) -> Iterator[torch.Tensor]:
-    parts = getattr(optimizer, "chained_optimizers", None) or [optimizer]
-    for part in parts:
-        inner = getattr(part, "optimizer", None)
-        if inner is not None:
-            for state in inner.state.values():
-                yield from (v for v in state.values() if isinstance(v, torch.Tensor))
-        for group in getattr(part, "shard_fp32_from_float16_groups", None) or []:
-            yield from group
-
-
 def device_tensors(model: Any) -> Iterator[torch.Tensor]:
-    """DDP param/grad buffers and every optimizer-state tensor of the probe model."""
+    """DDP param/grad buffers and every device tensor the optimizer holds."""
     for buffer in ddp_buffers(model.chunks):
         yield buffer.param_data
         yield buffer.grad_data
-    yield from _optimizer_tensors(model.optimizer)
+    yield from (h.tensor for h in holdings([model.optimizer]) if not h.host_by_design)
 
 
 def device_bytes(model: Any) -> int:
-    """Allocated bytes of distinct storages among ``device_tensors`` (freed ones count 0)."""
+    """Allocated bytes of distinct storages among ``device_tensors`` (freed ones count 0).
+
+    In CPU emulation, tensors a strategy made in host memory (a ``.to("cpu")`` copy
+    stored back into the optimizer state) are host bytes, not device bytes.
+    """
     seen: dict[int, int] = {}
     for tensor in device_tensors(model):
+        if emulation.is_host_copy(tensor):
+            continue
         storage = tensor.untyped_storage()
         if storage.nbytes():
             seen[storage.data_ptr()] = storage.nbytes()

@@ -134,6 +134,17 @@ class Step:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Holding:
+    """One thing resident at a moment of the replay: a live allocation or a cached block."""
+
+    name: str
+    """The allocation's name, or ``cached pinned block`` for a freed one the cache keeps."""
+    kind: HostKind | Literal["cached"]
+    nbytes: int
+    """Resident bytes (page-rounded; the whole rounded block for pinned memory)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Replay:
     """The outcome of replaying events through the allocator model."""
 
@@ -142,6 +153,12 @@ class Replay:
     """Pinned slow-path allocations (``cudaHostAlloc`` / ``cudaHostRegister`` calls)."""
     undersized_reuses: int
     """Cache hits that returned a block smaller than requested (unrounded sizes only)."""
+    peak_index: int = -1
+    """Index of the first step where ``resident`` reached ``peak`` (-1: no steps)."""
+    peak_holdings: tuple[Holding, ...] = ()
+    """What was resident at that step; the ``nbytes`` add up to ``peak``."""
+    final_holdings: tuple[Holding, ...] = ()
+    """What was resident after the last event; adds up to ``final``."""
 
     @property
     def peak(self) -> int:
@@ -167,9 +184,23 @@ class _State:
     undersized: int = 0
 
 
+def _holdings(state: _State) -> tuple[Holding, ...]:
+    live = [
+        Holding(name=name, kind=kind, nbytes=page_rounded(size))
+        for name, (kind, size) in state.live.items()
+    ]
+    cached = [
+        Holding(name="cached pinned block", kind="cached", nbytes=page_rounded(size))
+        for sizes in state.free_lists.values()
+        for size in sizes
+    ]
+    return (*live, *cached)
+
+
 def replay(events: Iterable[Event], config: HostAllocatorConfig = DEFAULT_CONFIG) -> Replay:
     """Apply ``events`` in order; resident bytes after each one, and counters."""
     state, steps = _State(), []
+    peak_index, peak_holdings = -1, ()
     for event in events:
         reused = False
         if isinstance(event, Alloc):
@@ -188,8 +219,15 @@ def replay(events: Iterable[Event], config: HostAllocatorConfig = DEFAULT_CONFIG
                 reused=reused,
             )
         )
+        if peak_index < 0 or steps[-1].resident > steps[peak_index].resident:
+            peak_index, peak_holdings = len(steps) - 1, _holdings(state)
     return Replay(
-        steps=tuple(steps), host_allocs=state.host_allocs, undersized_reuses=state.undersized
+        steps=tuple(steps),
+        host_allocs=state.host_allocs,
+        undersized_reuses=state.undersized,
+        peak_index=peak_index,
+        peak_holdings=peak_holdings,
+        final_holdings=_holdings(state),
     )
 
 

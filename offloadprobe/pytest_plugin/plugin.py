@@ -27,7 +27,8 @@ _RUN_KEYS = {
     "payload": "--payload", "cycles": "--cycles", "device": "--device", "layers": "--layers",
     "hidden": "--hidden", "heads": "--heads", "vocab": "--vocab", "seq_length": "--seq-length",
     "micro_batch": "--micro-batch", "train_steps": "--train-steps", "seed": "--seed",
-    "optimizer_strategy": "--optimizer-strategy",
+    "optimizer_strategy": "--optimizer-strategy", "exp_avg_dtype": "--exp-avg-dtype",
+    "exp_avg_sq_dtype": "--exp-avg-sq-dtype",
 }  # fmt: skip
 _RESULT = pytest.StashKey[Any]()
 
@@ -55,8 +56,15 @@ class OffloadBudgetFailure:
         return "; ".join(b.message for b in self.breaches)
 
 
+_FLAGS = {
+    "precision_aware": "--precision-aware",
+    "store_param_remainders": "--store-param-remainders",
+}
+
+
 def _child_args(options: dict[str, Any]) -> list[str]:
     args = ["--strategy", str(options.get("strategy", "lazy"))]
+    args += [flag for key, flag in _FLAGS.items() if options.get(key)]
     options.setdefault("cycles", 2)
     for key, flag in _RUN_KEYS.items():
         if options.get(key) is not None:
@@ -81,7 +89,8 @@ def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
     from offloadprobe.budgets import budgets_from_flags, check_all
     from offloadprobe.isolation import ChildSpec, run_child
 
-    unknown = set(options) - set(_RUN_KEYS) - set(_BUDGET_KEYS) - {"strategy", "timeout"}
+    known = {*_RUN_KEYS, *_BUDGET_KEYS, *_FLAGS, "strategy", "timeout"}
+    unknown = set(options) - known
     if unknown:
         raise pytest.UsageError(f"{MARKER}: unknown option(s) {', '.join(sorted(unknown))}")
     budgets = budgets_from_flags(*(options.get(k) for k in _BUDGET_KEYS))

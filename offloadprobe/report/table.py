@@ -32,11 +32,25 @@ def phase_table(run: RunRecord, *, gpu: bool) -> Table:
     columns = ["cycle", "phase", "time", "rate", "host peak", "host after"]
     if gpu:
         columns += ["RssShmem", "pinned reserved", "GPU alloc after", "GPU peak"]
+    left_keys = _left_keys(run)
+    columns += [f"left on {'GPU' if gpu else 'device'}: {key}" for key in left_keys]
     for name in columns:
         table.add_column(name, justify="left" if name == "phase" else "right")
     for rec in run.phases:
-        table.add_row(*_phase_cells(rec, run.baseline_host_bytes, run.payload_bytes, gpu))
+        cells = _phase_cells(rec, run.baseline_host_bytes, run.payload_bytes, gpu)
+        left = rec.left_on_device
+        cells += [format_bytes(left.get(k, 0)) if left is not None else "" for k in left_keys]
+        table.add_row(*cells)
     return table
+
+
+def _left_keys(run: RunRecord) -> list[str]:
+    """Owners that any offload left on the device, largest first."""
+    totals: dict[str, int] = {}
+    for rec in run.phases:
+        for key, value in (rec.left_on_device or {}).items():
+            totals[key] = max(totals.get(key, 0), value)
+    return sorted((k for k, v in totals.items() if v), key=lambda k: -totals[k])
 
 
 def _phase_cells(rec: PhaseRecord, base: int, payload: int, gpu: bool) -> list[str]:
@@ -73,6 +87,10 @@ def summary_line(run: RunRecord) -> Text:
         f"GPU left after offload {format_bytes(s.gpu_left_after_offload_bytes)}, "
         f"offload {format_gbps(s.offload_gbps)}, load {format_gbps(s.load_gbps)}, "
     )
+    left = s.left_after_offload_bytes_by_key
+    if left is not None:
+        listed = ", ".join(f"{k} {format_bytes(v)}" for k, v in left.items() if v) or "nothing"
+        text.append(f"left on device after offload: {listed}, ")
     if s.integrity_ok:
         text.append("round trip bit-exact", style="green")
     else:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from unittest import mock
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 
 NOTE = "CPU emulation: device buffers in host memory, no pinned memory, no GPU readings"
@@ -57,32 +58,62 @@ class _CudaToHost(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
+        target = _target(func, args, kwargs)
         if "device" in kwargs:
             kwargs["device"] = _host_device(kwargs["device"])
         kwargs.pop("pin_memory", None)  # no page-locked memory here: an ordinary host tensor
-        if func is torch.Tensor.pin_memory:
-            return args[0].clone()
         if func is torch.Tensor.to and len(args) > 1 and _is_device(args[1]):
             args = (args[0], _host_device(args[1]), *args[2:])
-        if func in _TRANSFERS and _CudaToHost.copy_transfers and _moves_device(func, args, kwargs):
+        if func is torch.Tensor.pin_memory:
+            result = args[0].clone()
+        elif func in _TRANSFERS and _CudaToHost.copy_transfers and target is not None:
             kwargs.pop("non_blocking", None)
             if func is torch.Tensor.to:
                 kwargs["copy"] = True
-                return func(*args, **kwargs)
-            return args[0].clone()
-        if func is torch.Tensor.cuda:
+                result = func(*args, **kwargs)
+            else:
+                result = args[0].clone()
+        elif func is torch.Tensor.cuda:
             return args[0]
-        return func(*args, **kwargs)
+        else:
+            result = func(*args, **kwargs)
+        if _CudaToHost.copy_transfers and target == "cpu" and isinstance(result, torch.Tensor):
+            _mark_host(result)
+        return result
+
+
+_HOST_MADE: dict[int, StorageWeakRef] = {}
+
+
+def _mark_host(tensor: torch.Tensor) -> None:
+    storage = tensor.untyped_storage()
+    _HOST_MADE[storage._cdata] = StorageWeakRef(storage)
+
+
+def is_host_copy(tensor: torch.Tensor) -> bool:
+    """True for a tensor a strategy made in host memory during an emulated transfer."""
+    ref = _HOST_MADE.get(tensor.untyped_storage()._cdata)
+    return ref is not None and not ref.expired()
+
+
+def _target(func: object, args: tuple, kwargs: dict) -> str | None:
+    """Where the caller asked the result to live: ``cuda``, ``cpu`` or None (unsaid)."""
+    if func in (torch.Tensor.cpu, torch.Tensor.pin_memory) or kwargs.get("pin_memory"):
+        return "cpu"
+    if func is torch.Tensor.cuda:
+        return "cuda"
+    device = kwargs.get("device")
+    if device is None and func is torch.Tensor.to and len(args) > 1 and _is_device(args[1]):
+        device = args[1]
+    if device is None:
+        return None
+    if isinstance(device, int):
+        return "cuda"
+    return "cuda" if torch.device(device).type == "cuda" else "cpu"
 
 
 def _is_device(value: object) -> bool:
     return isinstance(value, (str, int, torch.device)) and not isinstance(value, bool)
-
-
-def _moves_device(func: object, args: tuple, kwargs: dict) -> bool:
-    if func is not torch.Tensor.to:
-        return True
-    return "device" in kwargs or (len(args) > 1 and _is_device(args[1]))
 
 
 @contextlib.contextmanager

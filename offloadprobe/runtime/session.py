@@ -49,6 +49,16 @@ class Runtime:
         if self.emulated:
             emulation.trim_host_heap()
 
+    def release(self) -> None:
+        """Give freed memory back after a model was dropped (between two builds)."""
+        import gc
+
+        gc.collect()
+        if self.emulated:
+            emulation.trim_host_heap()
+        else:
+            torch.cuda.empty_cache()
+
     def empty_cache(self) -> None:
         """Return cached device blocks to the driver (a no-op in CPU emulation)."""
         if self.device == "cuda":
@@ -97,6 +107,10 @@ def open_runtime(requested: str, seed: int) -> Iterator[Runtime]:
             stack.callback(torch.distributed.destroy_process_group)
         parallel_state.initialize_model_parallel(1, 1)
         stack.callback(parallel_state.destroy_model_parallel)
+        # The no-offload reference comparison is bit for bit: ask for deterministic kernels.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        stack.callback(torch.use_deterministic_algorithms, False)
         torch.manual_seed(seed)
         model_parallel_cuda_manual_seed(seed)
         yield Runtime(device=device, emulated=emulated, note=emulation.NOTE if emulated else None)

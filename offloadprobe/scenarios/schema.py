@@ -26,19 +26,18 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from offloadprobe.errors import UsageError
-from offloadprobe.plan.layout import (
+from offloadprobe.plan.inputs import (
     DTYPE_BYTES,
     DdpOptions,
     GptShape,
     LayoutError,
-    ModelLayout,
     ModelSpec,
-    OptimizerOptions,
     Parallelism,
     ParamCount,
-    check_model_fits,
-    lay_out_model,
 )
+from offloadprobe.plan.layout import ModelLayout, lay_out_model
+from offloadprobe.plan.optimizer_state import OptimizerOptions
+from offloadprobe.plan.parameters import check_model_fits
 from offloadprobe.units import parse_size
 
 PARAM_STRATEGIES = ("naive", "lazy", "registered", "pageable")

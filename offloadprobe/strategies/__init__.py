@@ -15,6 +15,7 @@ from offloadprobe.runtime import Runtime
 from offloadprobe.strategies.base import ModelStrategy
 from offloadprobe.strategies.lazy import LazyStrategy
 from offloadprobe.strategies.naive import NaiveStrategy
+from offloadprobe.strategies.none import KeepOnDevice
 from offloadprobe.strategies.pageable import PageableStrategy
 from offloadprobe.strategies.registered import RegisteredStrategy
 from offloadprobe.strategies.user import is_user_spec, load_object
@@ -33,6 +34,10 @@ MODEL_STRATEGIES.register(
 )(RegisteredStrategy)
 MODEL_STRATEGIES.register("pageable", "exact-size pageable host buffer, reused, no pinning")(
     PageableStrategy
+)
+
+MODEL_STRATEGIES.register("none", "parameters stay on the device (optimizer offload alone)")(
+    KeepOnDevice
 )
 
 

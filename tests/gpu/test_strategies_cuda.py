@@ -21,8 +21,20 @@ def runs(tmp_path_factory):
     out = {}
     for strategy in STRATEGIES:
         path = tmp_path_factory.mktemp(strategy) / "r.json"
-        proc = run_cli("run", "--device", "cuda", "--strategy", strategy, "--cycles", "3",
-                       "--no-progress", "--json", str(path), *MODEL, timeout=600)
+        proc = run_cli(
+            "run",
+            "--device",
+            "cuda",
+            "--strategy",
+            strategy,
+            "--cycles",
+            "3",
+            "--no-progress",
+            "--json",
+            str(path),
+            *MODEL,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr + proc.stdout
         out[strategy] = json.loads(path.read_text())["runs"][0]
     return out

@@ -56,7 +56,11 @@ def test_emulated_device_bytes_are_taken_out_of_host_figures():
     reading = probe.end()
     assert reading.host_rss_before == reading.rss_before - 3 * N
     assert reading.host_rss_after == reading.rss_after - N
-    assert reading.host_peak == reading.peak - 3 * N
+    # device bytes fell from 3N to N: the host-only peak is at least the end value
+    assert reading.host_peak == max(
+        reading.peak - 3 * N, reading.rss_before - 3 * N, reading.rss_after - N
+    )
+    assert reading.host_peak >= reading.host_rss_after
 
 
 def test_status_has_the_fields_we_read():

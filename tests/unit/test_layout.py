@@ -18,23 +18,16 @@ from typing import Any
 import pytest
 import torch
 
-from offloadprobe.plan.layout import (
-    DdpOptions,
-    GptShape,
-    LayoutError,
-    OptimizerOptions,
-    Parallelism,
-    ParamCount,
-    ParamEntry,
+from offloadprobe.plan.buffers import (
     bucket_end_divisor,
-    gpt_stage_parameters,
     lay_out_buffer,
-    lay_out_model,
-    optimizer_state,
     pad_bucket_end,
     pad_param_start,
-    stage_layer_counts,
 )
+from offloadprobe.plan.inputs import DdpOptions, GptShape, LayoutError, Parallelism, ParamCount
+from offloadprobe.plan.layout import lay_out_model
+from offloadprobe.plan.optimizer_state import OptimizerOptions, optimizer_state
+from offloadprobe.plan.parameters import ParamEntry, gpt_stage_parameters, stage_layer_counts
 
 pytest.importorskip("megatron.core")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")

@@ -8,83 +8,12 @@ from pathlib import Path
 import pytest
 
 from offloadprobe.errors import UsageError
-from offloadprobe.plan.layout import GptShape, OptimizerOptions, StageLayout, optimizer_state
-from offloadprobe.plan.pinned import Alloc, Event, Free, replay
-from offloadprobe.scenarios import Scenario, ScenarioError, load_scenario
+from offloadprobe.plan.inputs import GptShape
+from offloadprobe.plan.projection import host_peak_per_node, predicted
+from offloadprobe.scenarios import ScenarioError, load_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 GiB = 2**30
-
-# ------------------------------------------------------------ the accounting, replayed
-# A reference for ``offloadprobe plan``: how each strategy's host peak and GPU leftover
-# follow from the layout and the pinned-allocator replay.
-
-
-def param_events(strategy: str, payloads: list[int], cycles: int) -> list[Event]:
-    events: list[Event] = []
-    for c in range(cycles):
-        for b, n in enumerate(payloads):
-            if strategy == "naive":  # copy = buf.cpu().pin_memory(); the old copy goes last
-                events += [
-                    Alloc(name=f"tmp{b}", nbytes=n, kind="pageable"),
-                    Alloc(name=f"copy{b}.{c}", nbytes=n),
-                    Free(name=f"tmp{b}"),
-                ]
-                events += [Free(name=f"copy{b}.{c - 1}")] if c else []
-            elif c == 0:  # allocated once, reused with copy_
-                kind = {"lazy": "pinned"}.get(strategy, strategy)
-                events.append(Alloc(name=f"copy{b}", nbytes=n, kind=kind))  # type: ignore[arg-type]
-    return events
-
-
-def optimizer_bytes(stage: StageLayout, opt: OptimizerOptions) -> tuple[int, int]:
-    """(all Adam state, precision-aware master_param) bytes of one rank of ``stage``."""
-    states = [optimizer_state(b, opt) for b in stage.buffers]
-    master = sum(s.master_param_bytes for s in states) if opt.precision_aware else 0
-    return sum(s.total_bytes for s in states), master
-
-
-def host_peak_per_node(s: Scenario, params: str, optimizer: str, cycles: int = 3) -> int:
-    layout = s.layout()
-    per_rank = []
-    for stage in layout.stages:
-        total = 0
-        if s.offload.params:
-            payloads = [b.param_bytes for b in stage.buffers]
-            total += replay(param_events(params, payloads, cycles)).peak
-        if s.offload.optimizer and optimizer != "none":
-            state, master = optimizer_bytes(stage, s.offload.optimizer_options)
-            total += state - (master if optimizer == "legacy" else 0)
-        per_rank.append(total)
-    return max(layout.per_node(per_rank)) + s.limit.host_reserved_per_node
-
-
-def gpu_left_per_device(s: Scenario, optimizer: str) -> int:
-    left = []
-    for stage in s.layout().stages:
-        state, master = optimizer_bytes(stage, s.offload.optimizer_options)
-        kept = {"none": state, "legacy": master}.get(optimizer, 0)
-        kept = state if not s.offload.optimizer else kept
-        kept += 0 if s.offload.params else stage.param_bytes
-        kept += 0 if s.offload.grads else stage.grad_bytes
-        left.append(kept)
-    return max(left) + s.limit.gpu_reserved_per_device
-
-
-def predicted(s: Scenario, strategy: str) -> str:
-    params, optimizer = (
-        (strategy, "complete")
-        if strategy in ("naive", "lazy", "registered", "pageable")
-        else ("lazy", strategy)
-    )
-    cycles = s.repro.cycles if s.repro else 3
-    host, gpu = s.limit.host_memory_per_node, s.limit.gpu_memory_per_device
-    if host is not None and host_peak_per_node(s, params, optimizer, cycles) > host:
-        return "oom"
-    if gpu is not None and gpu_left_per_device(s, optimizer) > gpu:
-        return "oom"
-    return "ok"
-
 
 SHIPPED = sorted(p.name for p in SCENARIOS.glob("*.toml"))
 

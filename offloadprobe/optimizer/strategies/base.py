@@ -40,7 +40,7 @@ class StateKeyStrategy:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
 
-    def _move(self, optimizers: list[Any], device: str) -> None:
+    def _move(self, optimizers: list[Any], device: str | int) -> None:
         for part in megatron_optimizers(optimizers):
             for attr in FP32_GROUPS:
                 for group in getattr(part, attr, None) or []:
@@ -58,4 +58,4 @@ class StateKeyStrategy:
         self._move(optimizers, "cpu")
 
     def load(self, optimizers: list[Any]) -> None:
-        self._move(optimizers, self.runtime.device)
+        self._move(optimizers, torch.cuda.current_device())

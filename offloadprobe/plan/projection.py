@@ -1,0 +1,307 @@
+"""Project a scenario to full scale: host and GPU bytes per rank and per node, by strategy.
+
+Nothing runs here. Host bytes of the model strategies come from replaying, through
+``plan.pinned``'s model of PyTorch's pinned caching allocator, the allocation sequence
+each offloadprobe strategy performs (:func:`param_events`), buffer by buffer, cycle by
+cycle. Optimizer state comes from ``plan.optimizer_state``. Every figure carries its
+terms (label, formula, value) so the arithmetic can be checked by hand.
+
+A node's figure adds its ranks' figures: every rank offloads in the same step, so their
+peaks coincide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from offloadprobe.plan.inputs import DTYPE_BYTES
+from offloadprobe.plan.layout import StageLayout
+from offloadprobe.plan.optimizer_state import OptimizerOptions, optimizer_state
+from offloadprobe.plan.pinned import (
+    Alloc,
+    Event,
+    Free,
+    HostKind,
+    Replay,
+    pinned_block_size,
+    replay,
+)
+from offloadprobe.plan.terms import Term
+from offloadprobe.scenarios.schema import PARAM_STRATEGIES, Scenario
+
+Outcome = Literal["oom", "ok"]
+ONCE_KIND: dict[str, HostKind] = {
+    "lazy": "pinned",
+    "registered": "registered",
+    "pageable": "pageable",
+}
+"""How the strategies that allocate their host copy once allocate it."""
+
+
+# ---------------------------------------------------------------- host: model strategies
+
+
+def buffer_labels(stage: StageLayout) -> list[str]:
+    """``dense`` / ``expert`` names for a stage's buffers, numbered when a kind repeats."""
+    kinds = [b.kind for b in stage.buffers]
+    return [k if kinds.count(k) == 1 else f"{k} {i}" for i, k in enumerate(kinds)]
+
+
+def param_events(
+    strategy: str, payloads: Sequence[int], cycles: int, labels: Sequence[str] | None = None
+) -> list[Event]:
+    """The host allocations and frees of ``cycles`` offloads of buffers of ``payloads`` bytes.
+
+    Mirrors ``offloadprobe.strategies`` call by call, buffer by buffer in
+    ``ddp_buffers`` order:
+
+    * ``naive``: ``self._copies[id(buffer)] = buffer.param_data.cpu().pin_memory()``.
+      ``.cpu()`` makes a pageable copy, ``.pin_memory()`` a pinned one; the pageable
+      temporary dies when the expression ends, and only then does the assignment drop
+      the previous cycle's pinned copy (its block goes to the pinned cache);
+    * ``lazy``: ``torch.empty(..., pin_memory=True)`` per buffer on the first offload,
+      ``copy_`` into it afterwards;
+    * ``registered``: exact-size ``torch.empty`` + ``cudaHostRegister`` on the first offload;
+    * ``pageable``: exact-size ``torch.empty`` on the first offload;
+    * ``none``: nothing.
+
+    Loads allocate no host memory (they copy back into the device buffers).
+    """
+    names = list(labels) if labels is not None else [f"buffer {b}" for b in range(len(payloads))]
+    events: list[Event] = []
+    for c in range(cycles):
+        for name, n in zip(names, payloads, strict=True):
+            if strategy == "naive":
+                events += [
+                    Alloc(name=f"{name} .cpu() pageable temporary", nbytes=n, kind="pageable"),
+                    Alloc(name=f"{name} pinned copy, cycle {c}", nbytes=n),
+                    Free(name=f"{name} .cpu() pageable temporary"),
+                ]
+                if c:
+                    events.append(Free(name=f"{name} pinned copy, cycle {c - 1}"))
+            elif strategy in ONCE_KIND and c == 0:
+                events.append(Alloc(name=f"{name} host copy", nbytes=n, kind=ONCE_KIND[strategy]))
+            elif strategy not in ONCE_KIND and strategy not in ("naive", "none"):
+                raise ValueError(f"no allocation model for strategy {strategy!r}")
+    return events
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankHost:
+    """One model strategy's host bytes on one rank (one pipeline stage)."""
+
+    strategy: str
+    pp_rank: int
+    peak: int
+    steady: int
+    """Resident after the last offload (cached pinned blocks included)."""
+    pinned: int
+    """Page-locked bytes after the last offload: PyTorch's pinned blocks (in use and
+    cached) or ranges registered with ``cudaHostRegister``."""
+    terms: tuple[Term, ...]
+
+
+def _holding_terms(prefix: str, replayed: Replay, which: str) -> list[Term]:
+    holdings = replayed.peak_holdings if which == "peak" else replayed.final_holdings
+    return [Term(label=f"{prefix}  {h.name}", formula=h.kind, value=h.nbytes) for h in holdings]
+
+
+def rank_host(strategy: str, stage: StageLayout, cycles: int) -> RankHost:
+    """Replay ``cycles`` offloads of ``stage``'s param_data buffers under ``strategy``."""
+    labels = buffer_labels(stage)
+    payloads = [b.param_bytes for b in stage.buffers]
+    replayed = replay(param_events(strategy, payloads, cycles, labels))
+    terms: list[Term] = []
+    for label, buffer in zip(labels, stage.buffers, strict=True):
+        width = DTYPE_BYTES[buffer.param_dtype]
+        terms.append(
+            Term(
+                label=f"{label} param_data",
+                formula=f"{buffer.numel} x {width} ({buffer.param_dtype})",
+                value=buffer.param_bytes,
+            )
+        )
+        if strategy in ("naive", "lazy"):
+            terms.append(
+                Term(
+                    label=f"{label} pinned block (rounding)",
+                    formula=f"PowerOf2Ceil({buffer.param_bytes})",
+                    value=pinned_block_size(buffer.param_bytes),
+                )
+            )
+    peak_step = replayed.steps[replayed.peak_index] if replayed.steps else None
+    when = (
+        f"after event {replayed.peak_index + 1} of {len(replayed.steps)}"
+        if peak_step
+        else "nothing allocated"
+    )
+    terms.append(
+        Term(label="host peak", formula=f"sum of what is resident {when}", value=replayed.peak)
+    )
+    terms += _holding_terms("", replayed, "peak")
+    terms.append(
+        Term(label="steady host", formula=f"resident after offload {cycles}", value=replayed.final)
+    )
+    terms += _holding_terms("", replayed, "final")
+    pinned = sum(h.nbytes for h in replayed.final_holdings if h.kind != "pageable")
+    terms.append(Term(label="pinned", formula="pinned, cached and registered above", value=pinned))
+    return RankHost(
+        strategy=strategy,
+        pp_rank=stage.pp_rank,
+        peak=replayed.peak,
+        steady=replayed.final,
+        pinned=pinned,
+        terms=tuple(terms),
+    )
+
+
+# ---------------------------------------------------------------- optimizer state
+
+
+def optimizer_bytes(stage: StageLayout, opt: OptimizerOptions) -> tuple[int, int]:
+    """(all Adam state, precision-aware ``master_param``) bytes of one rank of ``stage``."""
+    states = [optimizer_state(b, opt) for b in stage.buffers]
+    master = sum(s.master_param_bytes for s in states) if opt.precision_aware else 0
+    return sum(s.total_bytes for s in states), master
+
+
+def moved_keys(strategy: str, opt: OptimizerOptions) -> tuple[str, ...]:
+    """Which optimizer tensors ``strategy`` moves to the host.
+
+    ``legacy`` moves the fp32 groups and ``exp_avg``/``exp_avg_sq`` (so in classic mode
+    everything: the fp32 main params are a group); ``fixed`` adds ``master_param``;
+    ``complete`` moves every tensor; ``none`` nothing.
+    """
+    if strategy == "none":
+        return ()
+    if strategy == "legacy" and opt.precision_aware:
+        return ("exp_avg", "exp_avg_sq")
+    return ("master", "exp_avg", "exp_avg_sq")
+
+
+def _key_dtypes(stage: StageLayout, opt: OptimizerOptions, key: str) -> list[str | None]:
+    if key == "master":
+        return [opt.master_dtype(b.param_dtype) for b in stage.buffers]
+    return [opt.exp_avg_dtype if key == "exp_avg" else opt.exp_avg_sq_dtype] * len(stage.buffers)
+
+
+def optimizer_host(strategy: str, stage: StageLayout, opt: OptimizerOptions) -> tuple[int, Term]:
+    """Host bytes one rank holds for optimizer state moved by ``strategy``.
+
+    ``complete`` copies each state tensor into an exact-size host buffer (page rounding,
+    at most 4 KiB per tensor, is not counted). ``legacy``/``fixed`` move each tensor with
+    ``.to("cpu", non_blocking=True)``, which on CUDA returns a pinned tensor from
+    PyTorch's caching allocator: one rounded block per per-parameter shard tensor, kept
+    in the cache across loads and reused by the next offload. The worst data-parallel
+    rank is taken.
+    """
+    keys = moved_keys(strategy, opt)
+    if not keys:
+        return 0, Term(label=f"optimizer on host ({strategy})", formula="nothing moved", value=0)
+    if strategy == "complete":
+        total, _ = optimizer_bytes(stage, opt)
+        return total, Term(
+            label="optimizer on host (complete)",
+            formula="master + exp_avg + exp_avg_sq of the largest shard, exact size",
+            value=total,
+        )
+    worst = 0
+    for buffer_index, buffer in enumerate(stage.buffers):
+        per_rank = []
+        for dp_rank in range(buffer.dp_size):
+            pieces = buffer.shard_pieces(dp_rank)
+            rank_total = 0
+            for key in keys:
+                dtype = _key_dtypes(stage, opt, key)[buffer_index]
+                if dtype is not None:
+                    rank_total += sum(pinned_block_size(n * DTYPE_BYTES[dtype]) for n in pieces)
+            per_rank.append(rank_total)
+        worst += max(per_rank)
+    return worst, Term(
+        label=f"optimizer on host ({strategy})",
+        formula=f"sum of PowerOf2Ceil(bytes) over every per-parameter tensor of {', '.join(keys)}"
+        " (.to(cpu, non_blocking) pins each one)",
+        value=worst,
+    )
+
+
+def gpu_kept(strategy: str, stage: StageLayout, s: Scenario) -> tuple[int, list[Term]]:
+    """Device bytes one rank of ``stage`` keeps after offload with optimizer ``strategy``."""
+    state, master = optimizer_bytes(stage, s.offload.optimizer_options)
+    terms = []
+    if not s.offload.optimizer:
+        kept = state
+        terms.append(
+            Term(label="optimizer state (not offloaded)", formula="all state", value=state)
+        )
+    elif strategy == "none":
+        kept = state
+        terms.append(
+            Term(label="optimizer state (none moves nothing)", formula="all state", value=state)
+        )
+    elif strategy == "legacy":
+        kept = master
+        formula = "master_param stays" if master else "classic mode: everything moves"
+        terms.append(Term(label="master_param left by legacy", formula=formula, value=master))
+    else:
+        kept = 0
+        terms.append(
+            Term(label=f"optimizer state left by {strategy}", formula="all moved", value=0)
+        )
+    if not s.offload.params:
+        kept += stage.param_bytes
+        terms.append(
+            Term(label="param_data (not offloaded)", formula="all buffers", value=stage.param_bytes)
+        )
+    if not s.offload.grads:
+        kept += stage.grad_bytes
+        terms.append(
+            Term(label="grad_data (not offloaded)", formula="all buffers", value=stage.grad_bytes)
+        )
+    return kept, terms
+
+
+# ---------------------------------------------------------------- per node / per device
+
+
+def _node_total(s: Scenario, per_stage: Sequence[int]) -> tuple[int, int]:
+    """(largest per-node sum of ``per_stage`` rank values, index of that node)."""
+    totals = s.layout().per_node(per_stage)
+    index = max(range(len(totals)), key=totals.__getitem__)
+    return totals[index], index
+
+
+def host_peak_per_node(s: Scenario, params: str, optimizer: str, cycles: int = 3) -> int:
+    """Host bytes of the worst node: every rank's param copies and optimizer state, plus
+    what the node reserves for other things."""
+    per_rank = []
+    for stage in s.layout().stages:
+        total = rank_host(params, stage, cycles).peak if s.offload.params else 0
+        if s.offload.optimizer:
+            total += optimizer_host(optimizer, stage, s.offload.optimizer_options)[0]
+        per_rank.append(total)
+    return _node_total(s, per_rank)[0] + s.limit.host_reserved_per_node
+
+
+def gpu_left_per_device(s: Scenario, optimizer: str) -> int:
+    """Device bytes of the worst rank while the next phase runs: what the offload left
+    plus what that phase claims (``gpu_reserved_per_device``)."""
+    left = [gpu_kept(optimizer, stage, s)[0] for stage in s.layout().stages]
+    return max(left) + s.limit.gpu_reserved_per_device
+
+
+def predicted(s: Scenario, strategy: str) -> Outcome:
+    """``oom`` or ``ok`` for ``strategy`` (model strategies pair with optimizer
+    ``complete``, optimizer strategies with model strategy ``lazy``)."""
+    params, optimizer = (
+        (strategy, "complete") if strategy in PARAM_STRATEGIES else ("lazy", strategy)
+    )
+    cycles = s.repro.cycles if s.repro else 3
+    host, gpu = s.limit.host_memory_per_node, s.limit.gpu_memory_per_device
+    if host is not None and host_peak_per_node(s, params, optimizer, cycles) > host:
+        return "oom"
+    if gpu is not None and gpu_left_per_device(s, optimizer) > gpu:
+        return "oom"
+    return "ok"

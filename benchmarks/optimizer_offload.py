@@ -26,9 +26,9 @@ MODES = {"classic": [], "precision_aware": ["--precision-aware"]}
 STRATEGIES = ["legacy", "fixed", "complete"]
 
 
-def one(mode: str, strategy: str, payload: str, tmp: Path) -> dict:
+def one(mode: str, strategy: str, payload: str, tmp: Path, device: str = "cuda") -> dict:
     out = tmp / f"{mode}-{strategy}.json"
-    cmd = [sys.executable, "-m", "offloadprobe", "run", "--device", "cuda", "--strategy",
+    cmd = [sys.executable, "-m", "offloadprobe", "run", "--device", device, "--strategy",
            "registered", "--optimizer-strategy", strategy, *MODES[mode], "--payload", payload,
            "--cycles", "3", "--no-progress", "--json", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -42,13 +42,14 @@ def one(mode: str, strategy: str, payload: str, tmp: Path) -> dict:
     per_cycle = []
     for cycle in run["cycles"]:
         off = next(p for p in cycle["phases"] if p["phase"] == "offload")
-        host = off["host"]["rss_after"] - run["baseline_host_bytes"]
+        host = off["host"]["rss_after"] - off["host"]["device_in_host_after"]
+        host -= run["baseline_host_bytes"]
         per_cycle.append({
             "cycle": cycle["cycle"],
             "host_after_offload_bytes": host,
             "optimizer_host_bytes": host - run["payload_bytes"],
             "optimizer_host_x": round((host - run["payload_bytes"]) / opt_bytes, 4),
-            "gpu_allocated_after_offload_bytes": off["gpu"]["allocated_after"],
+            "gpu_allocated_after_offload_bytes": (off["gpu"] or {}).get("allocated_after"),
             "left_on_gpu_by_key": off["left_on_device"],
             "pinned_reserved_bytes": (off["pinned"] or {}).get("reserved_after"),
             "offload_gbps": off["gbps"],
@@ -72,12 +73,13 @@ def main() -> None:
     parser.add_argument("--payload", default="1GiB")
     parser.add_argument("--machine", default="h200")
     parser.add_argument("--parallel", type=int, default=3)
+    parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     day = dt.date.today().isoformat()
     jobs = [(m, s) for m in MODES for s in STRATEGIES]
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.parallel) as pool:
-        results = list(pool.map(lambda job: one(*job, args.payload, Path(tmp)), jobs))
+        results = list(pool.map(lambda job: one(*job, args.payload, Path(tmp), args.device), jobs))
     doc = {"benchmark": "optimizer_offload", "date": day, "payload": args.payload,
            "commit": os.environ.get("OFFLOADPROBE_COMMIT"), "runs": results}  # fmt: skip
     path = args.out / f"{args.machine}-{day}-optimizer-offload.json"

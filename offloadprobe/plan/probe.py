@@ -1,0 +1,141 @@
+"""Project offloadprobe's own probe model, to check projections against measurements.
+
+The probe (``offloadprobe.model.builder``) is megatron's ``GPTModel`` with the local
+layer spec and its defaults (LayerNorm with biases, learned absolute positions, untied
+output layer, a 4h MLP without gating), on one rank (tp = pp = ep = dp = 1), wrapped in
+``DistributedDataParallel`` with fp32 grad reduction, no overlap and the distributed
+optimizer. :func:`probe_stage` lays that out with ``plan.layout``;
+:func:`project_probe` predicts what ``offloadprobe run`` reports as
+``summary.host_peak_bytes``: the highest host figure of any offload or load phase over
+the host RSS just before the first offload.
+
+On CUDA the strategies' host allocations are replayed through the pinned-allocator
+model (:func:`offloadprobe.plan.projection.rank_host`). In CPU emulation there is no
+pinned memory and the device buffers themselves sit in host memory, so a separate model
+applies (:func:`emulated_host`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from offloadprobe.config import ModelConfig
+from offloadprobe.plan.inputs import DdpOptions, GptShape, Parallelism
+from offloadprobe.plan.layout import StageLayout, lay_out_model
+from offloadprobe.plan.pinned import page_rounded
+from offloadprobe.plan.projection import ONCE_KIND, RankHost, buffer_labels, rank_host
+from offloadprobe.plan.terms import Term
+
+PROBE_PARALLELISM = Parallelism(gpus_per_node=1)
+PROBE_DDP = DdpOptions(grad_reduce_in_fp32=True, overlap_grad_reduce=False)
+
+
+def probe_shape(model: ModelConfig) -> GptShape:
+    """The probe's ``GPTModel`` as a ``GptShape`` (megatron's local-spec defaults)."""
+    return GptShape(
+        num_layers=model.num_layers,
+        hidden_size=model.hidden_size,
+        num_attention_heads=model.num_attention_heads,
+        vocab_size=model.vocab_size,
+        ffn_hidden_size=4 * model.hidden_size,
+        swiglu=False,
+        normalization="LayerNorm",
+        add_bias_linear=True,
+        position_embedding="learned_absolute",
+        max_sequence_length=model.seq_length,
+        untie_embeddings_and_output_weights=True,
+    )
+
+
+def probe_stage(model: ModelConfig) -> StageLayout:
+    """The probe's DDP buffers (one rank, one stage)."""
+    return lay_out_model(probe_shape(model), PROBE_PARALLELISM, PROBE_DDP).stages[0]
+
+
+def probe_payload(model: ModelConfig) -> int:
+    """Bytes of ``param_data`` the probe's strategies move (``summary``'s payload)."""
+    return probe_stage(model).param_bytes
+
+
+def emulated_host(
+    strategy: str,
+    payloads: Sequence[int],
+    grads: Sequence[int],
+    cycles: int,
+    labels: Sequence[str] | None = None,
+) -> RankHost:
+    """Host figures of ``strategy`` in CPU emulation, as ``offloadprobe run`` computes them.
+
+    In emulation a "pin" is a clone and every device buffer is host memory that an
+    offload frees (``param_data`` then ``grad_data``, buffer by buffer) after the
+    strategy copied it. ``run`` subtracts the device bytes present at the phase start,
+    so, per offload phase, the reported peak over the pre-offload baseline is the
+    largest ``held host copies - device bytes freed so far in this phase`` over the
+    phase. Per buffer of ``n`` param bytes:
+
+    * ``naive``: ``.cpu()`` clones ``n`` and ``.pin_memory()`` clones ``n`` again (peak:
+      held copies + 2n), the temporary goes, then the previous cycle's copy;
+    * ``lazy``/``registered``/``pageable``: one exact copy of ``n`` on the first offload,
+      reused afterwards.
+
+    Loads allocate nothing on the host. Allocations are page-rounded.
+    """
+    names = list(labels) if labels is not None else [f"buffer {b}" for b in range(len(payloads))]
+    held: dict[str, int] = {}
+    peak, peak_at = 0, "nothing allocated"
+    for c in range(cycles):
+        freed = 0
+        for name, n, g in zip(names, payloads, grads, strict=True):
+            n_host = page_rounded(n)
+            if strategy == "naive":
+                transient = sum(held.values()) + 2 * n_host - freed
+                if transient > peak:
+                    peak, peak_at = transient, f"cycle {c}, {name}: .cpu() + .pin_memory() clones"
+                held[name] = n_host  # the temporary dies, then the previous copy
+            elif strategy in ONCE_KIND and c == 0:
+                held[name] = n_host
+                now = sum(held.values()) - freed
+                if now > peak:
+                    peak, peak_at = now, f"cycle 0, {name}: copy made, device not yet freed"
+            freed += n + g
+    steady = sum(held.values())
+    if steady > peak:
+        peak, peak_at = steady, "end of an offload"
+    terms = [
+        *(
+            Term(label=f"{name} param_data", formula="bytes, page-rounded", value=page_rounded(n))
+            for name, n in zip(names, payloads, strict=True)
+        ),
+        Term(
+            label="host peak (CPU emulation)",
+            formula=f"held copies + new clones - device bytes already freed; {peak_at}",
+            value=peak,
+        ),
+        Term(label="steady host (CPU emulation)", formula="held copies", value=steady),
+    ]
+    return RankHost(
+        strategy=strategy, pp_rank=0, peak=peak, steady=steady, pinned=0, terms=tuple(terms)
+    )
+
+
+def probe_projection(
+    model: ModelConfig, strategy: str, *, emulated: bool, cycles: int = 3
+) -> RankHost:
+    """Every projected host figure of ``strategy`` on the probe model, with its terms."""
+    stage = probe_stage(model)
+    if not emulated:
+        return rank_host(strategy, stage, cycles)
+    return emulated_host(
+        strategy,
+        [b.param_bytes for b in stage.buffers],
+        [b.grad_bytes for b in stage.buffers],
+        cycles,
+        buffer_labels(stage),
+    )
+
+
+def project_probe(
+    model: ModelConfig, strategy: str, *, emulated: bool = False, cycles: int = 3
+) -> int:
+    """Predicted ``summary.host_peak_bytes`` of ``offloadprobe run`` for ``strategy``."""
+    return probe_projection(model, strategy, emulated=emulated, cycles=cycles).peak

@@ -1,0 +1,182 @@
+"""A memory cgroup of our own for one child: created, limited, read, removed.
+
+The group is made under this process's own memory cgroup (found in ``/proc/self/cgroup``),
+so it needs a writable hierarchy there: root, or a delegated subtree.
+
+* cgroup v1: ``<mount>/memory/<our path>/<name>``; limit ``memory.limit_in_bytes`` and,
+  where swap accounting exists, ``memory.memsw.limit_in_bytes`` (memory + swap, set to
+  the same value: no swap); usage ``memory.usage_in_bytes``; OOM kills from
+  ``memory.oom_control``'s ``oom_kill``; ``memory.failcnt``.
+* cgroup v2: ``<mount>/<our path>/<name>``; limit ``memory.max`` with ``memory.swap.max``
+  = 0; usage ``memory.current``; OOM kills from ``memory.events``'s ``oom_kill``. Our
+  cgroup must list ``memory`` in ``cgroup.subtree_control``; where it does not and
+  cannot (it holds processes itself), no group can be made.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from offloadprobe.probes.cgroup import CGROUP_ROOT
+
+
+class CgroupUnavailable(Exception):
+    """No memory cgroup can be made here; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryGroup:
+    """One memory cgroup this process created."""
+
+    version: int
+    path: Path
+
+    @property
+    def procs(self) -> Path:
+        """Write a pid here to move that process into the group."""
+        return self.path / "cgroup.procs"
+
+    def _file(self, v1: str, v2: str) -> Path:
+        return self.path / (v1 if self.version == 1 else v2)
+
+    def usage(self) -> int:
+        """Bytes charged to the group now."""
+        return int(self._file("memory.usage_in_bytes", "memory.current").read_text().split()[0])
+
+    def peak(self) -> int | None:
+        """The group's usage high-water mark (v1: since the last reset; v2: since creation)."""
+        try:
+            path = self._file("memory.max_usage_in_bytes", "memory.peak")
+            return int(path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def set_limit(self, nbytes: int) -> list[str]:
+        """Cap the group at ``nbytes`` with no swap; returns the files written."""
+        if self.version == 1:
+            written = [self._write("memory.limit_in_bytes", nbytes)]
+            if (self.path / "memory.memsw.limit_in_bytes").exists():
+                written.append(self._write("memory.memsw.limit_in_bytes", nbytes))
+            return written
+        written = [self._write("memory.max", nbytes)]
+        if (self.path / "memory.swap.max").exists():
+            written.append(self._write("memory.swap.max", 0))
+        return written
+
+    def _write(self, name: str, value: int) -> str:
+        (self.path / name).write_text(str(value))
+        return f"{name} = {value}"
+
+    def oom_kills(self) -> int | None:
+        """OOM kills the kernel recorded in this group (None where it keeps no counter)."""
+        name = "memory.oom_control" if self.version == 1 else "memory.events"
+        try:
+            for line in (self.path / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def failcnt(self) -> int | None:
+        """v1: how often usage hit the limit; v2: ``memory.events`` ``max``."""
+        try:
+            if self.version == 1:
+                return int((self.path / "memory.failcnt").read_text().split()[0])
+            for line in (self.path / "memory.events").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "max":
+                    return int(value)
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
+
+    def remove(self, timeout_s: float = 5.0) -> None:
+        """Remove the group once its processes are gone (retries while the kernel is busy)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError as err:
+                if err.errno != errno.EBUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    @property
+    def mechanism(self) -> str:
+        """The limit files in words, for the output."""
+        if self.version == 1:
+            swap = " + memory.memsw.limit_in_bytes" if (self.path / "memory.memsw.limit_in_bytes").exists() else ""
+            return f"cgroup v1 memory.limit_in_bytes{swap} at {self.path}"
+        return f"cgroup v2 memory.max + memory.swap.max=0 at {self.path}"
+
+
+def _own_paths(proc_cgroup: Path) -> tuple[str | None, str | None]:
+    """(v1 memory path, v2 path) of this process, from ``/proc/self/cgroup``."""
+    v1 = v2 = None
+    for line in proc_cgroup.read_text().splitlines():
+        hierarchy, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            v1 = path
+        elif hierarchy == "0":
+            v2 = path
+    return v1, v2
+
+
+def _v2_base(root: Path, path: str) -> Path | None:
+    for base in (root / path.lstrip("/"), root / "unified" / path.lstrip("/")):
+        if (base / "cgroup.controllers").exists():
+            return base
+    return None
+
+
+def create_group(
+    name: str, *, proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = CGROUP_ROOT
+) -> MemoryGroup:
+    """Make an empty memory cgroup ``name`` under ours; ``CgroupUnavailable`` says why not."""
+    try:
+        v1_path, v2_path = _own_paths(proc_cgroup)
+    except OSError as err:
+        raise CgroupUnavailable(f"cannot read {proc_cgroup}: {err.strerror}") from None
+    if v1_path is not None and (root / "memory").is_dir():
+        base = root / "memory" / v1_path.lstrip("/")
+        return MemoryGroup(1, _mkdir(base / name, base, "memory.limit_in_bytes"))
+    if v2_path is None:
+        raise CgroupUnavailable("this process is in no memory cgroup (see /proc/self/cgroup)")
+    base = _v2_base(root, v2_path)
+    if base is None or "memory" not in (base / "cgroup.controllers").read_text().split():
+        raise CgroupUnavailable(f"the cgroup v2 memory controller is not available at {base}")
+    subtree = base / "cgroup.subtree_control"
+    if "memory" not in subtree.read_text().split():
+        try:
+            subtree.write_text("+memory")
+        except OSError as err:
+            raise CgroupUnavailable(
+                f"cannot enable the memory controller for children of {base} "
+                f"({err.strerror}; a cgroup v2 group that holds processes cannot delegate it)"
+            ) from None
+    return MemoryGroup(2, _mkdir(base / name, base, "memory.max"))
+
+
+def _mkdir(path: Path, base: Path, limit_file: str) -> Path:
+    if not os.access(base, os.W_OK):
+        why = "not root" if os.geteuid() != 0 else "read-only"
+        raise CgroupUnavailable(f"cannot create a memory cgroup under {base} ({why})")
+    try:
+        path.mkdir()
+    except OSError as err:
+        raise CgroupUnavailable(
+            f"cannot create a memory cgroup under {base} ({err.strerror})"
+        ) from None
+    if not (path / limit_file).exists():
+        path.rmdir()
+        raise CgroupUnavailable(f"{path} has no {limit_file}: no memory controller there")
+    return path

@@ -3,10 +3,11 @@
 A parent reads it after its child was killed (an OOM kill leaves no JSON) to
 learn in which cycle and phase the child died.
 
-With ``OFFLOADPROBE_PHASE_GATE`` set to a directory, the child also stops at the start
-of its first offload phase: it writes ``ready`` there and waits until ``go`` appears.
-``offloadprobe repro`` uses that pause to read the child's memory just before the
-offload and set its cgroup limit to that baseline plus the scaled budget.
+With ``OFFLOADPROBE_PHASE_GATE`` set to a directory, the child also pauses at the start
+of every offload phase and at the end of every load phase: it writes ``ready-N`` there
+(its event, cycle and phase) and waits until ``go-N`` appears. ``offloadprobe repro``
+uses the pauses to read the child's memory just before its first offload and to hold
+a cgroup limit exactly around the offload/load phases, which are what the limit is for.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import time
 from pathlib import Path
 
 GATE_ENV = "OFFLOADPROBE_PHASE_GATE"
-GATE_PHASE = (0, "offload")
-"""Where a gated child waits: the start of cycle 0's offload."""
+GATES = frozenset({("start", "offload"), ("end", "load")})
+"""Where a gated child pauses: before every offload and after every load."""
 GATE_TIMEOUT_S = 600.0
 
 
@@ -30,31 +31,42 @@ class PhaseLog:
         self.path.write_text("")
         env_gate = os.environ.get(GATE_ENV)
         self.gate = gate if gate is not None else (Path(env_gate) if env_gate else None)
+        self._gates_passed = 0
 
     def _write(self, event: str, cycle: int, phase: str) -> None:
         line = json.dumps({"event": event, "cycle": cycle, "phase": phase, "t": time.time()})
         with self.path.open("a") as fh:
             fh.write(line + "\n")
 
+    def _pause(self, event: str, cycle: int, phase: str) -> None:
+        if self.gate is not None and (event, phase) in GATES:
+            info = {"event": event, "cycle": cycle, "phase": phase, "pid": os.getpid()}
+            wait_at_gate(self.gate, self._gates_passed, info)
+            self._gates_passed += 1
+
     def start(self, cycle: int, phase: str) -> None:
         self._write("start", cycle, phase)
-        if self.gate is not None and (cycle, phase) == GATE_PHASE:
-            wait_at_gate(self.gate, cycle, phase)
+        self._pause("start", cycle, phase)
 
     def end(self, cycle: int, phase: str) -> None:
         self._write("end", cycle, phase)
+        self._pause("end", cycle, phase)
 
 
 def wait_at_gate(
-    gate: Path, cycle: int, phase: str, *, timeout_s: float = GATE_TIMEOUT_S, poll_s: float = 0.002
+    gate: Path,
+    seq: int,
+    info: dict,
+    *,
+    timeout_s: float = GATE_TIMEOUT_S,
+    poll_s: float = 0.002,
 ) -> bool:
-    """Announce ``ready`` in ``gate`` and wait for ``go``; False if it never came."""
-    ready = gate / "ready"
-    tmp = gate / "ready.tmp"
-    tmp.write_text(json.dumps({"pid": os.getpid(), "cycle": cycle, "phase": phase}))
-    tmp.replace(ready)
+    """Announce ``ready-<seq>`` in ``gate`` and wait for ``go-<seq>``; False if it never came."""
+    tmp = gate / f"ready-{seq}.tmp"
+    tmp.write_text(json.dumps(info))
+    tmp.replace(gate / f"ready-{seq}")
     deadline = time.monotonic() + timeout_s
-    while not (gate / "go").exists():
+    while not (gate / f"go-{seq}").exists():
         if time.monotonic() > deadline:
             return False
         time.sleep(poll_s)

@@ -56,3 +56,18 @@ def run_json(tmp_path):
         return json.loads(out.read_text())
 
     return go
+
+
+def run_each(tmp_dir: Path, specs, *args: str, timeout: int = 600) -> dict:
+    """``offloadprobe run ARGS --strategy S --json`` per spec, each in a fresh process.
+
+    Returns ``{spec: (report dict, stdout)}``; any failing run fails the caller.
+    """
+    out = {}
+    for index, spec in enumerate(specs):
+        path = tmp_dir / f"run-{index}.json"
+        proc = run_cli("run", "--strategy", spec, "--no-progress", "--json", str(path), *args,
+                       timeout=timeout)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        out[spec] = (json.loads(path.read_text()), proc.stdout)
+    return out

@@ -24,7 +24,7 @@ def _root() -> None:
 
 
 def _register() -> None:
-    from offloadprobe.cli import compare, run  # noqa: F401  (each verb registers on import)
+    from offloadprobe.cli import compare, plan, repro, run  # noqa: F401  (each verb registers)
 
 
 def fail(message: str, code: int) -> None:

@@ -112,7 +112,14 @@ def _lay_out_stage(
         for kind, group, dp in groups
         if group
     )
-    terms = [Term(label="layers on this stage", formula=_split_formula(par, pp_rank), value=layers)]
+    terms = [
+        Term(
+            label="layers on this stage",
+            formula=_split_formula(par, pp_rank),
+            value=layers,
+            unit="layers",
+        )
+    ]
     for (kind, group, dp), buffer in zip([g for g in groups if g[1]], buffers, strict=True):
         terms += _buffer_terms(kind, group, buffer, dp, bucket_size, ddp)
     return StageLayout(pp_rank=pp_rank, num_layers=layers, buffers=buffers, terms=tuple(terms))
@@ -133,7 +140,10 @@ def _buffer_terms(
         by_component[key] = (entry, count + 1)
     terms = [
         Term(
-            label=f"{kind}: {key}", formula=f"{count} x {entry.formula}", value=count * entry.numel
+            label=f"{kind}: {key}",
+            formula=f"{count} x {entry.formula}",
+            value=count * entry.numel,
+            unit="elements",
         )
         for key, (entry, count) in by_component.items()
     ]
@@ -148,8 +158,14 @@ def _buffer_terms(
             f"{buckets} end at multiples of lcm(dp={dp}, {BUCKET_ALIGN}"
             f"{', 2**16' if ddp.pad_buckets_for_high_nccl_busbw else ''}) = {divisor}",
             value=buffer.numel - sum(p.numel for p in group),
+            unit="elements",
         ),
-        Term(label=f"{kind}: buffer numel", formula="params + padding", value=buffer.numel),
+        Term(
+            label=f"{kind}: buffer numel",
+            formula="params + padding",
+            value=buffer.numel,
+            unit="elements",
+        ),
         Term(
             label=f"{kind}: param_data bytes",
             formula=f"{buffer.numel} x {pw} ({buffer.param_dtype})",

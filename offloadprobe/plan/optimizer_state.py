@@ -88,6 +88,7 @@ def optimizer_terms(state: OptimizerState, dp_size: int) -> tuple[Term, ...]:
             label=f"{k}: optimizer shard numel",
             formula=f"largest of {dp_size} shards, params only",
             value=n,
+            unit="elements",
         ),
         Term(
             label=f"{k}: master params",

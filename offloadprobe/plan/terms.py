@@ -12,3 +12,5 @@ class Term:
     label: str
     formula: str
     value: int
+    unit: str = "B"
+    """``B`` for bytes; otherwise what is counted (``elements``, ``layers``)."""

@@ -67,6 +67,15 @@ class MemoryGroup:
             written.append(self._write("memory.swap.max", 0))
         return written
 
+    def lift_limit(self) -> None:
+        """Remove the limit again (memory + swap first on v1: it must stay >= memory)."""
+        if self.version == 1:
+            if (self.path / "memory.memsw.limit_in_bytes").exists():
+                self._write("memory.memsw.limit_in_bytes", -1)
+            self._write("memory.limit_in_bytes", -1)
+        else:
+            (self.path / "memory.max").write_text("max")
+
     def _write(self, name: str, value: int) -> str:
         (self.path / name).write_text(str(value))
         return f"{name} = {value}"
@@ -114,9 +123,13 @@ class MemoryGroup:
     def mechanism(self) -> str:
         """The limit files in words, for the output."""
         if self.version == 1:
-            swap = " + memory.memsw.limit_in_bytes" if (self.path / "memory.memsw.limit_in_bytes").exists() else ""
-            return f"cgroup v1 memory.limit_in_bytes{swap} at {self.path}"
-        return f"cgroup v2 memory.max + memory.swap.max=0 at {self.path}"
+            swap = (
+                " + memory.memsw.limit_in_bytes"
+                if (self.path / "memory.memsw.limit_in_bytes").exists()
+                else ""
+            )
+            return f"cgroup v1 memory.limit_in_bytes{swap}, a new group under {self.path.parent}"
+        return f"cgroup v2 memory.max + memory.swap.max=0, a new group under {self.path.parent}"
 
 
 def _own_paths(proc_cgroup: Path) -> tuple[str | None, str | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -12,9 +13,6 @@ from offloadprobe.config import ModelConfig
 from offloadprobe.isolation import ChildOutcome
 from offloadprobe.phase_log import last_started
 from offloadprobe.records import RunRecord
-
-STATE_DTYPE_FLAGS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8": "uint8"}
-"""Scenario dtype names -> ``run --exp-avg-dtype`` values (uint8 holds FP8 E4M3 + a scale)."""
 
 
 def run_args(model: ModelConfig, *, device: str, cycles: int, train_steps: int) -> list[str]:
@@ -29,34 +27,42 @@ def run_args(model: ModelConfig, *, device: str, cycles: int, train_steps: int) 
 
 
 class GateKeeper(threading.Thread):
-    """Waits for a gated child's ``ready``, runs ``on_ready``, then lets the child go.
+    """Serves a gated child's pauses: for each ``ready-N``, runs ``on_event``, writes ``go-N``.
 
-    ``on_ready`` runs while the child sits at the start of its first offload (see
-    ``offloadprobe.phase_log``); its result or exception is kept.
+    ``on_event`` gets the pause's ``{"event", "cycle", "phase"}`` while the child waits
+    (see ``offloadprobe.phase_log``); errors are kept, and the child is let go anyway.
     """
 
-    def __init__(self, directory: Path, on_ready: Callable[[], Any], poll_s: float = 0.002):
+    def __init__(
+        self, directory: Path, on_event: Callable[[dict[str, Any]], None], poll_s: float = 0.002
+    ) -> None:
         super().__init__(daemon=True)
         self.directory = directory
-        self.on_ready = on_ready
+        self.on_event = on_event
         self.poll_s = poll_s
-        self.reached = False
-        self.result: Any = None
-        self.error: BaseException | None = None
+        self.events: list[dict[str, Any]] = []
+        self.errors: list[str] = []
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        ready = self.directory / "ready"
+        seq = 0
         while not self._stop_event.wait(self.poll_s):
-            if ready.exists():
-                self.reached = True
-                try:
-                    self.result = self.on_ready()
-                except Exception as exc:  # reported as the outcome, never a crash
-                    self.error = exc
-                finally:
-                    (self.directory / "go").touch()
-                return
+            ready = self.directory / f"ready-{seq}"
+            if not ready.exists():
+                continue
+            info = json.loads(ready.read_text())
+            self.events.append(info)
+            try:
+                self.on_event(info)
+            except Exception as exc:  # reported in the outcome, never a crash
+                self.errors.append(f"cycle {info.get('cycle')} {info.get('phase')}: {exc}")
+            finally:
+                (self.directory / f"go-{seq}").touch()
+            seq += 1
+
+    @property
+    def reached(self) -> bool:
+        return bool(self.events)
 
     def stop(self) -> None:
         self._stop_event.set()

@@ -117,10 +117,26 @@ def host_scaling(s: Scenario, probe: ModelConfig) -> HostScaling:
             f"{str(s.offload.optimizer).lower()})",
             value=optimizer,
         ),
-        Term(label="node budget for parameter copies", formula="limit - reserved - optimizer", value=budget),
-        Term(label="per-rank budget", formula=f"node budget / {ranks} ranks (node {node})", value=rank_budget),
-        Term(label="rank payload", formula="param_data bytes of the node's largest rank", value=rank_payload),
-        Term(label="probe payload", formula="param_data bytes of the scaled probe model", value=scale.probe_payload),
+        Term(
+            label="node budget for parameter copies",
+            formula="limit - reserved - optimizer",
+            value=budget,
+        ),
+        Term(
+            label="per-rank budget",
+            formula=f"node budget / {ranks} ranks (node {node})",
+            value=rank_budget,
+        ),
+        Term(
+            label="rank payload",
+            formula="param_data bytes of the node's largest rank",
+            value=rank_payload,
+        ),
+        Term(
+            label="probe payload",
+            formula="param_data bytes of the scaled probe model",
+            value=scale.probe_payload,
+        ),
         Term(
             label="scaled host limit per process",
             formula=f"per-rank budget x {scale.probe_payload} / {rank_payload}",
@@ -144,10 +160,18 @@ def gpu_scaling(s: Scenario, probe: ModelConfig) -> GpuScaling:
         Term(label="GPU limit per device", formula="limit.gpu_memory_per_device", value=limit),
         Term(label="next phase claims", formula="limit.gpu_reserved_per_device", value=claim),
         Term(label="headroom", formula="limit - claim", value=limit - claim),
-        Term(label="rank payload", formula="param_data bytes of the largest rank", value=rank_payload),
-        Term(label="probe payload", formula="param_data bytes of the scaled probe model", value=scale.probe_payload),
+        Term(
+            label="rank payload", formula="param_data bytes of the largest rank", value=rank_payload
+        ),
+        Term(
+            label="probe payload",
+            formula="param_data bytes of the scaled probe model",
+            value=scale.probe_payload,
+        ),
         Term(label="scaled GPU limit", formula="limit x scale", value=scaled_limit),
         Term(label="scaled claim", formula="claim x scale", value=scaled_claim),
         Term(label="scaled headroom", formula="scaled limit - scaled claim", value=headroom),
     )
-    return GpuScaling(scale=scale, limit=scaled_limit, claim=scaled_claim, headroom=headroom, terms=terms)
+    return GpuScaling(
+        scale=scale, limit=scaled_limit, claim=scaled_claim, headroom=headroom, terms=terms
+    )

@@ -14,30 +14,11 @@ STRATEGIES = ("naive", "lazy", "registered", "pageable")
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    import json
+    from tests.conftest import run_each
 
-    from tests.conftest import run_cli
-
-    out = {}
-    for strategy in STRATEGIES:
-        path = tmp_path_factory.mktemp(strategy) / "r.json"
-        proc = run_cli(
-            "run",
-            "--device",
-            "cuda",
-            "--strategy",
-            strategy,
-            "--cycles",
-            "3",
-            "--no-progress",
-            "--json",
-            str(path),
-            *MODEL,
-            timeout=600,
-        )
-        assert proc.returncode == 0, proc.stderr + proc.stdout
-        out[strategy] = json.loads(path.read_text())["runs"][0]
-    return out
+    found = run_each(tmp_path_factory.mktemp("cuda"), STRATEGIES, "--device", "cuda",
+                     "--cycles", "3", *MODEL)  # fmt: skip
+    return {spec: doc["runs"][0] for spec, (doc, _) in found.items()}
 
 
 def _pow2_ceil(n):

@@ -20,29 +20,10 @@ SUMMARY_KEYS = {
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     """One real CPU run per strategy, each in its own process."""
-    import json
+    from tests.conftest import run_each
 
-    from tests.conftest import run_cli
-
-    out = {}
-    for strategy in ("naive", "lazy", "registered", "pageable"):
-        path = tmp_path_factory.mktemp(strategy) / "r.json"
-        proc = run_cli(
-            "run",
-            "--device",
-            "cpu",
-            "--strategy",
-            strategy,
-            "--cycles",
-            "3",
-            "--no-progress",
-            "--json",
-            str(path),
-            *SMALL_MODEL,
-        )
-        assert proc.returncode == 0, proc.stderr + proc.stdout
-        out[strategy] = (json.loads(path.read_text()), proc.stdout)
-    return out
+    return run_each(tmp_path_factory.mktemp("cpu"), ("naive", "lazy", "registered", "pageable"),
+                    "--device", "cpu", "--cycles", "3", *SMALL_MODEL)  # fmt: skip
 
 
 def test_json_schema_is_stable(reports):

@@ -14,20 +14,26 @@ def _optimizer_left(run):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    import json
+    from tests.conftest import run_each
 
-    from tests.conftest import run_cli
-
-    out = {}
-    for spec in ("legacy", "fixed", "complete",
-                 "tests.integration.user_optimizer_offload:VerlOffloadPreFix"):  # fmt: skip
-        path = tmp_path_factory.mktemp("opt") / "r.json"
-        proc = run_cli("run", "--device", "cpu", "--strategy", "lazy", "--precision-aware",
-                       "--optimizer-strategy", spec, "--cycles", "2", "--no-progress",
-                       "--json", str(path), *SMALL_MODEL)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr + proc.stdout
-        out[spec] = (json.loads(path.read_text())["runs"][0], proc.stdout)
-    return out
+    specs = ("legacy", "fixed", "complete",
+             "tests.integration.user_optimizer_offload:VerlOffloadPreFix")  # fmt: skip
+    found = {}
+    for spec in specs:
+        ((doc, stdout),) = run_each(
+            tmp_path_factory.mktemp("opt"),
+            ["lazy"],
+            "--device",
+            "cpu",
+            "--precision-aware",
+            "--optimizer-strategy",
+            spec,
+            "--cycles",
+            "2",
+            *SMALL_MODEL,
+        ).values()
+        found[spec] = (doc["runs"][0], stdout)
+    return found
 
 
 def test_legacy_leaves_master_param_behind(runs):

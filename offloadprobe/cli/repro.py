@@ -1,0 +1,90 @@
+"""``offloadprobe repro SCENARIO``: a real, scaled-down reproduction on this machine."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from offloadprobe.cli import app
+from offloadprobe.cli import options as opt
+from offloadprobe.errors import ExpectationMismatch
+from offloadprobe.report.repro_table import render_repro
+from offloadprobe.repro.reproduce import reproduce
+from offloadprobe.scenarios import load_scenario
+from offloadprobe.units import parse_size
+
+
+@app.command("repro")
+def repro_command(
+    scenario: Annotated[
+        Path, typer.Argument(help="A scenario file, e.g. scenarios/ci-small.toml.")
+    ],
+    device: opt.Device = "auto",
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", help="Run only this expected strategy (repeatable)."),
+    ] = None,
+    train_steps: Annotated[
+        int,
+        typer.Option(
+            "--train-steps",
+            help="Train steps per cycle in host-limit children (optimizer children: at least 1).",
+        ),
+    ] = 0,
+    cycles: Annotated[
+        int | None,
+        typer.Option("--cycles", help="Offload cycles (default: the scenario's [repro] cycles)."),
+    ] = None,
+    gpu_limit_floor: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu-limit-floor",
+            help="GPU scenarios: give the children at least this device limit (for the probe's "
+            "own training); the rollout claim grows with it, the scaled headroom stays.",
+        ),
+    ] = None,
+    child_timeout: Annotated[
+        float | None, typer.Option("--child-timeout", help="Seconds each child may run.")
+    ] = None,
+    cgroup: Annotated[
+        bool,
+        typer.Option(
+            "--cgroup/--no-cgroup",
+            help="Enforce the host limit in a real memory cgroup (else judge from VmHWM).",
+        ),
+    ] = True,
+    json_path: opt.JsonPath = None,
+) -> None:
+    """Run each strategy the scenario names at the [repro] scale, in a fresh process each,
+    under the scenario's limit scaled by the same factor, and compare with what it expects."""
+    s = load_scenario(scenario)
+    status = Console(file=sys.stderr)
+    repro = reproduce(
+        s,
+        device=device,
+        only=only or (),
+        train_steps=train_steps,
+        cycles=cycles,
+        gpu_limit_floor=parse_size(gpu_limit_floor, what="--gpu-limit-floor")
+        if gpu_limit_floor
+        else 0,
+        timeout_s=child_timeout,
+        use_cgroup=cgroup,
+        on_start=lambda name: status.print(f"repro: running {name}", highlight=False),
+    )
+    render_repro(repro, Console())
+    if json_path is not None:
+        json_path.write_text(json.dumps(repro.to_dict(), indent=2) + "\n")
+    if repro.mismatches:
+        raise ExpectationMismatch(
+            f"{s.name}: "
+            + "; ".join(
+                f"{o.strategy} expected {o.expected}, observed {o.observed} ({o.detail})"
+                for o in repro.mismatches
+            )
+        )

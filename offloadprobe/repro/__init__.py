@@ -1,0 +1,1 @@
+"""Scaled-down reproduction of a scenario: scaling, memory cgroups, host and GPU children."""

@@ -1,0 +1,202 @@
+"""GPU-limit reproduction: optimizer strategies under ``--gpu-limit`` and ``--rollout-claim``.
+
+Each optimizer strategy runs in a fresh ``offloadprobe run`` child (model strategy
+``lazy``, the scenario's optimizer settings). Between offload and load a rollout phase
+claims device memory; a strategy that left too much behind makes the claim fail with
+PyTorch's CUDA OOM (in CPU emulation the claim is judged against the emulated device
+bytes still resident, and says so).
+
+What the probe keeps on its device besides optimizer state (CUDA context aside: the
+caching allocator's own blocks, the batch, small scalars) is measured by a calibration
+child that offloads everything (optimizer strategy ``complete``, one cycle): its
+``residue`` after offload. Then::
+
+    gpu limit = max(scaled GPU limit, calibration's reserved peak)
+    claim     = gpu limit - residue - scaled headroom
+
+so a strategy fits exactly when what it leaves on the device beyond the residue is at
+most the scaled headroom. The limit is raised to the calibration's peak where the probe
+(dp = 1: its optimizer state is not sharded) would not even train within the scaled one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from offloadprobe.isolation import ChildSpec, run_child
+from offloadprobe.plan.terms import Term
+from offloadprobe.records import RunRecord
+from offloadprobe.repro.children import child_run, killed_at
+from offloadprobe.repro.records import ReproOutcome
+from offloadprobe.repro.scaling import GpuScaling
+from offloadprobe.scenarios.schema import Scenario
+from offloadprobe.units import format_bytes
+
+_FAILURE = re.compile(r"device out of memory in cycle (\d+), phase (\w+)")
+STATE_DTYPE_FLAGS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8": "uint8"}
+"""Scenario dtype names -> ``run --exp-avg-dtype`` values (uint8 holds FP8 E4M3 + a scale)."""
+
+
+def optimizer_flags(s: Scenario) -> list[str]:
+    """The scenario's optimizer settings as ``offloadprobe run`` flags."""
+    opt = s.offload.optimizer_options
+    if not opt.precision_aware:
+        return ["--classic"]
+    flags = ["--precision-aware"]
+    for flag, dtype in (
+        ("--exp-avg-dtype", opt.exp_avg_dtype),
+        ("--exp-avg-sq-dtype", opt.exp_avg_sq_dtype),
+    ):
+        flags += [flag, STATE_DTYPE_FLAGS.get(dtype, dtype)]
+    if opt.store_param_remainders:
+        flags.append("--store-param-remainders")
+    return flags
+
+
+def residue(run: RunRecord) -> int:
+    """Device bytes the run still held after its last offload (emulated ones in emulation)."""
+    offloads = [p for p in run.phases if p.phase == "offload"]
+    last = offloads[-1]
+    if last.gpu is not None:
+        return last.gpu.allocated_after
+    return last.host.device_in_host_after
+
+
+def reserved_peak(run: RunRecord) -> int:
+    """The caching allocator's highest reserved bytes in any phase (0 in emulation)."""
+    return max((p.gpu.reserved_peak for p in run.phases if p.gpu is not None), default=0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuSettings:
+    """The ``--gpu-limit`` and ``--rollout-claim`` every optimizer child gets."""
+
+    limit: int
+    claim: int
+    residue: int
+    terms: tuple[Term, ...]
+
+
+def calibrate(
+    args: list[str],
+    scaling: GpuScaling,
+    workdir: Path,
+    timeout_s: float | None,
+    floor: int = 0,
+) -> tuple[GpuSettings | None, str]:
+    """Run the calibration child; the settings, or None and why not."""
+    spec = ChildSpec(
+        label="calibration",
+        args=[*args, "--strategy", "lazy", "--optimizer-strategy", "complete", "--cycles", "1"],
+        timeout_s=timeout_s,
+    )
+    outcome = run_child(spec)
+    run = child_run(outcome)
+    if outcome.exit_code != 0 or run is None or not run.phases:
+        return None, f"calibration run failed: {outcome.verdict}"
+    left, peak = residue(run), reserved_peak(run)
+    limit = max(scaling.limit, peak, floor)
+    claim = limit - left - scaling.headroom
+    terms = (
+        Term(
+            label="calibration residue",
+            formula="device bytes after offloading everything (complete)",
+            value=left,
+        ),
+        Term(
+            label="calibration reserved peak",
+            formula="max reserved bytes in any phase (0 in emulation)",
+            value=peak,
+        ),
+        Term(
+            label="--gpu-limit",
+            formula="max(scaled GPU limit, reserved peak, --gpu-limit-floor)",
+            value=limit,
+        ),
+        Term(label="--rollout-claim", formula="gpu limit - residue - scaled headroom", value=claim),
+    )
+    if claim <= 0:
+        return None, f"no room for a rollout claim: {format_bytes(claim)}"
+    return GpuSettings(limit=limit, claim=claim, residue=left, terms=terms), ""
+
+
+def run_gpu_job(
+    strategy: str,
+    expected: str,
+    args: list[str],
+    settings: GpuSettings,
+    workdir: Path,
+    *,
+    emulated: bool,
+    timeout_s: float | None,
+) -> ReproOutcome:
+    """Run one optimizer strategy under the settings and classify what happened."""
+    log = workdir / f"{strategy}.phases.jsonl"
+    spec = ChildSpec(
+        label=strategy,
+        args=[
+            *args,
+            "--strategy", "lazy",
+            "--optimizer-strategy", strategy,
+            "--gpu-limit", str(settings.limit),
+            "--rollout-claim", str(settings.claim),
+            "--phase-log", str(log),
+        ],
+        timeout_s=timeout_s,
+    )  # fmt: skip
+    outcome = run_child(spec)
+    method = (
+        "rollout claim judged in CPU emulation against the emulated device bytes"
+        if emulated
+        else "real CUDA OOM under --gpu-limit (torch.cuda.set_per_process_memory_fraction)"
+    )
+    base = dict(
+        strategy=strategy,
+        kind="optimizer",
+        expected=expected,
+        method=method,
+        exit_code=outcome.exit_code,
+        child_verdict=outcome.verdict,
+        stderr_tail=outcome.stderr_tail,
+    )
+    run = child_run(outcome)
+    failure = run.failure if run is not None else None
+    match = _FAILURE.search(failure or "")
+    if match is not None:
+        cycle, phase = int(match.group(1)), match.group(2)
+        if phase != "rollout":
+            return ReproOutcome(
+                observed="error",
+                detail=f"device out of memory in cycle {cycle}, phase {phase}, not in the "
+                "rollout: the scaled limit is too small for the probe itself",
+                cycle=cycle,
+                phase=phase,
+                **base,
+            )
+        why = (failure or "").split(": ", 1)[-1]
+        return ReproOutcome(
+            observed="oom",
+            detail=f"OOM reproduced: device out of memory at cycle {cycle}, phase rollout ({why})",
+            cycle=cycle,
+            phase=phase,
+            **base,
+        )
+    if outcome.exit_code != 0 or run is None or run.summary is None:
+        cycle, phase = killed_at(log)
+        where = f" at cycle {cycle}, phase {phase}" if phase else ""
+        return ReproOutcome(observed="error", detail=f"{outcome.verdict}{where}", **base)
+    left = residue(run)
+    margin = settings.limit - settings.claim - left
+    terms = (
+        Term(label="left on the device after offload", formula="this run's residue", value=left),
+        Term(label="margin", formula="gpu limit - claim - residue", value=margin),
+    )
+    return ReproOutcome(
+        observed="ok",
+        detail=f"within limit, margin {format_bytes(margin)}",
+        margin=margin,
+        terms=terms,
+        **base,
+    )

@@ -1,0 +1,243 @@
+"""Host-limit reproduction: each model strategy in a fresh child under a real memory cgroup.
+
+The child (``offloadprobe run --phase-log FILE`` with ``OFFLOADPROBE_PHASE_GATE``) runs
+in a cgroup created for it, with no limit while it imports, builds and trains. At the
+start of its first offload it stops; the parent reads the group's usage then (the
+child's whole pre-offload footprint: interpreter, torch, megatron, model, emulated
+device buffers) and sets::
+
+    limit = usage at the gate + scaled host limit
+
+so the scaled budget applies exactly to what the strategy adds over its pre-offload
+baseline. The child continues; if it crosses the limit the kernel OOM-kills it, which
+the group's ``oom_kill`` counter confirms and the phase log places in a cycle and phase.
+
+Where no cgroup can be made, the child runs unlimited and its exact per-phase VmHWM
+(over the same baseline) is compared with the scaled limit instead, and the output says
+so.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from offloadprobe.isolation import ChildOutcome, ChildSpec, run_child
+from offloadprobe.phase_log import GATE_ENV
+from offloadprobe.plan.terms import Term
+from offloadprobe.records import RunRecord
+from offloadprobe.repro.cgroup import CgroupUnavailable, MemoryGroup, create_group
+from offloadprobe.repro.children import GateKeeper, child_run, killed_at
+from offloadprobe.repro.records import ReproOutcome
+from offloadprobe.units import format_bytes
+
+MOVING = ("offload", "load")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostJob:
+    """One strategy to run under the scaled host limit."""
+
+    strategy: str
+    expected: str
+    args: list[str]
+    """``offloadprobe run`` flags (model, device, cycles...) without the strategy."""
+    limit: int
+    """Scaled host limit: bytes the child may add over its pre-offload usage."""
+    timeout_s: float | None = None
+
+
+def run_host_job(job: HostJob, workdir: Path, *, use_cgroup: bool = True) -> ReproOutcome:
+    """Run ``job`` in a limited cgroup where one can be made, else judge from VmHWM."""
+    if use_cgroup:
+        name = f"offloadprobe-{os.getpid()}-{job.strategy}"
+        try:
+            group = create_group(name)
+        except CgroupUnavailable as why:
+            return _judged(job, workdir, reason=str(why))
+        try:
+            return _limited(job, workdir, group)
+        finally:
+            group.remove()
+    return _judged(job, workdir, reason="cgroup limit not requested")
+
+
+def _spec(job: HostJob, log: Path, **extra) -> ChildSpec:
+    args = [*job.args, "--strategy", job.strategy, "--phase-log", str(log)]
+    return ChildSpec(label=job.strategy, args=args, timeout_s=job.timeout_s, **extra)
+
+
+class _LimitWindow:
+    """Holds the group's limit at ``baseline + scaled`` from each offload to its load's end.
+
+    The baseline is the group's usage at the first pause, the start of cycle 0's offload.
+    Between a load's end and the next offload (the integrity check, the next train
+    phase: the framework's work, not the strategy's) the limit is lifted again.
+    """
+
+    def __init__(self, group: MemoryGroup, scaled: int) -> None:
+        self.group, self.scaled = group, scaled
+        self.baseline: int | None = None
+        self.written: list[str] = []
+
+    @property
+    def limit(self) -> int | None:
+        return None if self.baseline is None else self.baseline + self.scaled
+
+    def __call__(self, info: dict) -> None:
+        if info["event"] == "start":
+            if self.baseline is None:
+                self.baseline = self.group.usage()
+            self.written = self.group.set_limit(self.baseline + self.scaled)
+        else:
+            self.group.lift_limit()
+
+
+def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
+    gate = Path(tempfile.mkdtemp(prefix=f"gate-{job.strategy}-", dir=workdir))
+    log = workdir / f"{job.strategy}.phases.jsonl"
+    window = _LimitWindow(group, job.limit)
+    keeper = GateKeeper(gate, window)
+    keeper.start()
+    try:
+        outcome = run_child(_spec(job, log, env={GATE_ENV: str(gate)}, cgroup_procs=group.procs))
+    finally:
+        keeper.stop()
+    base = dict(
+        strategy=job.strategy,
+        kind="params",
+        expected=job.expected,
+        method=f"real limit: {group.mechanism}, held from each offload to the end of its load",
+        exit_code=outcome.exit_code,
+        child_verdict=outcome.verdict,
+        stderr_tail=outcome.stderr_tail,
+    )
+    if window.limit is None or keeper.errors:
+        why = "; ".join(keeper.errors) or "it never reached its first offload"
+        return ReproOutcome(
+            observed="error", detail=f"limit not set: {why} ({outcome.verdict})", **base
+        )
+    limit = window.limit
+    kills = group.oom_kills()
+    terms = [
+        Term(
+            label="cgroup usage at the first offload",
+            formula="the child's pre-offload baseline",
+            value=window.baseline,
+        ),
+        Term(label="scaled host limit", formula="see the scaling above", value=job.limit),
+        Term(label="cgroup limit", formula=" and ".join(window.written), value=limit),
+    ]
+    if outcome.exit_code == -9:
+        cycle, phase = killed_at(log)
+        if kills:
+            where = f"cycle {cycle}, phase {phase}" if phase else "between phases"
+            return ReproOutcome(
+                observed="oom",
+                detail=f"OOM reproduced: killed at {where} (cgroup oom_kill 0 -> {kills})",
+                cycle=cycle,
+                phase=phase,
+                terms=tuple(terms),
+                **base,
+            )
+        return ReproOutcome(
+            observed="error",
+            detail=f"killed by SIGKILL at cycle {cycle}, phase {phase}, but the cgroup "
+            "recorded no OOM kill",
+            terms=tuple(terms),
+            **base,
+        )
+    run = child_run(outcome)
+    if outcome.exit_code != 0 or run is None or run.summary is None:
+        return ReproOutcome(observed="error", detail=outcome.verdict, terms=tuple(terms), **base)
+    peaks = [
+        p.cgroup.peak
+        for p in run.phases
+        if p.phase in MOVING and p.cgroup and p.cgroup.peak_is_phase_local and p.cgroup.peak
+    ]
+    if peaks:
+        peak, margin = max(peaks), limit - max(peaks)
+        terms.append(
+            Term(
+                label="cgroup peak in offload/load phases",
+                formula="memory.max_usage_in_bytes, reset at each phase start",
+                value=peak,
+            )
+        )
+        seen = f"cgroup peak {format_bytes(peak)} of limit {format_bytes(limit)}"
+    else:
+        peak, margin = run.summary.host_peak_bytes, job.limit - run.summary.host_peak_bytes
+        terms.append(
+            Term(
+                label="host peak over the baseline",
+                formula="summary.host_peak_bytes (VmHWM)",
+                value=peak,
+            )
+        )
+        seen = f"VmHWM peak {format_bytes(peak)} over the baseline, of {format_bytes(job.limit)}"
+    terms.append(Term(label="margin", formula="limit - peak", value=margin))
+    return ReproOutcome(
+        observed="ok",
+        detail=f"within limit, margin {format_bytes(margin)} ({seen})",
+        margin=margin,
+        terms=tuple(terms),
+        **base,
+    )
+
+
+def over_limit(run: RunRecord, limit: int) -> tuple[int, str, int] | None:
+    """The first offload/load phase whose exact host peak over the baseline tops ``limit``."""
+    for p in run.phases:
+        if p.phase in MOVING:
+            over = p.host.host_peak - run.baseline_host_bytes
+            if over > limit:
+                return p.cycle, p.phase, over
+    return None
+
+
+def _judged(job: HostJob, workdir: Path, *, reason: str) -> ReproOutcome:
+    log = workdir / f"{job.strategy}.phases.jsonl"
+    outcome: ChildOutcome = run_child(_spec(job, log))
+    method = f"judged from the exact VmHWM, no real limit ({reason})"
+    base = dict(
+        strategy=job.strategy,
+        kind="params",
+        expected=job.expected,
+        method=method,
+        exit_code=outcome.exit_code,
+        child_verdict=outcome.verdict,
+        stderr_tail=outcome.stderr_tail,
+    )
+    run = child_run(outcome)
+    if outcome.exit_code != 0 or run is None or run.summary is None:
+        return ReproOutcome(observed="error", detail=outcome.verdict, **base)
+    terms = [
+        Term(label="scaled host limit", formula="see the scaling above", value=job.limit),
+        Term(
+            label="host peak over the baseline",
+            formula="summary.host_peak_bytes (VmHWM)",
+            value=run.summary.host_peak_bytes,
+        ),
+    ]
+    hit = over_limit(run, job.limit)
+    if hit is not None:
+        cycle, phase, over = hit
+        return ReproOutcome(
+            observed="oom",
+            detail=f"OOM (judged): would be killed at cycle {cycle}, phase {phase} "
+            f"({format_bytes(over)} > {format_bytes(job.limit)})",
+            cycle=cycle,
+            phase=phase,
+            terms=tuple(terms),
+            **base,
+        )
+    margin = job.limit - run.summary.host_peak_bytes
+    return ReproOutcome(
+        observed="ok",
+        detail=f"within limit, margin {format_bytes(margin)} (judged)",
+        margin=margin,
+        terms=tuple(terms),
+        **base,
+    )

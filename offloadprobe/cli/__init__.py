@@ -33,12 +33,22 @@ def fail(message: str, code: int) -> None:
     raise SystemExit(code)
 
 
+def _quiet_third_party_warnings() -> None:
+    """megatron-core and torch.distributed warn about optional backends on every import;
+    that is not offloadprobe's output. Our own notes say what was emulated or missing."""
+    import warnings
+
+    for module in (r"megatron\.", r"torch\.distributed"):
+        warnings.filterwarnings("ignore", module=module)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: one line and exit 2 for bad input, never a traceback.
 
     Click's exceptions are matched by shape, not type: typer releases differ in
     whether they vendor click.
     """
+    _quiet_third_party_warnings()
     _register()
     args = sys.argv[1:] if argv is None else list(argv)
     command = typer.main.get_command(app)

@@ -74,15 +74,7 @@ def compare_command(
     min_offload_bandwidth: opt.MinOffloadBandwidth = None,
 ) -> None:
     """Run each strategy in a fresh process with the same model, seed and cycles."""
-    model = opt.model_config(
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        vocab=vocab,
-        seq_length=seq_length,
-        micro_batch=micro_batch,
-        payload=payload,
-    )
+    model = opt.model_config(locals())
     RunConfig(model=model, cycles=cycles, train_steps=train_steps, device=device, seed=seed)
     resolve_device(device)
     for strategy in strategies:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -35,17 +36,19 @@ Seed = Annotated[int, typer.Option("--seed", help="Seed for weights and data.")]
 DEFAULT = ModelConfig()
 
 
-def model_config(
-    *,
-    layers: int,
-    hidden: int,
-    heads: int,
-    vocab: int,
-    seq_length: int,
-    micro_batch: int,
-    payload: str | None,
-) -> ModelConfig:
-    """Validate the model flags into a ``ModelConfig``, sized to ``--payload`` if given."""
+def model_config(flags: Mapping[str, Any]) -> ModelConfig:
+    """Validate a command's model flags (its ``locals()``) into a ``ModelConfig``.
+
+    Sized to ``--payload`` when given; flags a command lacks take the defaults.
+    """
+
+    def flag(name: str, default: Any) -> Any:
+        return flags.get(name, default)
+
+    layers, hidden = flag("layers", DEFAULT.num_layers), flag("hidden", DEFAULT.hidden_size)
+    heads, vocab = flag("heads", DEFAULT.num_attention_heads), flag("vocab", DEFAULT.vocab_size)
+    seq_length = flag("seq_length", DEFAULT.seq_length)
+    micro_batch, payload = flag("micro_batch", DEFAULT.micro_batch_size), flag("payload", None)
     cfg = ModelConfig(
         num_layers=layers,
         hidden_size=hidden,

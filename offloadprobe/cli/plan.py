@@ -59,15 +59,7 @@ def plan_command(
             raise UsageError(f"--device must be cuda or cpu for --probe, got {device!r}")
         if cycles < 1:
             raise UsageError(f"--cycles must be at least 1, got {cycles}")
-        model = opt.model_config(
-            layers=layers,
-            hidden=hidden,
-            heads=heads,
-            vocab=vocab,
-            seq_length=seq_length,
-            micro_batch=opt.DEFAULT.micro_batch_size,
-            payload=payload,
-        )
+        model = opt.model_config(locals())
         rows = [
             probe_projection(model, k, emulated=device == "cpu", cycles=cycles)
             for k in PARAM_STRATEGIES

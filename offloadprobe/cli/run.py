@@ -77,15 +77,7 @@ def run_command(
     ] = None,
 ) -> None:
     """Run offload/load cycles of one strategy and print what each phase cost."""
-    model = opt.model_config(
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        vocab=vocab,
-        seq_length=seq_length,
-        micro_batch=micro_batch,
-        payload=payload,
-    )
+    model = opt.model_config(locals())
     cfg = RunConfig(
         model=model,
         strategy=strategy,

@@ -32,15 +32,29 @@ def phase_table(run: RunRecord, *, gpu: bool) -> Table:
     columns = ["cycle", "phase", "time", "rate", "host peak", "host after"]
     if gpu:
         columns += ["RssShmem", "pinned reserved", "GPU alloc after", "GPU peak"]
-    left_keys = _left_keys(run)
-    columns += [f"left on {'GPU' if gpu else 'device'}: {key}" for key in left_keys]
     for name in columns:
         table.add_column(name, justify="left" if name == "phase" else "right")
     for rec in run.phases:
-        cells = _phase_cells(rec, run.baseline_host_bytes, run.payload_bytes, gpu)
-        left = rec.left_on_device
-        cells += [format_bytes(left.get(k, 0)) if left is not None else "" for k in left_keys]
-        table.add_row(*cells)
+        table.add_row(*_phase_cells(rec, run.baseline_host_bytes, run.payload_bytes, gpu))
+    return table
+
+
+def residency_table(run: RunRecord, *, gpu: bool) -> Table | None:
+    """One row per offload, one "left on GPU after offload" column per owner left behind."""
+    keys = _left_keys(run)
+    offloads = [rec for rec in run.phases if rec.left_on_device is not None]
+    if not offloads:
+        return None
+    where = "GPU" if gpu else "device (emulated)"
+    table = Table(title=f"{run.strategy}: left on {where} after offload", title_justify="left")
+    table.add_column("cycle", justify="right")
+    for key in keys:
+        table.add_column(key, justify="right")
+    table.add_column("total", justify="right")
+    for rec in offloads:
+        left = rec.left_on_device or {}
+        cells = [format_bytes(left.get(key, 0)) for key in keys]
+        table.add_row(str(rec.cycle), *cells, format_bytes(sum(left.values())))
     return table
 
 
@@ -102,6 +116,9 @@ def render_report(report: Report, console: Console) -> None:
     """Print every run's phase table, then the notes and one summary line per run."""
     for run in report.runs:
         console.print(phase_table(run, gpu=not report.emulated))
+        residency = residency_table(run, gpu=not report.emulated)
+        if residency is not None:
+            console.print(residency)
     notes = sorted({n for run in report.runs for n in run.notes})
     versions = ", ".join(f"{k} {v}" for k, v in report.versions.items() if v)
     lines = [Text(f"device {report.device}; {versions}", style="dim")]

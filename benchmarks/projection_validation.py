@@ -28,9 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -41,7 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from offloadprobe import isolation  # noqa: E402
 from offloadprobe.config import ModelConfig  # noqa: E402
+from offloadprobe.isolation import ChildSpec  # noqa: E402
 from offloadprobe.plan.probe import probe_payload, project_probe  # noqa: E402
 
 DEFAULT_SIZES = {"cuda": ["1000MiB", "1100MiB", "3GiB"], "cpu": ["48MiB", "60MiB", "68MiB"]}
@@ -72,34 +72,16 @@ def run_child(
     device: str, strategy: str, size: str, cycles: int, train_steps: int, timeout_s: float
 ) -> tuple[int, dict[str, Any] | None, str, float]:
     """One fresh ``offloadprobe run`` process; (exit code, JSON report, stderr tail, seconds)."""
-    with tempfile.TemporaryDirectory(prefix="projection-") as tmp:
-        out = Path(tmp) / "run.json"
-        cmd = [
-            sys.executable, "-m", "offloadprobe", "run",
-            "--device", device,
-            "--strategy", strategy,
-            "--payload", size,
-            "--cycles", str(cycles),
-            "--train-steps", str(train_steps),
-            "--no-reference-check",
-            "--no-progress",
-            "--json", str(out),
-        ]  # fmt: skip
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        }
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run(
-                cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout_s
-            )
-        except subprocess.TimeoutExpired:
-            return 124, None, f"timed out after {timeout_s:g} s", time.perf_counter() - start
-        seconds = time.perf_counter() - start
-        report = json.loads(out.read_text()) if out.exists() else None
-        tail = "\n".join(proc.stderr.strip().splitlines()[-3:])
-        return proc.returncode, report, tail, seconds
+    args = [
+        "--device", device, "--strategy", strategy, "--payload", size,
+        "--cycles", str(cycles), "--train-steps", str(train_steps), "--no-reference-check",
+    ]  # fmt: skip
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    spec = ChildSpec(label=strategy, args=args, env={"PYTHONPATH": path}, timeout_s=timeout_s)
+    start = time.perf_counter()
+    outcome = isolation.run_child(spec)
+    tail = outcome.stderr_tail or ("" if outcome.exit_code == 0 else outcome.verdict)
+    return outcome.exit_code, outcome.report, tail, time.perf_counter() - start
 
 
 def measure_row(

@@ -18,7 +18,7 @@ from offloadprobe.model.integrity import fingerprint_buffers, verify_round_trip
 from offloadprobe.model.reference import Checkpoint, checkpoint, differences, reference_trajectory
 from offloadprobe.model.residency import device_bytes
 from offloadprobe.model.train import train_step
-from offloadprobe.optimizer.strategies import OPTIMIZER_STRATEGIES, make_optimizer_strategy
+from offloadprobe.optimizer.strategies import make_optimizer_strategy
 from offloadprobe.records import PhaseRecord, Report, RunRecord
 from offloadprobe.rollout import claim, limit_device_memory
 from offloadprobe.runtime import Runtime, open_runtime
@@ -43,10 +43,10 @@ def phases_per_run(cfg: RunConfig) -> int:
     return cfg.cycles * (4 if cfg.rollout_claim_bytes else 3)
 
 
-def describe(spec: str, registry: Any = MODEL_STRATEGIES) -> str:
+def describe(spec: str) -> str:
     if is_user_spec(spec):
         return f"user strategy {spec}"
-    return registry.get(spec).summary
+    return MODEL_STRATEGIES.get(spec).summary
 
 
 def _train(model: ProbeModel, steps: int) -> float | None:
@@ -132,17 +132,15 @@ class _Cycles:
 
         return run
 
-    def check_step(self, label: str, index: int, loss: float | None) -> None:
-        if not self.reference:
-            return
-        got = Checkpoint(loss=loss, fingerprints=fingerprint_buffers(self.model.chunks))
-        self.problems += differences(label, got, self.reference[index])
+    def check_step(self, label: str, index: int, got: Checkpoint) -> None:
+        if self.reference:
+            self.problems += differences(label, got, self.reference[index])
 
     def cycle(self, cycle: int) -> None:
         cfg, model = self.cfg, self.model
         loss = self.phase(cycle, "train", lambda: _train(model, cfg.train_steps))
-        self.check_step(f"cycle {cycle} train step", cycle, loss)
         before = fingerprint_buffers(model.chunks)
+        self.check_step(f"cycle {cycle} train step", cycle, Checkpoint(loss, before))
         self.snapshot = audit.snapshot_device_storage(model)
         self.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model).values())
         offload = self.transfer(self.strategy.offload, self.optimizer_strategy.offload)
@@ -245,4 +243,4 @@ def run(cfg: RunConfig, hooks: Hooks | None = None) -> Report:
         )
 
 
-__all__ = ["OPTIMIZER_STRATEGIES", "Hooks", "phases_per_run", "run", "run_cycles"]
+__all__ = ["Hooks", "phases_per_run", "run", "run_cycles"]

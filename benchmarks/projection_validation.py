@@ -39,9 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from offloadprobe import isolation  # noqa: E402
-from offloadprobe.config import ModelConfig  # noqa: E402
-from offloadprobe.isolation import ChildSpec  # noqa: E402
+from offloadprobe.core.config import ModelConfig  # noqa: E402
+from offloadprobe.isolation import child as isolation  # noqa: E402
+from offloadprobe.isolation.child import ChildSpec  # noqa: E402
 from offloadprobe.plan.probe import probe_payload, project_probe  # noqa: E402
 
 DEFAULT_SIZES = {"cuda": ["1000MiB", "1100MiB", "3GiB"], "cpu": ["48MiB", "60MiB", "68MiB"]}

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from offloadprobe.errors import OffloadProbeError
+from offloadprobe.core.errors import OffloadProbeError
 
 app = typer.Typer(
     name="offloadprobe",

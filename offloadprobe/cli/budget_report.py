@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from offloadprobe.budgets import Budget, check_all
-from offloadprobe.errors import BudgetExceeded
-from offloadprobe.records import RunRecord
+from offloadprobe.core.budgets import Budget, check_all
+from offloadprobe.core.errors import BudgetExceeded
+from offloadprobe.core.records import RunRecord
 
 
 def enforce(budgets: list[Budget], runs: list[RunRecord]) -> None:

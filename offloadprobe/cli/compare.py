@@ -9,18 +9,18 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from offloadprobe.budgets import budgets_from_flags
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
-from offloadprobe.comparison import Candidate, candidates, compare, model_args
-from offloadprobe.config import RunConfig
-from offloadprobe.errors import UsageError
-from offloadprobe.optimizer.strategies import validate_optimizer_strategy
+from offloadprobe.compare.comparison import Candidate, candidates, compare, model_args
+from offloadprobe.core.budgets import budgets_from_flags
+from offloadprobe.core.config import RunConfig
+from offloadprobe.core.errors import UsageError
+from offloadprobe.engine.optimizer.strategies import validate_optimizer_strategy
+from offloadprobe.engine.runtime.session import resolve_device
+from offloadprobe.engine.strategies import validate_model_strategy
 from offloadprobe.report.comparison_table import render_comparison
 from offloadprobe.report.markdown import write_markdown
-from offloadprobe.runtime.session import resolve_device
-from offloadprobe.strategies import validate_model_strategy
 
 
 @app.command("compare")

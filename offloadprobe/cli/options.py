@@ -8,9 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from offloadprobe.config import ModelConfig, size_for_payload
-from offloadprobe.optimizer.build import OptimizerChoice
-from offloadprobe.units import parse_size
+from offloadprobe.core.config import ModelConfig, OptimizerChoice, size_for_payload
+from offloadprobe.core.units import parse_size
 
 Layers = Annotated[int, typer.Option("--layers", help="Transformer layers.")]
 Hidden = Annotated[int, typer.Option("--hidden", help="Hidden size.")]

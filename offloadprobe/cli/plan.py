@@ -12,7 +12,7 @@ from rich.console import Console
 
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
-from offloadprobe.errors import UsageError
+from offloadprobe.core.errors import UsageError
 from offloadprobe.plan.probe import probe_payload, probe_projection
 from offloadprobe.plan.scenario_plan import project_scenario
 from offloadprobe.report.plan_table import render_plan, render_probe

@@ -12,11 +12,11 @@ from rich.console import Console
 
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
-from offloadprobe.errors import ExpectationMismatch
+from offloadprobe.core.errors import ExpectationMismatch
+from offloadprobe.core.units import parse_size
 from offloadprobe.report.repro_table import render_repro
 from offloadprobe.repro.reproduce import reproduce
 from offloadprobe.scenarios import load_scenario
-from offloadprobe.units import parse_size
 
 
 @app.command("repro")

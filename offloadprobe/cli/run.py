@@ -10,21 +10,21 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from offloadprobe.budgets import budgets_from_flags
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
-from offloadprobe.config import RunConfig
-from offloadprobe.errors import DeviceOutOfMemory, IntegrityError
-from offloadprobe.optimizer.strategies import validate_optimizer_strategy
-from offloadprobe.phase_log import PhaseLog
-from offloadprobe.records import Report
+from offloadprobe.core.budgets import budgets_from_flags
+from offloadprobe.core.config import RunConfig
+from offloadprobe.core.errors import DeviceOutOfMemory, IntegrityError
+from offloadprobe.core.records import Report
+from offloadprobe.core.units import parse_size
+from offloadprobe.engine.optimizer.strategies import validate_optimizer_strategy
+from offloadprobe.engine.runner import Hooks, phases_per_run, run
+from offloadprobe.engine.runtime.session import resolve_device
+from offloadprobe.engine.strategies import validate_model_strategy
+from offloadprobe.measure.phase_log import PhaseLog
 from offloadprobe.report.json_report import write_json
 from offloadprobe.report.table import render_report
-from offloadprobe.runner import Hooks, phases_per_run, run
-from offloadprobe.runtime.session import resolve_device
-from offloadprobe.strategies import validate_model_strategy
-from offloadprobe.units import parse_size
 
 
 @app.command("run")

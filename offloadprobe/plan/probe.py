@@ -1,6 +1,6 @@
 """Project offloadprobe's own probe model, to check projections against measurements.
 
-The probe (``offloadprobe.model.builder``) is megatron's ``GPTModel`` with the local
+The probe (``offloadprobe.engine.model.builder``) is megatron's ``GPTModel`` with the local
 layer spec and its defaults (LayerNorm with biases, learned absolute positions, untied
 output layer, a 4h MLP without gating), on one rank (tp = pp = ep = dp = 1), wrapped in
 ``DistributedDataParallel`` with fp32 grad reduction, no overlap and the distributed
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from offloadprobe.config import ModelConfig
-from offloadprobe.plan.inputs import DdpOptions, GptShape, Parallelism
-from offloadprobe.plan.layout import StageLayout, lay_out_model
-from offloadprobe.plan.pinned import page_rounded
+from offloadprobe.core.config import ModelConfig
+from offloadprobe.layout.inputs import DdpOptions, GptShape, Parallelism
+from offloadprobe.layout.pinned import page_rounded
+from offloadprobe.layout.stages import StageLayout, lay_out_model
+from offloadprobe.layout.terms import Term
 from offloadprobe.plan.projection import ONCE_KIND, RankHost, buffer_labels, rank_host
-from offloadprobe.plan.terms import Term
 
 PROBE_PARALLELISM = Parallelism(gpus_per_node=1)
 PROBE_DDP = DdpOptions(grad_reduce_in_fp32=True, overlap_grad_reduce=False)

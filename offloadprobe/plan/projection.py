@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from offloadprobe.plan.inputs import DTYPE_BYTES
-from offloadprobe.plan.layout import StageLayout
-from offloadprobe.plan.optimizer_state import OptimizerOptions, optimizer_state
-from offloadprobe.plan.pinned import (
+from offloadprobe.layout.inputs import DTYPE_BYTES
+from offloadprobe.layout.optimizer_state import OptimizerOptions, optimizer_state
+from offloadprobe.layout.pinned import (
     Alloc,
     Event,
     Free,
@@ -28,7 +27,8 @@ from offloadprobe.plan.pinned import (
     pinned_block_size,
     replay,
 )
-from offloadprobe.plan.terms import Term
+from offloadprobe.layout.stages import StageLayout
+from offloadprobe.layout.terms import Term
 from offloadprobe.scenarios.schema import PARAM_STRATEGIES, Scenario
 
 Outcome = Literal["oom", "ok"]
@@ -54,7 +54,7 @@ def param_events(
 ) -> list[Event]:
     """The host allocations and frees of ``cycles`` offloads of buffers of ``payloads`` bytes.
 
-    Mirrors ``offloadprobe.strategies`` call by call, buffer by buffer in
+    Mirrors ``offloadprobe.engine.strategies`` call by call, buffer by buffer in
     ``ddp_buffers`` order:
 
     * ``naive``: ``self._copies[id(buffer)] = buffer.param_data.cpu().pin_memory()``.

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from offloadprobe.plan.layout import ModelLayout, StageLayout
+from offloadprobe.layout.stages import ModelLayout, StageLayout
+from offloadprobe.layout.terms import Term
 from offloadprobe.plan.projection import (
     gpu_kept,
     optimizer_host,
     predicted,
     rank_host,
 )
-from offloadprobe.plan.terms import Term
 from offloadprobe.scenarios.schema import OPTIMIZER_STRATEGIES, PARAM_STRATEGIES, Scenario
 
 

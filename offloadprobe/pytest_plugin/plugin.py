@@ -86,8 +86,8 @@ def _render(run: Any, emulated: bool) -> str:
 
 def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
     """Run one strategy in a child process; return its record and any budget failure."""
-    from offloadprobe.budgets import budgets_from_flags, check_all
-    from offloadprobe.isolation import ChildSpec, run_child
+    from offloadprobe.core.budgets import budgets_from_flags, check_all
+    from offloadprobe.isolation.child import ChildSpec, run_child
 
     known = {*_RUN_KEYS, *_BUDGET_KEYS, *_FLAGS, "strategy", "timeout"}
     unknown = set(options) - known

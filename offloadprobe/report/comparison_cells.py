@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from offloadprobe.comparison import Comparison, ComparisonRow
-from offloadprobe.records import RunSummary
-from offloadprobe.units import format_bytes, format_ratio
+from offloadprobe.compare.comparison import Comparison, ComparisonRow
+from offloadprobe.core.records import RunSummary
+from offloadprobe.core.units import format_bytes, format_ratio
 
 HEADERS = [
     "strategy",

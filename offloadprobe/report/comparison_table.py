@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from offloadprobe.comparison import Comparison
+from offloadprobe.compare.comparison import Comparison
 from offloadprobe.report.comparison_cells import HEADERS, caption, comparison_cells
 
 

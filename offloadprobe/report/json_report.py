@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from offloadprobe.errors import UsageError
-from offloadprobe.records import Report
+from offloadprobe.core.errors import UsageError
+from offloadprobe.core.records import Report
 
 
 def write_json(report: Report, path: Path) -> None:

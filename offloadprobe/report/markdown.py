@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from offloadprobe.comparison import Comparison
-from offloadprobe.errors import UsageError
+from offloadprobe.compare.comparison import Comparison
+from offloadprobe.core.errors import UsageError
 from offloadprobe.report.comparison_cells import HEADERS, caption, comparison_cells
 
 

@@ -6,10 +6,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from offloadprobe.core.units import format_bytes
 from offloadprobe.plan.projection import RankHost
 from offloadprobe.plan.scenario_plan import ScenarioPlan, StrategyPlan
 from offloadprobe.report.terms import terms_table
-from offloadprobe.units import format_bytes
 
 
 def _verdict(row: StrategyPlan) -> str:

@@ -7,8 +7,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from offloadprobe.records import PhaseRecord, Report, RunRecord
-from offloadprobe.units import format_bytes, format_gbps, format_ratio
+from offloadprobe.core.records import PhaseRecord, Report, RunRecord
+from offloadprobe.core.units import format_bytes, format_gbps, format_ratio
 
 
 def _delta(value: int | None, base: int, payload: int) -> str:

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from rich.markup import escape
 from rich.table import Table
 
-from offloadprobe.plan.terms import Term
-from offloadprobe.units import format_bytes
+from offloadprobe.core.units import format_bytes
+from offloadprobe.layout.terms import Term
 
 
 def term_value(term: Term) -> str:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from offloadprobe.probes.cgroup import CGROUP_ROOT
+from offloadprobe.measure.probes.cgroup import CGROUP_ROOT
 
 
 class CgroupUnavailable(Exception):

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from offloadprobe.comparison import model_args
-from offloadprobe.config import ModelConfig
-from offloadprobe.isolation import ChildOutcome
-from offloadprobe.phase_log import last_started
-from offloadprobe.records import RunRecord
+from offloadprobe.compare.comparison import model_args
+from offloadprobe.core.config import ModelConfig
+from offloadprobe.core.records import RunRecord
+from offloadprobe.isolation.child import ChildOutcome
+from offloadprobe.measure.phase_log import last_started
 
 
 def run_args(model: ModelConfig, *, device: str, cycles: int, train_steps: int) -> list[str]:
@@ -30,7 +30,7 @@ class GateKeeper(threading.Thread):
     """Serves a gated child's pauses: for each ``ready-N``, runs ``on_event``, writes ``go-N``.
 
     ``on_event`` gets the pause's ``{"event", "cycle", "phase"}`` while the child waits
-    (see ``offloadprobe.phase_log``); errors are kept, and the child is let go anyway.
+    (see ``offloadprobe.measure.phase_log``); errors are kept, and the child is let go anyway.
     """
 
     def __init__(

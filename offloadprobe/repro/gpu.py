@@ -25,14 +25,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from offloadprobe.isolation import ChildSpec, run_child
-from offloadprobe.plan.terms import Term
-from offloadprobe.records import RunRecord
+from offloadprobe.core.records import RunRecord
+from offloadprobe.core.units import format_bytes
+from offloadprobe.isolation.child import ChildSpec, run_child
+from offloadprobe.layout.terms import Term
 from offloadprobe.repro.children import child_run, killed_at
 from offloadprobe.repro.records import ReproOutcome
 from offloadprobe.repro.scaling import GpuScaling
 from offloadprobe.scenarios.schema import Scenario
-from offloadprobe.units import format_bytes
 
 _FAILURE = re.compile(r"device out of memory in cycle (\d+), phase (\w+)")
 STATE_DTYPE_FLAGS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8": "uint8"}

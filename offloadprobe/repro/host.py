@@ -24,14 +24,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from offloadprobe.isolation import ChildOutcome, ChildSpec, run_child
-from offloadprobe.phase_log import GATE_ENV
-from offloadprobe.plan.terms import Term
-from offloadprobe.records import RunRecord
+from offloadprobe.core.records import RunRecord
+from offloadprobe.core.units import format_bytes
+from offloadprobe.isolation.child import ChildOutcome, ChildSpec, run_child
+from offloadprobe.layout.terms import Term
+from offloadprobe.measure.phase_log import GATE_ENV
 from offloadprobe.repro.cgroup import CgroupUnavailable, MemoryGroup, create_group
 from offloadprobe.repro.children import GateKeeper, child_run, killed_at
 from offloadprobe.repro.records import ReproOutcome
-from offloadprobe.units import format_bytes
 
 MOVING = ("offload", "load")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from offloadprobe.plan.terms import Term
+from offloadprobe.layout.terms import Term
 
 Observed = Literal["oom", "ok", "error"]
 

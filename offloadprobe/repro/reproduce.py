@@ -7,15 +7,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from offloadprobe import environment
-from offloadprobe.config import ModelConfig, size_for_payload
-from offloadprobe.errors import UsageError
+from offloadprobe.core.config import ModelConfig, size_for_payload
+from offloadprobe.core.errors import UsageError
+from offloadprobe.engine import environment
+from offloadprobe.engine.runtime.session import resolve_device
 from offloadprobe.repro.children import run_args
 from offloadprobe.repro.gpu import calibrate, optimizer_flags, run_gpu_job
 from offloadprobe.repro.host import HostJob, run_host_job
 from offloadprobe.repro.records import Repro, ReproOutcome
 from offloadprobe.repro.scaling import gpu_scaling, host_scaling
-from offloadprobe.runtime.session import resolve_device
 from offloadprobe.scenarios.schema import Expectation, Scenario
 
 

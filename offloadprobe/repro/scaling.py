@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from offloadprobe.config import ModelConfig
-from offloadprobe.errors import UsageError
+from offloadprobe.core.config import ModelConfig
+from offloadprobe.core.errors import UsageError
+from offloadprobe.core.units import format_bytes
+from offloadprobe.layout.terms import Term
 from offloadprobe.plan.probe import probe_payload
 from offloadprobe.plan.projection import optimizer_host
-from offloadprobe.plan.terms import Term
 from offloadprobe.scenarios.schema import Scenario
-from offloadprobe.units import format_bytes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from offloadprobe.errors import UsageError
-from offloadprobe.plan.inputs import (
+from offloadprobe.core.errors import UsageError
+from offloadprobe.core.units import parse_size
+from offloadprobe.layout.inputs import (
     DTYPE_BYTES,
     DdpOptions,
     GptShape,
@@ -35,13 +36,12 @@ from offloadprobe.plan.inputs import (
     Parallelism,
     ParamCount,
 )
-from offloadprobe.plan.layout import ModelLayout, lay_out_model
-from offloadprobe.plan.optimizer_state import OptimizerOptions
-from offloadprobe.plan.parameters import check_model_fits
-from offloadprobe.units import parse_size
+from offloadprobe.layout.optimizer_state import OptimizerOptions
+from offloadprobe.layout.parameters import check_model_fits
+from offloadprobe.layout.stages import ModelLayout, lay_out_model
 
 PARAM_STRATEGIES = ("naive", "lazy", "registered", "pageable")
-"""How the model's DDP buffers reach the host (see ``offloadprobe.strategies``)."""
+"""How the model's DDP buffers reach the host (see ``offloadprobe.engine.strategies``)."""
 OPTIMIZER_STRATEGIES = ("legacy", "fixed", "complete", "none")
 """How optimizer state is offloaded: ``legacy`` leaves the precision-aware
 ``master_param`` on the GPU (verl before PR 6635), ``fixed`` moves it too,

@@ -9,20 +9,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from offloadprobe.audit import (
+from offloadprobe.core.config import ModelConfig
+from offloadprobe.engine.model.audit import (
     audit,
     bytes_by_key,
     optimizer_state_bytes_by_key,
     snapshot_device_storage,
 )
-from offloadprobe.config import ModelConfig
-from offloadprobe.model.builder import build_probe_model
-from offloadprobe.model.train import train_step
-from offloadprobe.optimizer.build import OptimizerChoice
-from offloadprobe.optimizer.holdings import holdings
-from offloadprobe.optimizer.strategies import make_optimizer_strategy
-from offloadprobe.runtime import open_runtime
-from offloadprobe.strategies import make_model_strategy
+from offloadprobe.engine.model.builder import build_probe_model
+from offloadprobe.engine.model.train import train_step
+from offloadprobe.engine.optimizer.build import OptimizerChoice
+from offloadprobe.engine.optimizer.holdings import holdings
+from offloadprobe.engine.optimizer.strategies import make_optimizer_strategy
+from offloadprobe.engine.runtime import open_runtime
+from offloadprobe.engine.strategies import make_model_strategy
 
 pytestmark = pytest.mark.cuda
 

@@ -1,14 +1,14 @@
 import pytest
 
-from offloadprobe.budgets import (
+from offloadprobe.core.budgets import (
     GpuResidualBudget,
     budgets_from_flags,
     check_all,
     parse_bandwidth,
     parse_host_peak,
 )
-from offloadprobe.errors import UsageError
-from offloadprobe.records import RunRecord, RunSummary
+from offloadprobe.core.errors import UsageError
+from offloadprobe.core.records import RunRecord, RunSummary
 
 GiB = 2**30
 

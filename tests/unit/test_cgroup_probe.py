@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from offloadprobe.probes.cgroup import CgroupProbe, locate
+from offloadprobe.measure.probes.cgroup import CgroupProbe, locate
 
 
 def _fake_tree(tmp_path, proc_line, files):

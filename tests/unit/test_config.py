@@ -1,7 +1,7 @@
 import pytest
 
-from offloadprobe.config import ModelConfig, RunConfig, gpt_param_count, size_for_payload
-from offloadprobe.errors import UsageError
+from offloadprobe.core.config import ModelConfig, RunConfig, gpt_param_count, size_for_payload
+from offloadprobe.core.errors import UsageError
 
 
 def test_heads_must_divide_hidden():

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from offloadprobe.probes.host import HostProbe, read_status, reset_hwm
+from offloadprobe.measure.probes.host import HostProbe, read_status, reset_hwm
 
 N = 256 * 2**20
 

@@ -18,16 +18,16 @@ from typing import Any
 import pytest
 import torch
 
-from offloadprobe.plan.buffers import (
+from offloadprobe.layout.buffers import (
     bucket_end_divisor,
     lay_out_buffer,
     pad_bucket_end,
     pad_param_start,
 )
-from offloadprobe.plan.inputs import DdpOptions, GptShape, LayoutError, Parallelism, ParamCount
-from offloadprobe.plan.layout import lay_out_model
-from offloadprobe.plan.optimizer_state import OptimizerOptions, optimizer_state
-from offloadprobe.plan.parameters import ParamEntry, gpt_stage_parameters, stage_layer_counts
+from offloadprobe.layout.inputs import DdpOptions, GptShape, LayoutError, Parallelism, ParamCount
+from offloadprobe.layout.optimizer_state import OptimizerOptions, optimizer_state
+from offloadprobe.layout.parameters import ParamEntry, gpt_stage_parameters, stage_layer_counts
+from offloadprobe.layout.stages import lay_out_model
 
 pytest.importorskip("megatron.core")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")

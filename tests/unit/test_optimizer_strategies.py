@@ -13,17 +13,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from offloadprobe.audit import audit, bytes_by_key, snapshot_device_storage
-from offloadprobe.errors import StrategyError, UsageError
-from offloadprobe.optimizer.build import OptimizerChoice
-from offloadprobe.optimizer.holdings import holdings, megatron_optimizers
-from offloadprobe.optimizer.precision_adam import PrecisionAwareAdam
-from offloadprobe.optimizer.strategies import (
+from offloadprobe.core.config import OptimizerChoice
+from offloadprobe.core.errors import StrategyError, UsageError
+from offloadprobe.engine.model.audit import audit, bytes_by_key, snapshot_device_storage
+from offloadprobe.engine.optimizer.build import adam_class
+from offloadprobe.engine.optimizer.holdings import holdings, megatron_optimizers
+from offloadprobe.engine.optimizer.precision_adam import PrecisionAwareAdam
+from offloadprobe.engine.optimizer.strategies import (
     OPTIMIZER_STRATEGIES,
     make_optimizer_strategy,
     validate_optimizer_strategy,
 )
-from offloadprobe.runtime import Runtime
+from offloadprobe.engine.runtime import Runtime
 
 EMULATED = Runtime(device="cpu", emulated=True, note=None)
 SHAPES = [(4, 8), (16,)]
@@ -121,8 +122,8 @@ def test_optimizer_choice_refuses_what_cannot_work(kwargs, message):
 def test_optimizer_choice_accepts_every_state_dtype():
     for dtype in ("fp32", "bf16", "fp16", "uint8"):
         choice = OptimizerChoice(precision_aware=True, exp_avg_dtype=dtype, exp_avg_sq_dtype=dtype)
-        assert choice.adam_class is not None
-    assert OptimizerChoice().adam_class is None
+        assert adam_class(choice) is not None
+    assert adam_class(OptimizerChoice()) is None
 
 
 # ---- complete --------------------------------------------------------------------------

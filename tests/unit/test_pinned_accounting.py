@@ -1,6 +1,6 @@
 """Pinned-allocator accounting: exact numbers from pure functions.
 
-The offload patterns replayed here mirror ``offloadprobe.strategies`` (naive: a fresh
+The offload patterns replayed here mirror ``offloadprobe.engine.strategies`` (naive: a fresh
 ``.cpu().pin_memory()`` per offload; lazy: one pinned buffer, ``copy_`` into it).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from offloadprobe.plan.pinned import (
+from offloadprobe.layout.pinned import (
     PAGE_SIZE,
     Alloc,
     EmptyCache,

@@ -1,4 +1,4 @@
-from offloadprobe.probes.pinned import PinnedProbe, normalise
+from offloadprobe.measure.probes.pinned import PinnedProbe, normalise
 
 GiB = 2**30
 

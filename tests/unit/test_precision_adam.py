@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 import torch
 
-from offloadprobe.optimizer.precision_adam import (
+from offloadprobe.engine.optimizer.precision_adam import (
     PrecisionAwareAdam,
     describe,
     join_fp32,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from offloadprobe.config import ModelConfig, size_for_payload
-from offloadprobe.plan.buffers import lay_out_buffer
-from offloadprobe.plan.inputs import DdpOptions
-from offloadprobe.plan.parameters import ParamEntry
-from offloadprobe.plan.pinned import Alloc, Free, page_rounded, replay
+from offloadprobe.core.config import ModelConfig, size_for_payload
+from offloadprobe.layout.buffers import lay_out_buffer
+from offloadprobe.layout.inputs import DdpOptions
+from offloadprobe.layout.parameters import ParamEntry
+from offloadprobe.layout.pinned import Alloc, Free, page_rounded, replay
 from offloadprobe.plan.probe import emulated_host, probe_payload, project_probe
 from offloadprobe.plan.projection import (
     gpu_left_per_device,

@@ -1,7 +1,7 @@
 import pytest
 
-from offloadprobe.errors import StrategyError
-from offloadprobe.strategies import MODEL_STRATEGIES, validate_model_strategy
+from offloadprobe.core.errors import StrategyError
+from offloadprobe.engine.strategies import MODEL_STRATEGIES, validate_model_strategy
 
 
 def test_builtin_names():

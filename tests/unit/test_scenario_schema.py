@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from offloadprobe.errors import UsageError
-from offloadprobe.plan.inputs import GptShape
+from offloadprobe.core.errors import UsageError
+from offloadprobe.layout.inputs import GptShape
 from offloadprobe.plan.projection import host_peak_per_node, predicted
 from offloadprobe.scenarios import ScenarioError, load_scenario
 

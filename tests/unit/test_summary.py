@@ -1,7 +1,7 @@
 """summarise() on hand-made records: exact arithmetic on fakes."""
 
-from offloadprobe.records import HostReading, PhaseRecord, PinnedReading
-from offloadprobe.summary import summarise
+from offloadprobe.core.records import HostReading, PhaseRecord, PinnedReading
+from offloadprobe.measure.summary import summarise
 
 MiB = 2**20
 P = 100 * MiB

@@ -1,7 +1,7 @@
 import pytest
 
-from offloadprobe.errors import UsageError
-from offloadprobe.units import format_bytes, format_ratio, gbps, parse_size
+from offloadprobe.core.errors import UsageError
+from offloadprobe.core.units import format_bytes, format_ratio, gbps, parse_size
 
 
 @pytest.mark.parametrize(

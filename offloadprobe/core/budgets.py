@@ -1,0 +1,156 @@
+"""Memory and bandwidth budgets: small checks over a run's summary.
+
+Each budget answers one question of a ``RunRecord`` and, when it is broken,
+returns a ``Breach`` whose message reads like
+``host peak 2.61x payload > limit 1.10x``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+from offloadprobe.core.errors import UsageError
+from offloadprobe.core.records import RunRecord
+from offloadprobe.core.units import format_bytes, format_gbps, parse_size
+
+
+@dataclass(frozen=True, slots=True)
+class Breach:
+    """One broken budget of one run."""
+
+    strategy: str
+    budget: str
+    """The flag that set the budget, e.g. ``--max-host-peak``."""
+    message: str
+
+    def line(self) -> str:
+        return f"{self.strategy}: {self.budget}: {self.message}"
+
+
+class Budget(Protocol):
+    flag: str
+
+    def check(self, run: RunRecord) -> Breach | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HostPeakBudget:
+    """Worst host peak over the pre-offload baseline, as ×payload or as bytes."""
+
+    limit_x: float | None = None
+    limit_bytes: int | None = None
+    flag: str = "--max-host-peak"
+
+    def check(self, run: RunRecord) -> Breach | None:
+        s = run.summary
+        if self.limit_x is not None and s.host_peak_x > self.limit_x:
+            msg = f"host peak {s.host_peak_x:.2f}x payload > limit {self.limit_x:.2f}x"
+            return Breach(run.strategy, self.flag, msg)
+        if self.limit_bytes is not None and s.host_peak_bytes > self.limit_bytes:
+            msg = (
+                f"host peak {format_bytes(s.host_peak_bytes)} > limit "
+                f"{format_bytes(self.limit_bytes)}"
+            )
+            return Breach(run.strategy, self.flag, msg)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuResidualBudget:
+    """Device bytes still held after offload."""
+
+    limit_bytes: int
+    flag: str = "--max-gpu-residual"
+
+    def check(self, run: RunRecord) -> Breach | None:
+        value, what = residual_bytes(run)
+        if value is None:
+            msg = "no GPU reading and no residency audit in this run: cannot check"
+            return Breach(run.strategy, self.flag, msg)
+        if value > self.limit_bytes:
+            msg = f"{what} {format_bytes(value)} > limit {format_bytes(self.limit_bytes)}"
+            return Breach(run.strategy, self.flag, msg)
+        return None
+
+
+def residual_bytes(run: RunRecord) -> tuple[int | None, str]:
+    """GPU bytes left after offload; in CPU emulation, the audited bytes left behind."""
+    if run.summary.gpu_left_after_offload_bytes is not None:
+        return run.summary.gpu_left_after_offload_bytes, "GPU left after offload"
+    audited = getattr(run.summary, "left_after_offload_bytes_by_key", None)
+    if audited is not None:
+        return sum(audited.values()), "device bytes left after offload (audit, CPU emulation)"
+    return None, ""
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadBandwidthBudget:
+    """Steady-state offload rate (decimal GB/s)."""
+
+    min_gbps: float
+    flag: str = "--min-offload-bandwidth"
+
+    def check(self, run: RunRecord) -> Breach | None:
+        rate = run.summary.offload_gbps
+        if rate is None or rate < self.min_gbps:
+            msg = f"offload {format_gbps(rate)} < limit {format_gbps(self.min_gbps)}"
+            return Breach(run.strategy, self.flag, msg)
+        return None
+
+
+_RATIO = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*[xX×]\s*$")
+
+
+def parse_host_peak(text: str) -> HostPeakBudget:
+    """``1.1x`` (a multiple of the payload) or ``6GiB`` (absolute)."""
+    match = _RATIO.match(text)
+    if match:
+        return HostPeakBudget(limit_x=float(match.group(1)))
+    if re.match(r"^\s*[0-9.]+\s*$", text):
+        raise UsageError(
+            f"--max-host-peak {text!r} has no unit: write {text.strip()}x for a multiple of "
+            f"the payload or {text.strip()}GiB for a size"
+        )
+    try:
+        return HostPeakBudget(limit_bytes=parse_size(text, what="--max-host-peak"))
+    except UsageError:
+        raise UsageError(
+            f"cannot parse --max-host-peak {text!r}: give a multiple of the payload like 1.1x "
+            "or a size like 6GiB"
+        ) from None
+
+
+def parse_bandwidth(text: str) -> OffloadBandwidthBudget:
+    """``20`` or ``20GB/s``: decimal gigabytes per second."""
+    match = re.match(r"^\s*([0-9]*\.?[0-9]+)\s*(GB/s|GBps|gbps)?\s*$", text)
+    if not match or float(match.group(1)) <= 0:
+        raise UsageError(
+            f"cannot parse --min-offload-bandwidth {text!r}: give decimal GB/s like 20 or 20GB/s"
+        )
+    return OffloadBandwidthBudget(min_gbps=float(match.group(1)))
+
+
+def budgets_from_flags(
+    max_host_peak: str | None, max_gpu_residual: str | None, min_offload_bandwidth: str | None
+) -> list[Budget]:
+    """The budgets a command line sets (validated up front, before anything runs)."""
+    budgets: list[Budget] = []
+    if max_host_peak is not None:
+        budgets.append(parse_host_peak(max_host_peak))
+    if max_gpu_residual is not None:
+        budgets.append(
+            GpuResidualBudget(
+                parse_size(max_gpu_residual, what="--max-gpu-residual", allow_zero=True)
+            )
+        )
+    if min_offload_bandwidth is not None:
+        budgets.append(parse_bandwidth(min_offload_bandwidth))
+    return budgets
+
+
+def check_all(budgets: list[Budget], runs: list[RunRecord]) -> list[Breach]:
+    """Every breach of every budget by every run, in run order."""
+    checked = [run for run in runs if run.summary is not None]
+    return [b for run in checked for budget in budgets if (b := budget.check(run)) is not None]

@@ -1,0 +1,176 @@
+"""Validated configuration records: the probe model's shape and one run's settings."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from offloadprobe.core.errors import UsageError
+
+BF16_BYTES = 2
+STATE_DTYPE_NAMES = ("fp32", "bf16", "fp16", "uint8")
+"""Adam moment dtypes the precision-aware optimizer stores (uint8 holds FP8 E4M3 + a scale)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OptimizerChoice:
+    """The optimizer megatron-core builds for the probe model (always Adam, bf16 params)."""
+
+    precision_aware: bool = False
+    """``use_precision_aware_optimizer``: Adam on the bf16 shards, master weights in its state."""
+    exp_avg_dtype: str = "fp32"
+    """Storage dtype of ``exp_avg``: fp32, bf16, fp16 or uint8 (precision-aware only)."""
+    exp_avg_sq_dtype: str = "fp32"
+    """Storage dtype of ``exp_avg_sq``: fp32, bf16, fp16 or uint8 (precision-aware only)."""
+    store_param_remainders: bool = False
+    """Keep only the int16 low halves of the fp32 master (precision-aware only)."""
+    lr: float = 1e-4
+    """Learning rate."""
+    weight_decay: float = 0.01
+    """Decoupled (AdamW) weight decay."""
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    clip_grad: float = 1.0
+    """Gradient-norm clip; 0 disables it."""
+
+    def __post_init__(self) -> None:
+        for flag, value in (
+            ("--exp-avg-dtype", self.exp_avg_dtype),
+            ("--exp-avg-sq-dtype", self.exp_avg_sq_dtype),
+        ):
+            if value not in STATE_DTYPE_NAMES:
+                raise UsageError(
+                    f"{flag} {value!r} is not a state dtype: choose one of "
+                    + ", ".join(STATE_DTYPE_NAMES)
+                )
+            if value != "fp32" and not self.precision_aware:
+                raise UsageError(
+                    f"{flag} {value} needs the precision-aware optimizer: add --precision-aware "
+                    "or keep fp32"
+                )
+        if self.store_param_remainders and not self.precision_aware:
+            raise UsageError(
+                "parameter remainders need the precision-aware optimizer: add --precision-aware"
+            )
+        if not self.lr > 0:
+            raise UsageError(f"the learning rate must be positive, got {self.lr}")
+        if self.weight_decay < 0 or self.clip_grad < 0:
+            raise UsageError("weight decay and clip_grad must be 0 or more")
+        if not (0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1 and self.adam_eps > 0):
+            raise UsageError("Adam needs 0 <= beta1, beta2 < 1 and eps > 0")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelConfig:
+    """Shape of the megatron-core GPT the probe builds (local layer spec, bf16 params)."""
+
+    num_layers: int = 4
+    """Transformer layers."""
+    hidden_size: int = 1024
+    """Model width; must be divisible by ``num_attention_heads``."""
+    num_attention_heads: int = 16
+    """Attention heads."""
+    vocab_size: int = 8192
+    """Vocabulary size (embedding and untied output layer)."""
+    seq_length: int = 128
+    """Tokens per sample in the train step."""
+    micro_batch_size: int = 2
+    """Samples per train step."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"--{_flag(name)} must be positive, got {getattr(self, name)}")
+        for name in ("seq_length", "micro_batch_size"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"--{_flag(name)} must be positive, got {getattr(self, name)}")
+        if self.hidden_size % self.num_attention_heads:
+            raise UsageError(
+                f"--heads {self.num_attention_heads} does not divide --hidden {self.hidden_size}: "
+                "choose a head count that divides the hidden size"
+            )
+
+    @property
+    def param_count(self) -> int:
+        """Parameters of the local-spec GPTModel (LayerNorm with bias, shared embedding)."""
+        return gpt_param_count(self.num_layers, self.hidden_size, self.vocab_size, self.seq_length)
+
+
+def gpt_param_count(layers: int, hidden: int, vocab: int, seq: int) -> int:
+    """Parameter count of megatron's GPTModel with the local layer spec.
+
+    Per layer: QKV (3h*h + 3h), projection (h*h + h), fc1 (4h*h + 4h), fc2 (4h*h + h),
+    two LayerNorms (2h each). Plus the final LayerNorm (2h), the word embedding and the
+    untied output layer (V*h each) and learned positions (S*h).
+    """
+    per_layer = 12 * hidden * hidden + 13 * hidden
+    return layers * per_layer + 2 * hidden + 2 * vocab * hidden + seq * hidden
+
+
+def size_for_payload(base: ModelConfig, payload_bytes: int) -> ModelConfig:
+    """Return ``base`` resized so its bf16 parameters take about ``payload_bytes``.
+
+    The width is solved from the layer count, rounded to a multiple of 128 that the
+    head count divides; the vocabulary then absorbs the remainder (a multiple of 128),
+    which lands the parameter bytes within one vocabulary step of the request.
+    """
+    target = payload_bytes // BF16_BYTES
+    layers, heads, seq = base.num_layers, base.num_attention_heads, base.seq_length
+    step = math.lcm(128, heads)
+    a, b = 12 * layers, 13 * layers + 2 + seq + 2 * base.vocab_size
+    hidden = int((-b + math.sqrt(b * b + 4 * a * target)) / (2 * a))
+    hidden = max(step, hidden // step * step)
+    fixed = gpt_param_count(layers, hidden, 0, seq)
+    vocab = max(128, round((target - fixed) / (2 * hidden) / 128) * 128)
+    if gpt_param_count(layers, hidden, vocab, seq) * BF16_BYTES > 2 * payload_bytes:
+        raise UsageError(
+            f"--payload {payload_bytes} B is too small for {layers} layers: "
+            "lower --layers or raise --payload"
+        )
+    return replace(base, hidden_size=hidden, vocab_size=vocab)
+
+
+def _flag(name: str) -> str:
+    return {
+        "num_layers": "layers",
+        "hidden_size": "hidden",
+        "num_attention_heads": "heads",
+        "vocab_size": "vocab",
+        "seq_length": "seq-length",
+        "micro_batch_size": "micro-batch",
+    }[name]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunConfig:
+    """One ``offloadprobe run``: which strategy, how many cycles, on which device."""
+
+    model: ModelConfig
+    strategy: str = "lazy"
+    """A registered strategy name or ``package.module:object``."""
+    cycles: int = 3
+    """Offload/load cycles."""
+    train_steps: int = 1
+    """Train steps before the first offload and between cycles."""
+    device: str = "auto"
+    """``cuda``, ``cpu`` or ``auto`` (CUDA when present)."""
+    seed: int = 1234
+    rollout_claim_bytes: int = 0
+    """Device bytes the next phase (a rollout engine) claims between offload and load."""
+    gpu_limit_bytes: int | None = None
+    """Cap on the device memory this process may allocate (a scaled-down GPU)."""
+    optimizer_strategy: str = "none"
+    """A registered optimizer-state strategy name or ``package.module:object``."""
+    optimizer: OptimizerChoice = field(default_factory=OptimizerChoice)
+    """Classic or precision-aware optimizer, and its state dtypes."""
+    reference_check: bool = True
+    """Compare every train step after a load with a run that never offloaded."""
+
+    def __post_init__(self) -> None:
+        if self.cycles <= 0:
+            raise UsageError(f"--cycles must be at least 1, got {self.cycles}")
+        if self.train_steps < 0:
+            raise UsageError(f"--train-steps must be 0 or more, got {self.train_steps}")
+        if self.device not in ("auto", "cuda", "cpu"):
+            raise UsageError(f"--device must be auto, cuda or cpu, got {self.device!r}")

@@ -1,0 +1,186 @@
+"""Residency audit: which model and optimizer tensors are still on the device after offload.
+
+Take :func:`snapshot_device_storage` just before an offload and call :func:`audit` right
+after it. Every DDP buffer (``param_data``, ``grad_data``) and every tensor the optimizer
+holds (see :mod:`offloadprobe.engine.optimizer.holdings`) that still occupies device memory comes
+back as a :class:`ResidentTensor`, named by its owner and, where the DistributedOptimizer's
+groups say so, by the model parameter it belongs to.
+
+"Still on the device" means: on CUDA, ``is_cuda`` with allocated storage. In CPU emulation
+every tensor lives in host memory, so it means: allocated storage that is the *same*
+storage (the same StorageImpl, held by weak reference in the snapshot, so an address
+freed and reused by a host copy cannot be mistaken for it) as a device tensor's before
+the offload. A strategy that moves state gets new storage; one that forgets state keeps
+the original. A tensor a strategy copied to a *new* device tensor is invisible in
+emulation (there is no device to tell it by); on CUDA ``is_cuda`` catches it.
+
+Views are reported once per storage: a tensor viewing a storage already reported (a main
+grad inside ``grad_data``) names it in ``alias_of`` and adds no bytes. Original device
+storages that nothing reachable references any more but that are still allocated (a
+strategy kept the device tensor while replacing it in the state) come back with
+``referenced=False``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from offloadprobe.engine.optimizer.holdings import holdings, main_param_names, storage_key
+from offloadprobe.engine.runtime import Runtime
+from offloadprobe.engine.strategies.base import ddp_buffers, nbytes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResidentTensor:
+    """A model or optimizer tensor whose device memory an offload did not release."""
+
+    owner: str
+    """``param_data``/``grad_data`` (DDP buffers), a state key (``exp_avg``, ``master_param``
+    ...), ``<key>.scale``, ``shard_fp32_from_float16_groups``/``shard_fp32_groups``, or
+    ``main_param.grad``/``main_param.decoupled_grad``."""
+    param_name: str | None
+    """Model parameter the tensor belongs to (``decoder.layers.0.mlp.linear_fc1.weight``);
+    None for whole DDP buffers and where the optimizer's groups do not say."""
+    dtype: str
+    """``float32``, ``bfloat16``, ``int16`` ..."""
+    nbytes: int
+    """Logical bytes of the tensor (elements x element size)."""
+    alias_of: str | None = None
+    """Owner of an earlier record whose storage this tensor views: its bytes count there."""
+    referenced: bool = True
+    """False: neither the model nor the optimizer reaches it any more, yet it is allocated."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Original:
+    ref: StorageWeakRef
+    owner: str
+    param_name: str | None
+    dtype: str
+    nbytes: int
+
+
+@dataclass(slots=True)
+class DeviceSnapshot:
+    """Weak references to every device storage of the model and its optimizer before offload."""
+
+    originals: dict[int, _Original] = field(default_factory=dict)
+
+    def holds(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor``'s storage is one recorded here and still alive."""
+        original = self.originals.get(storage_key(tensor))
+        return original is not None and not original.ref.expired()
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    owner: str
+    param_name: str | None
+    tensor: torch.Tensor
+    host_by_design: bool = False
+
+
+def _entries(model: Any) -> Iterator[_Entry]:
+    """DDP buffers first, then the optimizer's holdings, each with a parameter name."""
+    for buffer in ddp_buffers(model.chunks):
+        yield _Entry("param_data", None, buffer.param_data)
+        yield _Entry("grad_data", None, buffer.grad_data)
+    names = main_param_names([model.optimizer], model.chunks)
+    for held in holdings([model.optimizer]):
+        name = names.get(id(held.param)) if held.param is not None else None
+        yield _Entry(held.owner, name, held.tensor, held.host_by_design)
+
+
+def _dtype(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def snapshot_device_storage(model: Any) -> DeviceSnapshot:
+    """Record (weakly) every storage the model's DDP buffers and optimizer hold right now."""
+    snapshot = DeviceSnapshot()
+    for entry in _entries(model):
+        storage = entry.tensor.untyped_storage()
+        key = storage._cdata
+        if entry.host_by_design or not storage.nbytes() or key in snapshot.originals:
+            continue
+        snapshot.originals[key] = _Original(
+            StorageWeakRef(storage),
+            entry.owner,
+            entry.param_name,
+            _dtype(entry.tensor),
+            nbytes(entry.tensor),
+        )
+    return snapshot
+
+
+def _on_device(tensor: torch.Tensor, runtime: Runtime, snapshot: DeviceSnapshot) -> bool:
+    if not tensor.untyped_storage().nbytes():
+        return False
+    return snapshot.holds(tensor) if runtime.emulated else tensor.is_cuda
+
+
+def audit(model: Any, runtime: Runtime, snapshot: DeviceSnapshot) -> list[ResidentTensor]:
+    """Every model/optimizer tensor still occupying device memory, one record per tensor."""
+    found: list[ResidentTensor] = []
+    reached: dict[int, str] = {}
+    for entry in _entries(model):
+        key = storage_key(entry.tensor)
+        first = reached.get(key)
+        reached.setdefault(key, entry.owner)
+        if entry.host_by_design or not _on_device(entry.tensor, runtime, snapshot):
+            continue
+        found.append(
+            ResidentTensor(
+                owner=entry.owner,
+                param_name=entry.param_name,
+                dtype=_dtype(entry.tensor),
+                nbytes=nbytes(entry.tensor),
+                alias_of=first,
+            )
+        )
+    for key, original in snapshot.originals.items():
+        if key in reached or original.ref.expired():
+            continue
+        storage = torch.UntypedStorage._new_with_weak_ptr(original.ref.cdata)
+        if storage.nbytes() and (runtime.emulated or storage.device.type == "cuda"):
+            found.append(
+                ResidentTensor(
+                    owner=original.owner,
+                    param_name=original.param_name,
+                    dtype=original.dtype,
+                    nbytes=original.nbytes,
+                    referenced=False,
+                )
+            )
+    return found
+
+
+def bytes_by_key(records: list[ResidentTensor]) -> dict[str, int]:
+    """Resident bytes per owner, each storage counted once (aliases add nothing)."""
+    totals: dict[str, int] = {}
+    for record in records:
+        if record.alias_of is None:
+            totals[record.owner] = totals.get(record.owner, 0) + record.nbytes
+    return totals
+
+
+def optimizer_state_bytes_by_key(model: Any) -> dict[str, int]:
+    """Bytes the optimizer itself holds on the device, per owner (the denominator of
+    "left behind x optimizer-state bytes"): every device tensor reachable from the optimizer
+    whose storage is not a DDP buffer's, each storage once. Logical sizes, so it reads the
+    same before and after an offload."""
+    seen = {storage_key(b.param_data) for b in ddp_buffers(model.chunks)}
+    seen |= {storage_key(b.grad_data) for b in ddp_buffers(model.chunks)}
+    totals: dict[str, int] = {}
+    for held in holdings([model.optimizer]):
+        key = storage_key(held.tensor)
+        if held.host_by_design or key in seen:
+            continue
+        seen.add(key)
+        totals[held.owner] = totals.get(held.owner, 0) + nbytes(held.tensor)
+    return totals

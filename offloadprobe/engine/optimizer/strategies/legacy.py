@@ -1,0 +1,16 @@
+"""``legacy``: the pre-fix optimizer offload, ``exp_avg`` and ``exp_avg_sq`` only.
+
+With the precision-aware optimizer the fp32 master weights (or int16 remainders) live in
+the optimizer state under ``master_param``; this pattern never moves them, so they stay
+on the GPU (verl before PR 6635, ISEEKYAN/Megatron-LM #232).
+"""
+
+from __future__ import annotations
+
+from offloadprobe.engine.optimizer.strategies.base import StateKeyStrategy
+
+
+class LegacyStrategy(StateKeyStrategy):
+    """fp32 groups plus ``exp_avg``/``exp_avg_sq``, moved with ``.to``; not ``master_param``."""
+
+    state_keys = ("exp_avg", "exp_avg_sq")

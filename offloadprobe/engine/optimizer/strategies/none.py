@@ -1,0 +1,20 @@
+"""``none``: leave every optimizer tensor where it is (the audit's reference point)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from offloadprobe.engine.runtime import Runtime
+
+
+class NoOffload:
+    """Moves nothing."""
+
+    def __init__(self, runtime: Runtime | None = None) -> None:
+        self.runtime = runtime
+
+    def offload(self, optimizers: list[Any]) -> None:
+        pass
+
+    def load(self, optimizers: list[Any]) -> None:
+        pass

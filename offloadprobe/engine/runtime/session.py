@@ -1,0 +1,116 @@
+"""Open and close one probe process's runtime: device, process group, megatron state."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from offloadprobe.core.errors import DeviceUnavailable
+from offloadprobe.engine.runtime import emulation
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Runtime:
+    """The device a run uses and what that device can and cannot do."""
+
+    device: str
+    """``"cuda"`` or ``"cpu"``."""
+    emulated: bool
+    """True when megatron's CUDA objects live in host memory (no GPU on this host)."""
+    note: str | None
+    """What is emulated, in words, printed with every result."""
+
+    @property
+    def can_pin(self) -> bool:
+        """Whether page-locked host memory exists here."""
+        return self.device == "cuda"
+
+    def transfers(self) -> contextlib.AbstractContextManager[None]:
+        """Context for a strategy's offload/load: real copies for every device move."""
+        return emulation.transfers_copy() if self.emulated else contextlib.nullcontext()
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (a no-op in CPU emulation)."""
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def settle(self) -> None:
+        """After a phase: in CPU emulation, hand freed heap pages back to the kernel.
+
+        Freed emulated device storage would otherwise stay in glibc's arenas and in
+        RSS, where on a GPU ``cudaFree`` returns it. On CUDA this does nothing: the
+        strategy's own caching behaviour is what is being measured.
+        """
+        if self.emulated:
+            emulation.trim_host_heap()
+
+    def release(self) -> None:
+        """Give freed memory back after a model was dropped (between two builds)."""
+        import gc
+
+        gc.collect()
+        if self.emulated:
+            emulation.trim_host_heap()
+        else:
+            torch.cuda.empty_cache()
+
+    def empty_cache(self) -> None:
+        """Return cached device blocks to the driver (a no-op in CPU emulation)."""
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def resolve_device(requested: str) -> str:
+    """Map ``auto``/``cuda``/``cpu`` to the device this host can run."""
+    has_cuda = torch.cuda.is_available()
+    if requested == "cuda" and not has_cuda:
+        raise DeviceUnavailable(
+            "--device cuda was requested but this host has no usable CUDA device: "
+            "run on a GPU node or use --device cpu for the CPU emulation"
+        )
+    if requested == "auto":
+        return "cuda" if has_cuda else "cpu"
+    return requested
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def open_runtime(requested: str, seed: int) -> Iterator[Runtime]:
+    """Initialise a one-rank process group and megatron's parallel state; undo on exit."""
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+
+    device = resolve_device(requested)
+    emulated = device == "cpu"
+    with contextlib.ExitStack() as stack:
+        if emulated:
+            stack.enter_context(emulation.cuda_on_host())
+        else:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        if not torch.distributed.is_initialized():
+            torch.distributed.init_process_group(
+                backend="gloo" if emulated else "nccl",
+                init_method=f"tcp://127.0.0.1:{_free_port()}",
+                rank=0,
+                world_size=1,
+            )
+            stack.callback(torch.distributed.destroy_process_group)
+        parallel_state.initialize_model_parallel(1, 1)
+        stack.callback(parallel_state.destroy_model_parallel)
+        # The no-offload reference comparison is bit for bit: ask for deterministic kernels.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        stack.callback(torch.use_deterministic_algorithms, False)
+        torch.manual_seed(seed)
+        model_parallel_cuda_manual_seed(seed)
+        yield Runtime(device=device, emulated=emulated, note=emulation.NOTE if emulated else None)

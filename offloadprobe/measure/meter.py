@@ -1,0 +1,71 @@
+"""Run one phase under every probe and return its typed record."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from offloadprobe.core.records import PhaseRecord
+from offloadprobe.core.units import gbps
+from offloadprobe.measure.probes.cgroup import CgroupProbe
+from offloadprobe.measure.probes.gpu import GpuProbe
+from offloadprobe.measure.probes.host import HostProbe
+from offloadprobe.measure.probes.pinned import PinnedProbe
+
+
+class Device(Protocol):
+    """What the meter needs of the runtime: is the device emulated, and how to settle it."""
+
+    emulated: bool
+
+    def synchronize(self) -> None: ...
+
+    def settle(self) -> None: ...
+
+
+class PhaseMeter:
+    """Resets every probe's peak before a phase and reads all of them after it."""
+
+    def __init__(
+        self,
+        runtime: Device,
+        *,
+        host: HostProbe | None = None,
+        device_in_host: Callable[[], int] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.runtime = runtime
+        self.clock = clock
+        self.host = host or HostProbe(device_in_host=device_in_host)
+        self.pinned = PinnedProbe(enabled=not runtime.emulated)
+        self.gpu = GpuProbe(enabled=not runtime.emulated)
+        self.cgroup = CgroupProbe()
+
+    def measure(
+        self, cycle: int, phase: str, action: Callable[[], Any], *, bytes_moved: int = 0
+    ) -> tuple[PhaseRecord, Any]:
+        """Run ``action`` as one phase; return its record and the action's result."""
+        self.runtime.synchronize()
+        self.runtime.settle()
+        for probe in (self.cgroup, self.gpu, self.pinned, self.host):
+            probe.begin()
+        start = self.clock()
+        result = action()
+        self.runtime.synchronize()
+        seconds = self.clock() - start
+        self.runtime.settle()
+        host = self.host.end()
+        record = PhaseRecord(
+            cycle=cycle,
+            phase=phase,
+            seconds=seconds,
+            bytes_moved=bytes_moved,
+            gbps=gbps(bytes_moved, seconds),
+            host=host,
+            pinned=self.pinned.end(),
+            gpu=self.gpu.end(),
+            cgroup=self.cgroup.end(),
+            loss=result if isinstance(result, float) else None,
+        )
+        return record, result

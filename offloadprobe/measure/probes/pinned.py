@@ -1,0 +1,67 @@
+"""PyTorch's pinned host allocator statistics, across torch versions' key names.
+
+Older torch reports ``reserved_bytes`` (blocks owned, in use or cached) next to
+``allocated_bytes`` (in use). Newer torch (see ``torch.cuda.host_memory_stats``'s
+docstring) reports ``allocated_bytes`` for blocks owned and ``active_bytes`` for
+those in use. Both are normalised to "reserved" and "in use" here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from offloadprobe.core.records import PinnedReading
+
+
+def normalise(stats: dict[str, Any]) -> tuple[int, int, int, str]:
+    """``(reserved, in_use, reserved_peak, schema)`` from flat host_memory_stats keys."""
+
+    def get(key: str) -> int:
+        return int(stats.get(key, 0) or 0)
+
+    if "reserved_bytes.current" in stats:
+        return (
+            get("reserved_bytes.current"),
+            get("allocated_bytes.current"),
+            get("reserved_bytes.peak"),
+            "reserved_bytes",
+        )
+    return (
+        get("allocated_bytes.current"),
+        get("active_bytes.current"),
+        get("allocated_bytes.peak"),
+        "active_bytes",
+    )
+
+
+class PinnedProbe:
+    """Pinned bytes PyTorch's CachingHostAllocator owns; inactive without CUDA."""
+
+    name = "pinned"
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and hasattr(torch.cuda, "host_memory_stats")
+
+    def begin(self) -> None:
+        if self.enabled and hasattr(torch.cuda, "reset_peak_host_memory_stats"):
+            torch.cuda.reset_peak_host_memory_stats()
+
+    def end(self) -> PinnedReading | None:
+        if not self.enabled:
+            return None
+        reserved, in_use, peak, schema = normalise(torch.cuda.host_memory_stats())
+        return PinnedReading(
+            reserved_after=reserved,
+            in_use_after=in_use,
+            reserved_peak=max(peak, reserved),
+            key_schema=schema,
+        )
+
+
+def raw_stats() -> dict[str, Any]:
+    """The unnormalised statistics, for the JSON record (empty without CUDA)."""
+    if not torch.cuda.is_available() or not hasattr(torch.cuda, "host_memory_stats"):
+        return {}
+    return dict(torch.cuda.host_memory_stats())

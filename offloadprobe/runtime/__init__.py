@@ -1,5 +1,0 @@
-"""Where the probe runs: CUDA, or megatron's objects over gloo in host memory."""
-
-from offloadprobe.runtime.session import Runtime, open_runtime
-
-__all__ = ["Runtime", "open_runtime"]

@@ -16,9 +16,8 @@ from offloadprobe.compare.comparison import Candidate, candidates, compare, mode
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import UsageError
-from offloadprobe.engine.optimizer.strategies import validate_optimizer_strategy
 from offloadprobe.engine.runtime.session import resolve_device
-from offloadprobe.engine.strategies import validate_model_strategy
+from offloadprobe.engine.strategies import model_strategy
 from offloadprobe.report.comparison_table import render_comparison
 from offloadprobe.report.markdown import write_markdown
 
@@ -78,9 +77,9 @@ def compare_command(
     RunConfig(model=model, cycles=cycles, train_steps=train_steps, device=device, seed=seed)
     resolve_device(device)
     for strategy in strategies:
-        validate_model_strategy(strategy)
+        model_strategy(strategy)
     for spec in optimizer_strategy or []:
-        validate_optimizer_strategy(spec)
+        optimizer_strategy(spec)
     choice = opt.optimizer_choice(
         precision_aware=precision_aware,
         exp_avg_dtype=exp_avg_dtype,

@@ -17,7 +17,7 @@ from offloadprobe.plan.probe import probe_payload, probe_projection
 from offloadprobe.plan.scenario_plan import project_scenario
 from offloadprobe.report.plan_table import render_plan, render_probe
 from offloadprobe.scenarios import load_scenario
-from offloadprobe.scenarios.schema import PARAM_STRATEGIES
+from offloadprobe.scenarios.schema import param_strategies
 
 
 @app.command("plan")
@@ -62,7 +62,7 @@ def plan_command(
         model = opt.model_config(locals())
         rows = [
             probe_projection(model, k, emulated=device == "cpu", cycles=cycles)
-            for k in PARAM_STRATEGIES
+            for k in param_strategies()
         ]
         where = "CPU emulation" if device == "cpu" else "CUDA"
         title = (

@@ -18,10 +18,9 @@ from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import DeviceOutOfMemory, IntegrityError
 from offloadprobe.core.records import Report
 from offloadprobe.core.units import parse_size
-from offloadprobe.engine.optimizer.strategies import validate_optimizer_strategy
 from offloadprobe.engine.runner import Hooks, phases_per_run, run
 from offloadprobe.engine.runtime.session import resolve_device
-from offloadprobe.engine.strategies import validate_model_strategy
+from offloadprobe.engine.strategies import model_strategy
 from offloadprobe.measure.phase_log import PhaseLog
 from offloadprobe.report.json_report import write_json
 from offloadprobe.report.table import render_report
@@ -98,8 +97,8 @@ def run_command(
         ),
         reference_check=reference_check,
     )
-    validate_model_strategy(strategy)
-    validate_optimizer_strategy(optimizer_strategy)
+    model_strategy(strategy)
+    optimizer_strategy(optimizer_strategy)
     resolve_device(device)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     report = _run_with_progress(cfg, show=progress, phase_log=phase_log)

@@ -1,68 +1,84 @@
-"""One registry per kind of plug-in: names to factories, with entry-point discovery."""
+"""One registry per kind of plug-in: names to descriptors, with entry-point discovery.
+
+Built-in plug-ins are registered by module path and imported only when asked for, so
+listing names (``--help``, the scenario schema) imports no torch. Each such module
+exports its descriptor as ``STRATEGY``. Third parties add theirs through an entry-point
+group; the entry point may name a descriptor or a bare class, which ``adapt`` wraps.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import metadata
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from offloadprobe.core.errors import StrategyError
 
 T = TypeVar("T")
 
-
-@dataclass(frozen=True, slots=True)
-class Entry(Generic[T]):
-    """A registered plug-in: its factory and a one-line description."""
-
-    name: str
-    factory: Callable[..., T]
-    summary: str
+DESCRIPTOR_ATTRIBUTE = "STRATEGY"
+"""The name under which a plug-in module exports its descriptor."""
 
 
 class Registry(Generic[T]):
-    """Named factories of one kind; third parties add theirs through an entry-point group."""
+    """Named descriptors of one kind; built-ins by module path, third parties by entry point."""
 
-    def __init__(self, kind: str, entry_point_group: str) -> None:
+    def __init__(self, kind: str, entry_point_group: str, adapt: Callable[[str, Any], T]) -> None:
         self.kind = kind
         self.entry_point_group = entry_point_group
-        self._entries: dict[str, Entry[T]] = {}
+        self._adapt = adapt
+        self._modules: dict[str, str] = {}
+        self._entry_points: dict[str, Any] = {}
+        self._loaded: dict[str, T] = {}
         self._discovered = False
 
-    def register(self, name: str, summary: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
-        """Decorator: register ``factory`` under ``name``."""
-
-        def decorate(factory: Callable[..., T]) -> Callable[..., T]:
-            self._entries[name] = Entry(name, factory, summary)
-            return factory
-
-        return decorate
+    def register_module(self, name: str, module: str) -> None:
+        """Register the descriptor ``module.STRATEGY`` under ``name`` (imported on first use)."""
+        self._modules[name] = module
 
     def _discover(self) -> None:
         if self._discovered:
             return
         self._discovered = True
         for ep in metadata.entry_points(group=self.entry_point_group):
-            if ep.name not in self._entries:
-                self._entries[ep.name] = Entry(ep.name, ep.load(), f"from {ep.value}")
+            if ep.name not in self._modules:
+                self._entry_points[ep.name] = ep
 
     def names(self) -> list[str]:
-        """Registered names, built-ins first."""
+        """Registered names, built-ins first; imports no plug-in module."""
         self._discover()
-        return list(self._entries)
+        return [*self._modules, *self._entry_points]
 
-    def entries(self) -> list[Entry[T]]:
-        self._discover()
-        return list(self._entries.values())
+    def __contains__(self, name: object) -> bool:
+        return name in self.names()
 
-    def get(self, name: str) -> Entry[T]:
-        """The entry for ``name``; an unknown name lists the valid ones."""
+    def get(self, name: str) -> T:
+        """The descriptor for ``name``; an unknown name lists the valid ones."""
         self._discover()
-        if name not in self._entries:
-            valid = ", ".join(self._entries)
+        if name in self._loaded:
+            return self._loaded[name]
+        if name in self._modules:
+            module = importlib.import_module(self._modules[name])
+            found = self._adapt(name, getattr(module, DESCRIPTOR_ATTRIBUTE))
+        elif name in self._entry_points:
+            ep = self._entry_points[name]
+            try:
+                found = self._adapt(name, ep.load())
+            except Exception as exc:  # a third party's module may fail in any way
+                raise StrategyError(
+                    f"{self.kind} {name!r} from {ep.value}: cannot load "
+                    f"({type(exc).__name__}: {exc}); reinstall the package that provides it"
+                ) from None
+        else:
+            valid = ", ".join(self.names())
             raise StrategyError(
                 f"unknown {self.kind} {name!r}: choose one of {valid}, "
                 "or give your own as package.module:object"
             )
-        return self._entries[name]
+        self._loaded[name] = found
+        return found
+
+    def entries(self) -> list[T]:
+        """Every descriptor (imports every plug-in)."""
+        return [self.get(name) for name in self.names()]

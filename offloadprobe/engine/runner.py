@@ -25,11 +25,11 @@ from offloadprobe.engine.model.reference import (
 )
 from offloadprobe.engine.model.residency import device_bytes
 from offloadprobe.engine.model.train import train_step
-from offloadprobe.engine.optimizer.strategies import make_optimizer_strategy
+from offloadprobe.engine.optimizer.strategies import optimizer_strategy
 from offloadprobe.engine.rollout import claim, limit_device_memory
 from offloadprobe.engine.runtime import Runtime, open_runtime
-from offloadprobe.engine.strategies import MODEL_STRATEGIES, make_model_strategy
-from offloadprobe.engine.strategies.user import is_user_spec
+from offloadprobe.engine.strategies import model_strategy
+from offloadprobe.engine.strategies.base import close, registered_bytes
 from offloadprobe.measure.meter import PhaseMeter
 from offloadprobe.measure.summary import summarise
 
@@ -49,12 +49,6 @@ def phases_per_run(cfg: RunConfig) -> int:
     return cfg.cycles * (4 if cfg.rollout_claim_bytes else 3)
 
 
-def describe(spec: str) -> str:
-    if is_user_spec(spec):
-        return f"user strategy {spec}"
-    return MODEL_STRATEGIES.get(spec).summary
-
-
 def _train(model: ProbeModel, steps: int) -> float | None:
     loss = None
     for _ in range(steps):
@@ -63,10 +57,8 @@ def _train(model: ProbeModel, steps: int) -> float | None:
 
 
 def _close(strategy: Any) -> int:
-    registered = int(getattr(strategy, "registered_bytes", 0))
-    close = getattr(strategy, "close", None)
-    if callable(close):
-        close()
+    registered = registered_bytes(strategy)
+    close(strategy)
     return registered
 
 
@@ -83,15 +75,15 @@ class _Cycles:
         self.gpu_baseline = None if runtime.emulated else torch.cuda.memory_allocated()
         limit_device_memory(runtime, cfg.gpu_limit_bytes)
         self.model = self.build()
-        self.strategy = make_model_strategy(cfg.strategy, runtime)
-        self.optimizer_strategy = make_optimizer_strategy(cfg.optimizer_strategy, runtime)
+        self.info = model_strategy(cfg.strategy)
+        self.strategy = self.info.build(runtime)
+        self.optimizer_strategy = optimizer_strategy(cfg.optimizer_strategy).build(runtime)
         self.meter = PhaseMeter(
             runtime,
             device_in_host=(lambda: device_bytes(self.model)) if runtime.emulated else None,
         )
-        moves_params = getattr(self.strategy, "moves_params", True)
         self.payload = self.model.payload_bytes
-        self.param_moved = self.payload if moves_params else 0
+        self.param_moved = self.payload if self.info.moves_params else 0
         self.optimizer_bytes = 0
         self.optimizer_moved = 0
         self.phases: list[PhaseRecord] = []
@@ -206,7 +198,7 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
         notes.append("every train step after a load compared bit for bit with a no-offload run")
     return RunRecord(
         strategy=cfg.strategy,
-        description=describe(cfg.strategy),
+        description=state.info.summary,
         payload_bytes=state.payload,
         grad_bytes=state.model.grad_bytes,
         baseline_host_bytes=baseline,

@@ -17,14 +17,15 @@ applies (:func:`emulated_host`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from offloadprobe.core.config import ModelConfig
 from offloadprobe.layout.inputs import DdpOptions, GptShape, Parallelism
-from offloadprobe.layout.pinned import page_rounded
+from offloadprobe.layout.pinned import Alloc, page_rounded, replay
 from offloadprobe.layout.stages import StageLayout, lay_out_model
 from offloadprobe.layout.terms import Term
-from offloadprobe.plan.projection import ONCE_KIND, RankHost, buffer_labels, rank_host
+from offloadprobe.plan.projection import RankHost, buffer_labels, param_events, rank_host
 
 PROBE_PARALLELISM = Parallelism(gpus_per_node=1)
 PROBE_DDP = DdpOptions(grad_reduce_in_fp32=True, overlap_grad_reduce=False)
@@ -60,47 +61,22 @@ def probe_payload(model: ModelConfig) -> int:
 def emulated_host(
     strategy: str,
     payloads: Sequence[int],
-    grads: Sequence[int],
     cycles: int,
     labels: Sequence[str] | None = None,
 ) -> RankHost:
-    """Host figures of ``strategy`` in CPU emulation, as ``offloadprobe run`` computes them.
+    """Host figures of ``strategy`` in CPU emulation.
 
-    In emulation a "pin" is a clone and every device buffer is host memory that an
-    offload frees (``param_data`` then ``grad_data``, buffer by buffer) after the
-    strategy copied it. ``run`` subtracts the device bytes present at the phase start,
-    so, per offload phase, the reported peak over the pre-offload baseline is the
-    largest ``held host copies - device bytes freed so far in this phase`` over the
-    phase. Per buffer of ``n`` param bytes:
-
-    * ``naive``: ``.cpu()`` clones ``n`` and ``.pin_memory()`` clones ``n`` again (peak:
-      held copies + 2n), the temporary goes, then the previous cycle's copy;
-    * ``lazy``/``registered``/``pageable``: one exact copy of ``n`` on the first offload,
-      reused afterwards.
-
-    Loads allocate nothing on the host. Allocations are page-rounded.
+    The emulated device memory is not host memory the strategy allocated, so only the
+    strategy's own host allocations count, as on CUDA; but nothing is page-locked: a
+    pinned or registered request is an ordinary host allocation of exact (page-rounded)
+    size, with no power-of-two rounding and no pinned cache.
     """
     names = list(labels) if labels is not None else [f"buffer {b}" for b in range(len(payloads))]
-    held: dict[str, int] = {}
-    peak, peak_at = 0, "nothing allocated"
-    for c in range(cycles):
-        freed = 0
-        for name, n, g in zip(names, payloads, grads, strict=True):
-            n_host = page_rounded(n)
-            if strategy == "naive":
-                transient = sum(held.values()) + 2 * n_host - freed
-                if transient > peak:
-                    peak, peak_at = transient, f"cycle {c}, {name}: .cpu() + .pin_memory() clones"
-                held[name] = n_host  # the temporary dies, then the previous copy
-            elif strategy in ONCE_KIND and c == 0:
-                held[name] = n_host
-                now = sum(held.values()) - freed
-                if now > peak:
-                    peak, peak_at = now, f"cycle 0, {name}: copy made, device not yet freed"
-            freed += n + g
-    steady = sum(held.values())
-    if steady > peak:
-        peak, peak_at = steady, "end of an offload"
+    events = [
+        dataclasses.replace(e, kind="pageable") if isinstance(e, Alloc) else e
+        for e in param_events(strategy, payloads, cycles, names)
+    ]
+    replayed = replay(events)
     terms = [
         *(
             Term(label=f"{name} param_data", formula="bytes, page-rounded", value=page_rounded(n))
@@ -108,13 +84,18 @@ def emulated_host(
         ),
         Term(
             label="host peak (CPU emulation)",
-            formula=f"held copies + new clones - device bytes already freed; {peak_at}",
-            value=peak,
+            formula="its host allocations replayed, pinned requests as ordinary memory",
+            value=replayed.peak,
         ),
-        Term(label="steady host (CPU emulation)", formula="held copies", value=steady),
+        Term(label="steady host (CPU emulation)", formula="held copies", value=replayed.final),
     ]
     return RankHost(
-        strategy=strategy, pp_rank=0, peak=peak, steady=steady, pinned=0, terms=tuple(terms)
+        strategy=strategy,
+        pp_rank=0,
+        peak=replayed.peak,
+        steady=replayed.final,
+        pinned=0,
+        terms=tuple(terms),
     )
 
 
@@ -126,11 +107,7 @@ def probe_projection(
     if not emulated:
         return rank_host(strategy, stage, cycles)
     return emulated_host(
-        strategy,
-        [b.param_bytes for b in stage.buffers],
-        [b.grad_bytes for b in stage.buffers],
-        cycles,
-        buffer_labels(stage),
+        strategy, [b.param_bytes for b in stage.buffers], cycles, buffer_labels(stage)
     )
 
 

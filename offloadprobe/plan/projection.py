@@ -14,30 +14,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from offloadprobe.core.errors import UsageError
 from offloadprobe.layout.inputs import DTYPE_BYTES
 from offloadprobe.layout.optimizer_state import OptimizerOptions, optimizer_state
 from offloadprobe.layout.pinned import (
     Alloc,
     Event,
-    Free,
-    HostKind,
     Replay,
+    page_rounded,
     pinned_block_size,
     replay,
 )
 from offloadprobe.layout.stages import StageLayout
 from offloadprobe.layout.terms import Term
-from offloadprobe.scenarios.schema import PARAM_STRATEGIES, Scenario
+from offloadprobe.scenarios.schema import Scenario, strategy_kind
 
 Outcome = Literal["oom", "ok"]
-ONCE_KIND: dict[str, HostKind] = {
-    "lazy": "pinned",
-    "registered": "registered",
-    "pageable": "pageable",
-}
-"""How the strategies that allocate their host copy once allocate it."""
+
+PAIRED_MODEL_STRATEGY = "lazy"
+"""The model strategy an optimizer strategy is projected with (the field's fix)."""
+PAIRED_OPTIMIZER_STRATEGY = "complete"
+"""The optimizer strategy a model strategy is projected with (everything moved, exactly)."""
 
 
 # ---------------------------------------------------------------- host: model strategies
@@ -52,40 +51,18 @@ def buffer_labels(stage: StageLayout) -> list[str]:
 def param_events(
     strategy: str, payloads: Sequence[int], cycles: int, labels: Sequence[str] | None = None
 ) -> list[Event]:
-    """The host allocations and frees of ``cycles`` offloads of buffers of ``payloads`` bytes.
+    """The host allocations and frees of ``cycles`` offloads of buffers of ``payloads`` bytes,
+    as the strategy's descriptor declares them (loads allocate no host memory)."""
+    from offloadprobe.engine.strategies import model_strategy
 
-    Mirrors ``offloadprobe.engine.strategies`` call by call, buffer by buffer in
-    ``ddp_buffers`` order:
-
-    * ``naive``: ``self._copies[id(buffer)] = buffer.param_data.cpu().pin_memory()``.
-      ``.cpu()`` makes a pageable copy, ``.pin_memory()`` a pinned one; the pageable
-      temporary dies when the expression ends, and only then does the assignment drop
-      the previous cycle's pinned copy (its block goes to the pinned cache);
-    * ``lazy``: ``torch.empty(..., pin_memory=True)`` per buffer on the first offload,
-      ``copy_`` into it afterwards;
-    * ``registered``: exact-size ``torch.empty`` + ``cudaHostRegister`` on the first offload;
-    * ``pageable``: exact-size ``torch.empty`` on the first offload;
-    * ``none``: nothing.
-
-    Loads allocate no host memory (they copy back into the device buffers).
-    """
     names = list(labels) if labels is not None else [f"buffer {b}" for b in range(len(payloads))]
-    events: list[Event] = []
-    for c in range(cycles):
-        for name, n in zip(names, payloads, strict=True):
-            if strategy == "naive":
-                events += [
-                    Alloc(name=f"{name} .cpu() pageable temporary", nbytes=n, kind="pageable"),
-                    Alloc(name=f"{name} pinned copy, cycle {c}", nbytes=n),
-                    Free(name=f"{name} .cpu() pageable temporary"),
-                ]
-                if c:
-                    events.append(Free(name=f"{name} pinned copy, cycle {c - 1}"))
-            elif strategy in ONCE_KIND and c == 0:
-                events.append(Alloc(name=f"{name} host copy", nbytes=n, kind=ONCE_KIND[strategy]))
-            elif strategy not in ONCE_KIND and strategy not in ("naive", "none"):
-                raise ValueError(f"no allocation model for strategy {strategy!r}")
-    return events
+    info = model_strategy(strategy)
+    if info.host_events is None:
+        raise UsageError(
+            f"model strategy {strategy!r} declares no host allocations, so plan cannot "
+            "project it: give its descriptor host_events, or measure it with offloadprobe run"
+        )
+    return info.host_events(payloads, cycles, names)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,7 +89,8 @@ def rank_host(strategy: str, stage: StageLayout, cycles: int) -> RankHost:
     """Replay ``cycles`` offloads of ``stage``'s param_data buffers under ``strategy``."""
     labels = buffer_labels(stage)
     payloads = [b.param_bytes for b in stage.buffers]
-    replayed = replay(param_events(strategy, payloads, cycles, labels))
+    events = param_events(strategy, payloads, cycles, labels)
+    replayed = replay(events)
     terms: list[Term] = []
     for label, buffer in zip(labels, stage.buffers, strict=True):
         width = DTYPE_BYTES[buffer.param_dtype]
@@ -123,7 +101,7 @@ def rank_host(strategy: str, stage: StageLayout, cycles: int) -> RankHost:
                 value=buffer.param_bytes,
             )
         )
-        if strategy in ("naive", "lazy"):
+        if any(isinstance(e, Alloc) and e.kind == "pinned" for e in events):
             terms.append(
                 Term(
                     label=f"{label} pinned block (rounding)",
@@ -168,17 +146,22 @@ def optimizer_bytes(stage: StageLayout, opt: OptimizerOptions) -> tuple[int, int
 
 
 def moved_keys(strategy: str, opt: OptimizerOptions) -> tuple[str, ...]:
-    """Which optimizer tensors ``strategy`` moves to the host.
+    """Which optimizer tensors ``strategy`` moves to the host, from its descriptor
+    (``master``: the fp32 master weights, ``exp_avg``, ``exp_avg_sq``)."""
+    info = _optimizer_info(strategy)
+    return tuple(info.moved_keys(opt.precision_aware))
 
-    ``legacy`` moves the fp32 groups and ``exp_avg``/``exp_avg_sq`` (so in classic mode
-    everything: the fp32 main params are a group); ``fixed`` adds ``master_param``;
-    ``complete`` moves every tensor; ``none`` nothing.
-    """
-    if strategy == "none":
-        return ()
-    if strategy == "legacy" and opt.precision_aware:
-        return ("exp_avg", "exp_avg_sq")
-    return ("master", "exp_avg", "exp_avg_sq")
+
+def _optimizer_info(strategy: str) -> Any:
+    from offloadprobe.engine.optimizer.strategies import optimizer_strategy
+
+    info = optimizer_strategy(strategy)
+    if info.moved_keys is None:
+        raise UsageError(
+            f"optimizer strategy {strategy!r} declares neither moved_keys nor host_copy, so "
+            "plan cannot project it: measure it with offloadprobe run"
+        )
+    return info
 
 
 def _key_dtypes(stage: StageLayout, opt: OptimizerOptions, key: str) -> list[str | None]:
@@ -198,15 +181,17 @@ def optimizer_host(strategy: str, stage: StageLayout, opt: OptimizerOptions) -> 
     rank is taken.
     """
     keys = moved_keys(strategy, opt)
-    if not keys:
+    host_copy = _optimizer_info(strategy).host_copy
+    if not keys or host_copy == "none":
         return 0, Term(label=f"optimizer on host ({strategy})", formula="nothing moved", value=0)
-    if strategy == "complete":
+    if host_copy == "exact":
         total, _ = optimizer_bytes(stage, opt)
         return total, Term(
-            label="optimizer on host (complete)",
+            label=f"optimizer on host ({strategy})",
             formula="master + exp_avg + exp_avg_sq of the largest shard, exact size",
             value=total,
         )
+    block = pinned_block_size if host_copy == "pinned per tensor" else page_rounded
     worst = 0
     for buffer_index, buffer in enumerate(stage.buffers):
         per_rank = []
@@ -216,13 +201,13 @@ def optimizer_host(strategy: str, stage: StageLayout, opt: OptimizerOptions) -> 
             for key in keys:
                 dtype = _key_dtypes(stage, opt, key)[buffer_index]
                 if dtype is not None:
-                    rank_total += sum(pinned_block_size(n * DTYPE_BYTES[dtype]) for n in pieces)
+                    rank_total += sum(block(n * DTYPE_BYTES[dtype]) for n in pieces)
             per_rank.append(rank_total)
         worst += max(per_rank)
     return worst, Term(
         label=f"optimizer on host ({strategy})",
-        formula=f"sum of PowerOf2Ceil(bytes) over every per-parameter tensor of {', '.join(keys)}"
-        " (.to(cpu, non_blocking) pins each one)",
+        formula=f"sum of {block.__name__}(bytes) over every per-parameter tensor of "
+        f"{', '.join(keys)} ({host_copy})",
         value=worst,
     )
 
@@ -236,20 +221,11 @@ def gpu_kept(strategy: str, stage: StageLayout, s: Scenario) -> tuple[int, list[
         terms.append(
             Term(label="optimizer state (not offloaded)", formula="all state", value=state)
         )
-    elif strategy == "none":
-        kept = state
-        terms.append(
-            Term(label="optimizer state (none moves nothing)", formula="all state", value=state)
-        )
-    elif strategy == "legacy":
-        kept = master
-        formula = "master_param stays" if master else "classic mode: everything moves"
-        terms.append(Term(label="master_param left by legacy", formula=formula, value=master))
     else:
-        kept = 0
-        terms.append(
-            Term(label=f"optimizer state left by {strategy}", formula="all moved", value=0)
-        )
+        keys = moved_keys(strategy, s.offload.optimizer_options)
+        kept = state if not keys else (master if "master" not in keys else 0)
+        what = "nothing moved" if not keys else f"moves {', '.join(keys)}"
+        terms.append(Term(label=f"optimizer state left by {strategy}", formula=what, value=kept))
     if not s.offload.params:
         kept += stage.param_bytes
         terms.append(
@@ -293,10 +269,12 @@ def gpu_left_per_device(s: Scenario, optimizer: str) -> int:
 
 
 def predicted(s: Scenario, strategy: str) -> Outcome:
-    """``oom`` or ``ok`` for ``strategy`` (model strategies pair with optimizer
-    ``complete``, optimizer strategies with model strategy ``lazy``)."""
+    """``oom`` or ``ok`` for ``strategy`` (model strategies pair with
+    ``PAIRED_OPTIMIZER_STRATEGY``, optimizer strategies with ``PAIRED_MODEL_STRATEGY``)."""
     params, optimizer = (
-        (strategy, "complete") if strategy in PARAM_STRATEGIES else ("lazy", strategy)
+        (strategy, PAIRED_OPTIMIZER_STRATEGY)
+        if strategy_kind(strategy) == "params"
+        else (PAIRED_MODEL_STRATEGY, strategy)
     )
     cycles = s.repro.cycles if s.repro else 3
     host, gpu = s.limit.host_memory_per_node, s.limit.gpu_memory_per_device

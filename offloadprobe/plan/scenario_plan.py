@@ -13,12 +13,14 @@ from typing import Any
 from offloadprobe.layout.stages import ModelLayout, StageLayout
 from offloadprobe.layout.terms import Term
 from offloadprobe.plan.projection import (
+    PAIRED_MODEL_STRATEGY,
+    PAIRED_OPTIMIZER_STRATEGY,
     gpu_kept,
     optimizer_host,
     predicted,
     rank_host,
 )
-from offloadprobe.scenarios.schema import OPTIMIZER_STRATEGIES, PARAM_STRATEGIES, Scenario
+from offloadprobe.scenarios.schema import Scenario, optimizer_strategies, param_strategies
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -88,7 +90,7 @@ def _param_plan(s: Scenario, layout: ModelLayout, strategy: str, cycles: int) ->
     opt = s.offload.optimizer_options
     ranks = [rank_host(strategy, st, cycles) for st in layout.stages]
     optimizer = [
-        optimizer_host("complete", st, opt) if s.offload.optimizer else (0, None)
+        optimizer_host(PAIRED_OPTIMIZER_STRATEGY, st, opt) if s.offload.optimizer else (0, None)
         for st in layout.stages
     ]
     per_stage = [
@@ -104,7 +106,7 @@ def _param_plan(s: Scenario, layout: ModelLayout, strategy: str, cycles: int) ->
     terms += node_terms
     gpu = None
     if s.limit.gpu_memory_per_device is not None:
-        gpu, gpu_terms = _gpu_figure(s, layout, "complete")
+        gpu, gpu_terms = _gpu_figure(s, layout, PAIRED_OPTIMIZER_STRATEGY)
         terms += gpu_terms
     return StrategyPlan(
         strategy=strategy,
@@ -147,7 +149,10 @@ def _gpu_figure(s: Scenario, layout: ModelLayout, strategy: str) -> tuple[int, l
 def _optimizer_plan(s: Scenario, layout: ModelLayout, strategy: str, cycles: int) -> StrategyPlan:
     opt = s.offload.optimizer_options
     gpu, terms = _gpu_figure(s, layout, strategy)
-    lazy = [rank_host("lazy", st, cycles).peak if s.offload.params else 0 for st in layout.stages]
+    lazy = [
+        rank_host(PAIRED_MODEL_STRATEGY, st, cycles).peak if s.offload.params else 0
+        for st in layout.stages
+    ]
     moved = [
         optimizer_host(strategy, st, opt) if s.offload.optimizer else (0, None)
         for st in layout.stages
@@ -217,7 +222,9 @@ def project_scenario(s: Scenario) -> ScenarioPlan:
             "(exact size), optimizer strategies with the parameters offloaded by lazy",
         ],
     )
-    plan.strategies.extend(_param_plan(s, layout, k, cycles) for k in PARAM_STRATEGIES)
+    plan.strategies.extend(_param_plan(s, layout, k, cycles) for k in param_strategies())
     if s.offload.optimizer or any(e.kind == "optimizer" for e in s.expect):
-        plan.strategies.extend(_optimizer_plan(s, layout, k, cycles) for k in OPTIMIZER_STRATEGIES)
+        plan.strategies.extend(
+            _optimizer_plan(s, layout, k, cycles) for k in optimizer_strategies()
+        )
     return plan

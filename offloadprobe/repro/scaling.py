@@ -26,7 +26,7 @@ from offloadprobe.core.errors import UsageError
 from offloadprobe.core.units import format_bytes
 from offloadprobe.layout.terms import Term
 from offloadprobe.plan.probe import probe_payload
-from offloadprobe.plan.projection import optimizer_host
+from offloadprobe.plan.projection import PAIRED_OPTIMIZER_STRATEGY, optimizer_host
 from offloadprobe.scenarios.schema import Scenario
 
 
@@ -92,7 +92,8 @@ def host_scaling(s: Scenario, probe: ModelConfig) -> HostScaling:
     if s.offload.optimizer:
         opt = s.offload.optimizer_options
         optimizer = sum(
-            optimizer_host("complete", layout.stages[pp], opt)[0] * n for pp, n in stages.items()
+            optimizer_host(PAIRED_OPTIMIZER_STRATEGY, layout.stages[pp], opt)[0] * n
+            for pp, n in stages.items()
         )
     budget = limit - s.limit.host_reserved_per_node - optimizer
     if budget <= 0:

@@ -40,12 +40,28 @@ from offloadprobe.layout.optimizer_state import OptimizerOptions
 from offloadprobe.layout.parameters import check_model_fits
 from offloadprobe.layout.stages import ModelLayout, lay_out_model
 
-PARAM_STRATEGIES = ("naive", "lazy", "registered", "pageable")
-"""How the model's DDP buffers reach the host (see ``offloadprobe.engine.strategies``)."""
-OPTIMIZER_STRATEGIES = ("legacy", "fixed", "complete", "none")
-"""How optimizer state is offloaded: ``legacy`` leaves the precision-aware
-``master_param`` on the GPU (verl before PR 6635), ``fixed`` moves it too,
-``complete`` moves every optimizer tensor, ``none`` keeps everything on the GPU."""
+
+def optimizer_strategies() -> tuple[str, ...]:
+    """How optimizer state may be offloaded: every registered optimizer strategy."""
+    from offloadprobe.engine.optimizer.strategies import OPTIMIZER_STRATEGIES
+
+    return tuple(OPTIMIZER_STRATEGIES.names())
+
+
+def param_strategies() -> tuple[str, ...]:
+    """How the model's DDP buffers may reach the host: every registered model strategy
+    whose name does not also name an optimizer strategy (``none`` is the optimizer's)."""
+    from offloadprobe.engine.strategies import MODEL_STRATEGIES
+
+    taken = set(optimizer_strategies())
+    return tuple(n for n in MODEL_STRATEGIES.names() if n not in taken)
+
+
+def strategy_kind(strategy: str) -> Literal["params", "optimizer"]:
+    """Which registry a scenario's strategy name belongs to."""
+    return "params" if strategy in param_strategies() else "optimizer"
+
+
 Outcome = Literal["oom", "ok"]
 PARAM_DTYPES = ("bfloat16", "float16", "float32")
 
@@ -336,7 +352,7 @@ class _Reader:
 
     def expect(self, raw: Any) -> tuple[Expectation, ...]:
         if isinstance(raw, Mapping):
-            self.known("expect", raw, (*PARAM_STRATEGIES, *OPTIMIZER_STRATEGIES))
+            self.known("expect", raw, (*param_strategies(), *optimizer_strategies()))
             items = [(f"expect.{k}", k, v, None) for k, v in raw.items()]
         elif isinstance(raw, list) and all(isinstance(e, Mapping) for e in raw):
             items = []
@@ -345,7 +361,7 @@ class _Reader:
                 self.known(where, entry, ("strategy", "outcome", "note"))
                 strategy = self.get(entry, where, "strategy", str)
                 self.choice(
-                    f"{where}.strategy", strategy, (*PARAM_STRATEGIES, *OPTIMIZER_STRATEGIES)
+                    f"{where}.strategy", strategy, (*param_strategies(), *optimizer_strategies())
                 )
                 items.append(
                     (
@@ -365,7 +381,7 @@ class _Reader:
                 raise self.fail(key, f"{strategy} is expected twice; keep one")
             seen.add(strategy)
             self.choice(key, outcome, ("oom", "ok"))
-            kind = "params" if strategy in PARAM_STRATEGIES else "optimizer"
+            kind = strategy_kind(strategy)
             out.append(Expectation(strategy=strategy, outcome=outcome, kind=kind, note=note))
         return tuple(out)
 

@@ -20,9 +20,9 @@ from offloadprobe.engine.model.builder import build_probe_model
 from offloadprobe.engine.model.train import train_step
 from offloadprobe.engine.optimizer.build import OptimizerChoice
 from offloadprobe.engine.optimizer.holdings import holdings
-from offloadprobe.engine.optimizer.strategies import make_optimizer_strategy
+from offloadprobe.engine.optimizer.strategies import optimizer_strategy
 from offloadprobe.engine.runtime import open_runtime
-from offloadprobe.engine.strategies import make_model_strategy
+from offloadprobe.engine.strategies import model_strategy
 
 pytestmark = pytest.mark.cuda
 
@@ -61,19 +61,19 @@ def runs(runtime):
         for spec in STRATEGIES:
             model = build_probe_model(MODEL, runtime, seed=SEED, optimizer=choice)
             losses = [train_step(model)]
-            strategy = make_optimizer_strategy(spec, runtime)
-            model_strategy = make_model_strategy("registered", runtime)
+            strategy = optimizer_strategy(spec).build(runtime)
+            params = model_strategy("registered").build(runtime)
             before = [(owner, bits.clone()) for owner, bits in _state(model)]
             runtime.synchronize()
             allocated_before = torch.cuda.memory_allocated()
             snapshot = snapshot_device_storage(model)
-            model_strategy.offload(model.chunks)
+            params.offload(model.chunks)
             strategy.offload([model.optimizer])
             runtime.synchronize()
             freed = allocated_before - torch.cuda.memory_allocated()
             records = audit(model, runtime, snapshot)
             strategy.load([model.optimizer])
-            model_strategy.load(model.chunks)
+            params.load(model.chunks)
             after = _state(model)
             identical = len(before) == len(after) and all(
                 o1 == o2 and torch.equal(a, b)
@@ -96,7 +96,7 @@ def runs(runtime):
                 "registered": getattr(strategy, "registered_bytes", 0),
                 "state_bytes": sum(optimizer_state_bytes_by_key(model).values()),
             }
-            for s in (strategy, model_strategy):
+            for s in (strategy, params):
                 if hasattr(s, "close"):
                     s.close()
             del model

@@ -22,9 +22,9 @@ from offloadprobe.engine.model.audit import (
 from offloadprobe.engine.model.builder import build_probe_model
 from offloadprobe.engine.model.train import train_step
 from offloadprobe.engine.optimizer.holdings import holdings
-from offloadprobe.engine.optimizer.strategies import make_optimizer_strategy
+from offloadprobe.engine.optimizer.strategies import optimizer_strategy
 from offloadprobe.engine.runtime import open_runtime
-from offloadprobe.engine.strategies import make_model_strategy
+from offloadprobe.engine.strategies import model_strategy
 
 TINY = ModelConfig(
     num_layers=2,
@@ -109,7 +109,7 @@ def _cycle(runtime, model, strategy, model_strategy=None):
 def test_round_trip_is_bit_exact_and_training_continues_identically(runtime, reference, mode, spec):
     # GIVEN a model trained one step, and the reference that never offloads
     model = build_probe_model(TINY, runtime, seed=SEED, optimizer=MODES[mode])
-    strategy = make_optimizer_strategy(spec, runtime)
+    strategy = optimizer_strategy(spec).build(runtime)
     losses = [train_step(model)]
     # WHEN the optimizer state goes to the host and back before each further step
     for _ in range(STEPS - 1):
@@ -134,8 +134,8 @@ def audits(runtime):
         for spec in [*STRATEGIES, USER_PRE_FIX]:
             model = build_probe_model(TINY, runtime, seed=SEED, optimizer=MODES[mode])
             train_step(model)
-            strategy = make_optimizer_strategy(spec, runtime)
-            records = _cycle(runtime, model, strategy, make_model_strategy("pageable", runtime))
+            strategy = optimizer_strategy(spec).build(runtime)
+            records = _cycle(runtime, model, strategy, model_strategy("pageable").build(runtime))
             out[mode, spec] = (model, records)
     return out
 
@@ -204,7 +204,7 @@ def test_optimizer_state_bytes_per_key(audits):
 def test_without_a_model_strategy_the_ddp_buffers_are_reported_once(runtime):
     model = build_probe_model(TINY, runtime, seed=SEED, optimizer=MODES["precision-aware"])
     train_step(model)
-    records = _cycle(runtime, model, make_optimizer_strategy("complete", runtime))
+    records = _cycle(runtime, model, optimizer_strategy("complete").build(runtime))
     left = bytes_by_key(records)
     assert left == {"param_data": model.payload_bytes, "grad_data": model.grad_bytes}
     aliases = [r for r in records if r.alias_of is not None]
@@ -216,7 +216,7 @@ def test_without_a_model_strategy_the_ddp_buffers_are_reported_once(runtime):
 def test_complete_reuses_its_exact_size_host_buffers(runtime):
     model = build_probe_model(TINY, runtime, seed=SEED, optimizer=MODES["precision-aware-low"])
     train_step(model)
-    strategy = make_optimizer_strategy("complete", runtime)
+    strategy = optimizer_strategy("complete").build(runtime)
     _cycle(runtime, model, strategy)
     hosts = {key: slot.host for key, slot in strategy._slots.items()}
     train_step(model)

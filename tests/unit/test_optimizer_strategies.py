@@ -21,8 +21,7 @@ from offloadprobe.engine.optimizer.holdings import holdings, megatron_optimizers
 from offloadprobe.engine.optimizer.precision_adam import PrecisionAwareAdam
 from offloadprobe.engine.optimizer.strategies import (
     OPTIMIZER_STRATEGIES,
-    make_optimizer_strategy,
-    validate_optimizer_strategy,
+    optimizer_strategy,
 )
 from offloadprobe.engine.runtime import Runtime
 
@@ -89,7 +88,7 @@ def _values(model) -> list[tuple[str, torch.Tensor]]:
 def test_builtin_names_and_unknown_name_lists_them():
     assert OPTIMIZER_STRATEGIES.names()[:4] == ["legacy", "fixed", "complete", "none"]
     with pytest.raises(StrategyError) as info:
-        validate_optimizer_strategy("complet")
+        optimizer_strategy("complet")
     for name in ("legacy", "fixed", "complete", "none", "package.module:object"):
         assert name in str(info.value)
 
@@ -98,9 +97,9 @@ def test_user_spec_errors_name_the_optimizer_flag(tmp_path, monkeypatch):
     (tmp_path / "half_opt.py").write_text("class Half:\n    def offload(self, o):\n        pass\n")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StrategyError, match="--optimizer-strategy 'half_opt:Half' lacks load"):
-        validate_optimizer_strategy("half_opt:Half")
+        optimizer_strategy("half_opt:Half")
     with pytest.raises(StrategyError, match="cannot import 'no_such_opt_xyz'"):
-        make_optimizer_strategy("no_such_opt_xyz:S", EMULATED)
+        optimizer_strategy("no_such_opt_xyz:S").build(EMULATED)
 
 
 @pytest.mark.parametrize(
@@ -138,7 +137,7 @@ def test_complete_frees_every_optimizer_storage_and_restores_it_in_place(precisi
     }
     before = _values(model)
     tensors = [h.tensor for h in holdings([model.optimizer])]
-    strategy = make_optimizer_strategy("complete", EMULATED)
+    strategy = optimizer_strategy("complete").build(EMULATED)
     for _ in range(2):
         strategy.offload([model.optimizer])
         for held in holdings([model.optimizer]):
@@ -162,7 +161,7 @@ def test_complete_frees_every_optimizer_storage_and_restores_it_in_place(precisi
 
 def test_complete_leaves_torch_host_step_alone():
     model = _fake_model(precision_aware=False)
-    strategy = make_optimizer_strategy("complete", EMULATED)
+    strategy = optimizer_strategy("complete").build(EMULATED)
     strategy.offload([model.optimizer])
     steps = [h for h in holdings([model.optimizer]) if h.owner == "step"]
     assert steps and all(h.host_by_design and h.tensor.untyped_storage().nbytes() for h in steps)
@@ -189,7 +188,7 @@ def test_audit_names_owners_params_and_counts_each_storage_once():
 def test_audit_after_complete_finds_only_the_ddp_buffers():
     model = _fake_model(precision_aware=True)
     snapshot = snapshot_device_storage(model)
-    strategy = make_optimizer_strategy("complete", EMULATED)
+    strategy = optimizer_strategy("complete").build(EMULATED)
     strategy.offload([model.optimizer])
     assert set(bytes_by_key(audit(model, EMULATED, snapshot))) == {"param_data", "grad_data"}
     strategy.load([model.optimizer])

@@ -1,7 +1,7 @@
 import pytest
 
 from offloadprobe.core.errors import StrategyError
-from offloadprobe.engine.strategies import MODEL_STRATEGIES, validate_model_strategy
+from offloadprobe.engine.strategies import MODEL_STRATEGIES, model_strategy
 
 
 def test_builtin_names():
@@ -10,7 +10,7 @@ def test_builtin_names():
 
 def test_unknown_name_lists_the_valid_ones():
     with pytest.raises(StrategyError) as info:
-        validate_model_strategy("lasy")
+        model_strategy("lasy")
     message = str(info.value)
     for name in ("naive", "lazy", "registered", "pageable"):
         assert name in message
@@ -20,7 +20,7 @@ def test_unknown_name_lists_the_valid_ones():
 def test_user_module_that_does_not_import(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StrategyError, match="cannot import 'no_such_pkg_xyz'"):
-        validate_model_strategy("no_such_pkg_xyz:Strategy")
+        model_strategy("no_such_pkg_xyz:Strategy")
 
 
 def test_user_object_without_load(tmp_path, monkeypatch):
@@ -29,4 +29,4 @@ def test_user_object_without_load(tmp_path, monkeypatch):
     )
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StrategyError, match="lacks load"):
-        validate_model_strategy("half_strategy:Half")
+        model_strategy("half_strategy:Half")

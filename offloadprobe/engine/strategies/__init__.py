@@ -1,9 +1,11 @@
-"""Model-parameter offload strategies: one registry, one module per strategy.
+"""Model-parameter offload strategies: one module per strategy, one registry.
 
-A new strategy is a class with ``offload(models)`` and ``load(models)`` (and an
-optional ``close()``) in a module of this package, registered below; third parties
-register theirs under the ``offloadprobe.model_strategies`` entry-point group, or
-pass ``--strategy package.module:object``.
+A strategy is a module of this package exporting ``STRATEGY``, a
+:class:`~offloadprobe.engine.strategies.base.ModelStrategyInfo`, registered below by
+module path (imported on first use). Third parties register a descriptor or a class with
+``offload(models)``/``load(models)`` under the ``offloadprobe.model_strategies``
+entry-point group, or pass ``--strategy package.module:object``. Every verb (run,
+compare, plan, repro) reads this registry.
 """
 
 from __future__ import annotations
@@ -11,49 +13,38 @@ from __future__ import annotations
 from typing import Any
 
 from offloadprobe.core.registry import Registry
-from offloadprobe.engine.runtime import Runtime
-from offloadprobe.engine.strategies.base import ModelStrategy
-from offloadprobe.engine.strategies.lazy import LazyStrategy
-from offloadprobe.engine.strategies.naive import NaiveStrategy
-from offloadprobe.engine.strategies.none import KeepOnDevice
-from offloadprobe.engine.strategies.pageable import PageableStrategy
-from offloadprobe.engine.strategies.registered import RegisteredStrategy
-from offloadprobe.engine.strategies.user import is_user_spec, load_object
 
-MODEL_STRATEGIES: Registry[ModelStrategy] = Registry(
-    "model strategy", "offloadprobe.model_strategies"
-)
-MODEL_STRATEGIES.register("naive", "fresh .cpu().pin_memory() copy every offload (pre-fix)")(
-    NaiveStrategy
-)
-MODEL_STRATEGIES.register("lazy", "one pinned host buffer per DDP buffer, reused (the fix)")(
-    LazyStrategy
-)
-MODEL_STRATEGIES.register(
-    "registered", "exact-size host buffer page-locked with cudaHostRegister, reused"
-)(RegisteredStrategy)
-MODEL_STRATEGIES.register("pageable", "exact-size pageable host buffer, reused, no pinning")(
-    PageableStrategy
-)
-
-MODEL_STRATEGIES.register("none", "parameters stay on the device (optimizer offload alone)")(
-    KeepOnDevice
-)
+GROUP = "offloadprobe.model_strategies"
+FLAG = "--strategy"
 
 
-def make_model_strategy(spec: str, runtime: Runtime) -> Any:
-    """Instantiate a registered strategy or load the user's ``module:object``."""
+def _adapt(name: str, found: Any) -> Any:
+    from offloadprobe.engine.strategies.base import ModelStrategyInfo
+    from offloadprobe.engine.strategies.user import checked
+
+    if isinstance(found, ModelStrategyInfo):
+        return found
+    return ModelStrategyInfo(
+        name=name,
+        summary=(getattr(found, "__doc__", None) or f"{name} (third party)").strip().split("\n")[0],
+        factory=checked(found, spec=name, flag=FLAG),
+        emulation="third-party code, run as written",
+    )
+
+
+MODEL_STRATEGIES: Registry[Any] = Registry("model strategy", GROUP, _adapt)
+for _name in ("naive", "lazy", "registered", "pageable", "none"):
+    MODEL_STRATEGIES.register_module(_name, f"{__name__}.{_name}")
+
+
+def model_strategy(spec: str) -> Any:
+    """The descriptor of a registered name or of the user's ``package.module:object``;
+    fails (exit 2) before any model is built on a spec that cannot work."""
+    from offloadprobe.engine.strategies.user import is_user_spec, user_model_strategy
+
     if is_user_spec(spec):
-        return load_object(spec, flag="--strategy", needs=("offload", "load"))
-    return MODEL_STRATEGIES.get(spec).factory(runtime)
+        return user_model_strategy(spec)
+    return MODEL_STRATEGIES.get(spec)
 
 
-def validate_model_strategy(spec: str) -> None:
-    """Fail early, before any model is built, on a name or spec that cannot work."""
-    if is_user_spec(spec):
-        load_object(spec, flag="--strategy", needs=("offload", "load"))
-    else:
-        MODEL_STRATEGIES.get(spec)
-
-
-__all__ = ["MODEL_STRATEGIES", "ModelStrategy", "make_model_strategy", "validate_model_strategy"]
+__all__ = ["FLAG", "MODEL_STRATEGIES", "model_strategy"]

@@ -1,11 +1,21 @@
-"""What a model-parameter offload strategy is, and the buffer helpers strategies share."""
+"""What a model-parameter offload strategy is, its descriptor, and the buffer helpers.
+
+A strategy is one module of this package that exports ``STRATEGY``, a
+:class:`ModelStrategyInfo`: the factory of the object that offloads and loads, a
+one-line summary, the host allocations it makes per cycle (what ``plan`` replays), and
+how it behaves in CPU emulation. Nothing outside the module branches on its name.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
+
+from offloadprobe.layout.pinned import Event
 
 
 @runtime_checkable
@@ -20,6 +30,72 @@ class ModelStrategy(Protocol):
     def offload(self, models: list[Any]) -> None: ...
 
     def load(self, models: list[Any]) -> None: ...
+
+
+@runtime_checkable
+class Closes(Protocol):
+    """Optional: release what the strategy holds outside PyTorch (called once, at the end)."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class RegistersHostMemory(Protocol):
+    """Optional: bytes the strategy page-locked itself (``cudaHostRegister``), which
+    PyTorch's pinned-allocator statistics cannot see."""
+
+    registered_bytes: int
+
+
+HostEvents = Callable[[Sequence[int], int, Sequence[str]], list[Event]]
+"""``(param bytes per buffer, cycles, buffer labels) -> host allocations and frees``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelStrategyInfo:
+    """Everything offloadprobe knows about one model-parameter strategy."""
+
+    name: str
+    summary: str
+    """One line: what it does (the help text and the run's description)."""
+    factory: Callable[..., ModelStrategy]
+    """Builds the strategy; called with the runtime when it accepts an argument."""
+    host_events: HostEvents | None = None
+    """The host allocations and frees of its offloads, buffer by buffer and cycle by cycle,
+    replayed by ``plan`` through the pinned-allocator model; None: not projectable."""
+    emulation: str = "runs as written; pinned requests become ordinary host memory"
+    """How it behaves in CPU emulation, in words."""
+    moves_params: bool = True
+    """False only for ``none``: parameters are meant to stay on the device."""
+
+    def build(self, runtime: Any) -> ModelStrategy:
+        return call_factory(self.factory, runtime)
+
+
+def call_factory(factory: Callable[..., Any], runtime: Any) -> Any:
+    """Call ``factory(runtime)`` when it takes an argument, else ``factory()``; an object
+    that is not callable (an instance) is returned as it is."""
+    if not callable(factory) or (not inspect.isclass(factory) and hasattr(factory, "offload")):
+        return factory
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return factory(runtime)
+    takes = any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
+    )
+    return factory(runtime) if takes else factory()
+
+
+def registered_bytes(strategy: object) -> int:
+    """Bytes a strategy page-locked outside PyTorch's allocator (0 when it declares none)."""
+    return int(strategy.registered_bytes) if isinstance(strategy, RegistersHostMemory) else 0
+
+
+def close(strategy: object) -> None:
+    """Call the optional ``close`` hook."""
+    if isinstance(strategy, Closes):
+        strategy.close()
 
 
 def ddp_buffers(models: list[Any]) -> Iterator[Any]:

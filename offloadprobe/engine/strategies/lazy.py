@@ -7,6 +7,7 @@ rounds each allocation up to a power of two, so the host holds more than the pay
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -14,11 +15,13 @@ import torch
 from offloadprobe.core.errors import IntegrityError
 from offloadprobe.engine.runtime import Runtime
 from offloadprobe.engine.strategies.base import (
+    ModelStrategyInfo,
     ddp_buffers,
     free_storage,
     restore_storage,
     restore_zeroed_grads,
 )
+from offloadprobe.layout.pinned import Alloc, Event
 
 
 class HostCopies:
@@ -79,3 +82,20 @@ class LazyStrategy(ReusedHostBufferStrategy):
         return torch.empty(
             like.shape, dtype=like.dtype, device="cpu", pin_memory=self.runtime.can_pin
         )
+
+
+def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> list[Event]:
+    """One pinned host copy per buffer on the first offload, reused afterwards."""
+    return [
+        Alloc(name=f"{name} host copy", nbytes=n, kind="pinned")
+        for name, n in zip(labels, payloads, strict=True)
+    ]
+
+
+STRATEGY = ModelStrategyInfo(
+    name="lazy",
+    summary="one pinned host buffer per DDP buffer, reused (the fix)",
+    factory=LazyStrategy,
+    host_events=host_events,
+    emulation="the pinned buffer is an ordinary host buffer of exact size",
+)

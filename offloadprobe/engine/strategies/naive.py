@@ -8,17 +8,20 @@ PyTorch's pinned cache keeps its pages resident.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from offloadprobe.engine.runtime import Runtime
 from offloadprobe.engine.strategies.base import (
+    ModelStrategyInfo,
     ddp_buffers,
     free_storage,
     restore_storage,
     restore_zeroed_grads,
 )
+from offloadprobe.layout.pinned import Alloc, Event, Free
 
 
 class NaiveStrategy:
@@ -41,3 +44,29 @@ class NaiveStrategy:
             buffer.param_data.copy_(self._copies[id(buffer)], non_blocking=True)
             restore_zeroed_grads(buffer)
         self.runtime.synchronize()
+
+
+def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> list[Event]:
+    """``.cpu()`` makes a pageable temporary, ``.pin_memory()`` a pinned copy; the temporary
+    dies when the expression ends, and only then does the assignment drop the previous
+    cycle's pinned copy (its block goes to the pinned cache)."""
+    events: list[Event] = []
+    for c in range(cycles):
+        for name, n in zip(labels, payloads, strict=True):
+            events += [
+                Alloc(name=f"{name} .cpu() pageable temporary", nbytes=n, kind="pageable"),
+                Alloc(name=f"{name} pinned copy, cycle {c}", nbytes=n),
+                Free(name=f"{name} .cpu() pageable temporary"),
+            ]
+            if c:
+                events.append(Free(name=f"{name} pinned copy, cycle {c - 1}"))
+    return events
+
+
+STRATEGY = ModelStrategyInfo(
+    name="naive",
+    summary="fresh .cpu().pin_memory() copy every offload (pre-fix)",
+    factory=NaiveStrategy,
+    host_events=host_events,
+    emulation="`.pin_memory()` makes a second ordinary host copy",
+)

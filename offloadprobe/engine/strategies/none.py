@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from offloadprobe.engine.runtime import Runtime
+from offloadprobe.engine.strategies.base import ModelStrategyInfo
+from offloadprobe.layout.pinned import Event
 
 
 class KeepOnDevice:
     """Moves nothing: ``param_data`` and ``grad_data`` keep their device storage."""
-
-    moves_params = False
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -20,3 +21,18 @@ class KeepOnDevice:
 
     def load(self, models: list[Any]) -> None:
         pass
+
+
+def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> list[Event]:
+    """Nothing reaches the host."""
+    return []
+
+
+STRATEGY = ModelStrategyInfo(
+    name="none",
+    summary="parameters stay on the device (optimizer offload alone)",
+    factory=KeepOnDevice,
+    host_events=host_events,
+    emulation="moves nothing",
+    moves_params=False,
+)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
+from offloadprobe.engine.strategies.base import ModelStrategyInfo
 from offloadprobe.engine.strategies.lazy import ReusedHostBufferStrategy
+from offloadprobe.layout.pinned import Alloc, Event
 
 
 class PageableStrategy(ReusedHostBufferStrategy):
@@ -12,3 +16,20 @@ class PageableStrategy(ReusedHostBufferStrategy):
 
     def allocate(self, like: torch.Tensor) -> torch.Tensor:
         return torch.empty(like.shape, dtype=like.dtype, device="cpu")
+
+
+def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> list[Event]:
+    """One pageable host copy per buffer on the first offload, reused afterwards."""
+    return [
+        Alloc(name=f"{name} host copy", nbytes=n, kind="pageable")
+        for name, n in zip(labels, payloads, strict=True)
+    ]
+
+
+STRATEGY = ModelStrategyInfo(
+    name="pageable",
+    summary="exact-size pageable host buffer, reused, no pinning",
+    factory=PageableStrategy,
+    host_events=host_events,
+    emulation="the same as on CUDA: an exact-size host buffer",
+)

@@ -8,11 +8,15 @@ no rounding. The range is unregistered at teardown, before the tensor is freed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from offloadprobe.core.errors import OffloadProbeError
 from offloadprobe.engine.runtime import Runtime
+from offloadprobe.engine.strategies.base import ModelStrategyInfo
 from offloadprobe.engine.strategies.lazy import ReusedHostBufferStrategy
+from offloadprobe.layout.pinned import Alloc, Event
 
 _PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA context
 
@@ -42,3 +46,20 @@ class RegisteredStrategy(ReusedHostBufferStrategy):
         for host in self.copies.values():
             torch.cuda.cudart().cudaHostUnregister(host.data_ptr())
         self.registered_bytes = 0
+
+
+def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> list[Event]:
+    """One registered host copy per buffer on the first offload, reused afterwards."""
+    return [
+        Alloc(name=f"{name} host copy", nbytes=n, kind="registered")
+        for name, n in zip(labels, payloads, strict=True)
+    ]
+
+
+STRATEGY = ModelStrategyInfo(
+    name="registered",
+    summary="exact-size host buffer page-locked with cudaHostRegister, reused",
+    factory=RegisteredStrategy,
+    host_events=host_events,
+    emulation="no page-locking: an ordinary exact-size host buffer",
+)

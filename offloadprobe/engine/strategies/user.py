@@ -1,4 +1,8 @@
-"""Load the user's own strategy from ``package.module:object``."""
+"""Load the user's own strategy from ``package.module:object``.
+
+The object may be a class (instantiated with the runtime when its ``__init__`` takes an
+argument, else with none) or an instance; either way it must have ``offload`` and ``load``.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ def is_user_spec(spec: str) -> bool:
     return ":" in spec
 
 
-def load_object(spec: str, *, flag: str, needs: tuple[str, ...]) -> Any:
-    """Import ``module:object``; instantiate a class; check it has every method in ``needs``."""
+def import_object(spec: str, *, flag: str) -> Any:
+    """Import ``module:object`` (``object`` may be dotted) from the current directory or
+    the Python path."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise StrategyError(f"{flag} {spec!r} is not of the form package.module:object")
@@ -36,8 +41,11 @@ def load_object(spec: str, *, flag: str, needs: tuple[str, ...]) -> Any:
                 f"{flag} {spec!r}: module {module_name!r} has no attribute {part!r}"
             )
         obj = getattr(obj, part)
-    if isinstance(obj, type):
-        obj = obj()
+    return obj
+
+
+def checked(obj: Any, *, spec: str, flag: str, needs: tuple[str, ...] = ("offload", "load")) -> Any:
+    """``obj`` (a class or an instance) if it has every method in ``needs``."""
     missing = [name for name in needs if not callable(getattr(obj, name, None))]
     if missing:
         raise StrategyError(
@@ -45,3 +53,20 @@ def load_object(spec: str, *, flag: str, needs: tuple[str, ...]) -> Any:
             + ", ".join(f"{n}(...)" for n in needs)
         )
     return obj
+
+
+def load_object(spec: str, *, flag: str, needs: tuple[str, ...]) -> Any:
+    """Import and check ``module:object`` (a class or an instance)."""
+    return checked(import_object(spec, flag=flag), spec=spec, flag=flag, needs=needs)
+
+
+def user_model_strategy(spec: str) -> Any:
+    """The descriptor of the user's model strategy ``package.module:object``."""
+    from offloadprobe.engine.strategies.base import ModelStrategyInfo
+
+    return ModelStrategyInfo(
+        name=spec,
+        summary=f"user strategy {spec}",
+        factory=load_object(spec, flag="--strategy", needs=("offload", "load")),
+        emulation="the user's code, run as written",
+    )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
@@ -59,3 +61,31 @@ class StateKeyStrategy:
 
     def load(self, optimizers: list[Any]) -> None:
         self._move(optimizers, torch.cuda.current_device())
+
+
+HostCopy = Literal["pinned per tensor", "exact", "pageable per tensor", "none"]
+"""How a strategy's host copies are sized: each tensor ``.to("cpu", non_blocking=True)``
+(pinned and rounded up on CUDA), exact-size buffers, fresh pageable copies, or none."""
+
+OPTIMIZER_KEYS = ("master", "exp_avg", "exp_avg_sq")
+"""The Adam state ``plan`` accounts: fp32 master weights (a group in classic mode,
+``master_param`` with the precision-aware optimizer) and the two moments."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OptimizerStrategyInfo:
+    """Everything offloadprobe knows about one optimizer-state strategy."""
+
+    name: str
+    summary: str
+    factory: Callable[..., OptimizerStrategy]
+    """Builds the strategy; called with the runtime when it accepts an argument."""
+    moved_keys: Callable[[bool], tuple[str, ...]] | None = None
+    """``precision_aware -> keys of OPTIMIZER_KEYS it moves``; None: not projectable."""
+    host_copy: HostCopy = "none"
+    emulation: str = "runs as written; pinned requests become ordinary host memory"
+
+    def build(self, runtime: Any) -> OptimizerStrategy:
+        from offloadprobe.engine.strategies.base import call_factory
+
+        return call_factory(self.factory, runtime)

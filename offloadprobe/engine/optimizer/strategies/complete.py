@@ -22,6 +22,7 @@ import torch
 
 from offloadprobe.core.errors import IntegrityError, OffloadProbeError
 from offloadprobe.engine.optimizer.holdings import ddp_buffer_tensors, holdings, storage_key
+from offloadprobe.engine.optimizer.strategies.base import OptimizerStrategyInfo
 from offloadprobe.engine.runtime import Runtime
 
 _PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA context
@@ -118,3 +119,13 @@ class CompleteStrategy:
                 torch.cuda.cudart().cudaHostUnregister(slot.host.data_ptr())
         self.registered_bytes = 0
         self._slots.clear()
+
+
+STRATEGY = OptimizerStrategyInfo(
+    name="complete",
+    summary="every optimizer tensor, any key, into exact-size reused host buffers",
+    factory=CompleteStrategy,
+    moved_keys=lambda precision_aware: ("master", "exp_avg", "exp_avg_sq"),
+    host_copy="exact",
+    emulation="exact-size ordinary host buffers, no page-locking",
+)

@@ -7,10 +7,25 @@ on the GPU (verl before PR 6635, ISEEKYAN/Megatron-LM #232).
 
 from __future__ import annotations
 
-from offloadprobe.engine.optimizer.strategies.base import StateKeyStrategy
+from offloadprobe.engine.optimizer.strategies.base import OptimizerStrategyInfo, StateKeyStrategy
 
 
 class LegacyStrategy(StateKeyStrategy):
     """fp32 groups plus ``exp_avg``/``exp_avg_sq``, moved with ``.to``; not ``master_param``."""
 
     state_keys = ("exp_avg", "exp_avg_sq")
+
+
+def moved_keys(precision_aware: bool) -> tuple[str, ...]:
+    """The moments always; the fp32 master weights only where they are a group (classic)."""
+    return ("exp_avg", "exp_avg_sq") if precision_aware else ("master", "exp_avg", "exp_avg_sq")
+
+
+STRATEGY = OptimizerStrategyInfo(
+    name="legacy",
+    summary="exp_avg, exp_avg_sq and fp32 groups moved with .to(); master_param stays (pre-fix)",
+    factory=LegacyStrategy,
+    moved_keys=moved_keys,
+    host_copy="pinned per tensor",
+    emulation="each .to('cpu') makes an ordinary host copy",
+)

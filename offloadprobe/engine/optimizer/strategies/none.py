@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from offloadprobe.engine.optimizer.strategies.base import OptimizerStrategyInfo
 from offloadprobe.engine.runtime import Runtime
 
 
@@ -18,3 +19,13 @@ class NoOffload:
 
     def load(self, optimizers: list[Any]) -> None:
         pass
+
+
+STRATEGY = OptimizerStrategyInfo(
+    name="none",
+    summary="moves nothing",
+    factory=NoOffload,
+    moved_keys=lambda precision_aware: (),
+    host_copy="none",
+    emulation="moves nothing",
+)

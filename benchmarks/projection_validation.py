@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from offloadprobe.core.config import ModelConfig  # noqa: E402
+from offloadprobe.core.config import ModelConfig, RunConfig, size_for_payload  # noqa: E402
+from offloadprobe.core.units import parse_size  # noqa: E402
 from offloadprobe.isolation import child as isolation  # noqa: E402
 from offloadprobe.isolation.child import ChildSpec  # noqa: E402
 from offloadprobe.plan.probe import probe_payload, project_probe  # noqa: E402
@@ -72,12 +73,16 @@ def run_child(
     device: str, strategy: str, size: str, cycles: int, train_steps: int, timeout_s: float
 ) -> tuple[int, dict[str, Any] | None, str, float]:
     """One fresh ``offloadprobe run`` process; (exit code, JSON report, stderr tail, seconds)."""
-    args = [
-        "--device", device, "--strategy", strategy, "--payload", size,
-        "--cycles", str(cycles), "--train-steps", str(train_steps), "--no-reference-check",
-    ]  # fmt: skip
+    config = RunConfig(
+        model=size_for_payload(ModelConfig(), parse_size(size)),
+        strategy=strategy,
+        device=device,
+        cycles=cycles,
+        train_steps=train_steps,
+        reference_check=False,
+    )
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    spec = ChildSpec(label=strategy, args=args, env={"PYTHONPATH": path}, timeout_s=timeout_s)
+    spec = ChildSpec(label=strategy, config=config, env={"PYTHONPATH": path}, timeout_s=timeout_s)
     start = time.perf_counter()
     outcome = isolation.run_child(spec)
     tail = outcome.stderr_tail or ("" if outcome.exit_code == 0 else outcome.verdict)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import sys
+from pathlib import Path
 
 import typer
 
@@ -27,10 +31,21 @@ def _register() -> None:
     from offloadprobe.cli import compare, plan, repro, run  # noqa: F401  (each verb registers)
 
 
-def fail(message: str, code: int) -> None:
-    """Print one line to stderr and exit."""
+def fail(message: str, code: int, kind: str = "usage") -> None:
+    """Print one line to stderr, leave it for a parent as data, and exit."""
     print(f"offloadprobe: error: {message}", file=sys.stderr)
+    _tell_parent(kind, message)
     raise SystemExit(code)
+
+
+def _tell_parent(kind: str, message: str) -> None:
+    """A child run (see ``isolation.child``) writes its failure where its parent asked."""
+    from offloadprobe.isolation.child import ERROR_FILE_ENV
+
+    path = os.environ.get(ERROR_FILE_ENV)
+    if path:
+        with contextlib.suppress(OSError):
+            Path(path).write_text(json.dumps({"kind": kind, "message": message}))
 
 
 def _quiet_third_party_warnings() -> None:
@@ -57,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = command.main(args=args, prog_name="offloadprobe", standalone_mode=False)
     except OffloadProbeError as exc:
-        fail(str(exc), exc.exit_code)
+        fail(str(exc), exc.exit_code, exc.kind)
     except Exception as exc:
         kind = type(exc).__name__
         if kind == "Exit":
@@ -68,5 +83,6 @@ def main(argv: list[str] | None = None) -> None:
             ctx = getattr(exc, "ctx", None)
             hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
             fail(exc.format_message().replace("\n", " ") + hint, exc.exit_code)
+        _tell_parent("crash", f"{kind}: {exc}")
         raise
     raise SystemExit(code if isinstance(code, int) else 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -12,14 +12,12 @@ from rich.console import Console
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
-from offloadprobe.compare.comparison import Candidate, candidates, compare, model_args
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import UsageError
-from offloadprobe.engine.runtime.session import resolve_device
-from offloadprobe.engine.strategies import model_strategy
 from offloadprobe.report.comparison_table import render_comparison
-from offloadprobe.report.markdown import write_markdown
+from offloadprobe.report.markdown import comparison_markdown
+from offloadprobe.report.output import check_writable, write_json, write_text
 
 
 @app.command("compare")
@@ -73,19 +71,42 @@ def compare_command(
     min_offload_bandwidth: opt.MinOffloadBandwidth = None,
 ) -> None:
     """Run each strategy in a fresh process with the same model, seed and cycles."""
-    model = opt.model_config(locals())
-    RunConfig(model=model, cycles=cycles, train_steps=train_steps, device=device, seed=seed)
-    resolve_device(device)
-    for strategy in strategies:
-        model_strategy(strategy)
-    for spec in optimizer_strategy or []:
-        optimizer_strategy(spec)
+    from offloadprobe.compare.comparison import candidates, compare
+    from offloadprobe.engine.optimizer.strategies import optimizer_strategy as optimizer_info
+    from offloadprobe.engine.runtime.session import resolve_device
+    from offloadprobe.engine.strategies import model_strategy
+
+    check_writable(json_path, "--json")
+    check_writable(markdown, "--markdown")
+    model = opt.model_config(
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        vocab=vocab,
+        seq_length=seq_length,
+        micro_batch=micro_batch,
+        payload=payload,
+    )
     choice = opt.optimizer_choice(
         precision_aware=precision_aware,
         exp_avg_dtype=exp_avg_dtype,
         exp_avg_sq_dtype=exp_avg_sq_dtype,
         remainders=store_param_remainders,
     )
+    base_config = RunConfig(
+        model=model,
+        cycles=cycles,
+        train_steps=train_steps,
+        device=device,
+        seed=seed,
+        optimizer=choice,
+        reference_check=reference_check,
+    )
+    resolve_device(device)
+    for strategy in strategies:
+        model_strategy(strategy)
+    for spec in optimizer_strategy or []:
+        optimizer_info(spec)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     items = candidates(strategies, optimizer_strategy or [], alloc_conf or [])
     labels = [c.label for c in items]
@@ -94,29 +115,24 @@ def compare_command(
         raise UsageError(
             f"--baseline {base!r} is not one of the compared rows: {', '.join(labels)}"
         )
-    common = [
-        "--device", device, "--cycles", str(cycles), "--train-steps", str(train_steps),
-        "--seed", str(seed), *model_args(model), *opt.optimizer_args(choice),
-        "--reference-check" if reference_check else "--no-reference-check",
-    ]  # fmt: skip
     err = Console(file=sys.stderr)
 
-    def started(index: int, item: Candidate) -> None:
+    def started(index: int, item: Any) -> None:
         err.print(
             f"({index + 1}/{len(items)}) {item.label}: running in a fresh process",
             markup=False,
             highlight=False,
         )
 
-    comparison = compare(items, common, baseline=base, timeout_s=child_timeout, on_start=started)
+    comparison = compare(
+        items, base_config, baseline=base, timeout_s=child_timeout, on_start=started
+    )
     render_comparison(comparison, Console())
     environment = _environment(comparison.to_dict())
     if json_path is not None:
-        from offloadprobe.report.json_report import write_document
-
-        write_document(comparison.to_dict(), json_path)
+        write_json(comparison.to_dict(), json_path)
     if markdown is not None:
-        write_markdown(comparison, markdown, environment=environment)
+        write_text(comparison_markdown(comparison, environment=environment), markdown, "--markdown")
     enforce(budgets, [row.run for row in comparison.rows if row.run is not None])
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -35,19 +34,18 @@ Seed = Annotated[int, typer.Option("--seed", help="Seed for weights and data.")]
 DEFAULT = ModelConfig()
 
 
-def model_config(flags: Mapping[str, Any]) -> ModelConfig:
-    """Validate a command's model flags (its ``locals()``) into a ``ModelConfig``.
-
-    Sized to ``--payload`` when given; flags a command lacks take the defaults.
-    """
-
-    def flag(name: str, default: Any) -> Any:
-        return flags.get(name, default)
-
-    layers, hidden = flag("layers", DEFAULT.num_layers), flag("hidden", DEFAULT.hidden_size)
-    heads, vocab = flag("heads", DEFAULT.num_attention_heads), flag("vocab", DEFAULT.vocab_size)
-    seq_length = flag("seq_length", DEFAULT.seq_length)
-    micro_batch, payload = flag("micro_batch", DEFAULT.micro_batch_size), flag("payload", None)
+def model_config(
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    vocab: int,
+    seq_length: int,
+    micro_batch: int = DEFAULT.micro_batch_size,
+    payload: str | None = None,
+) -> ModelConfig:
+    """Validate a command's model flags into a ``ModelConfig``, sized to ``--payload``
+    when given. Every flag is a named argument: a renamed option fails loudly."""
     cfg = ModelConfig(
         num_layers=layers,
         hidden_size=hidden,
@@ -125,11 +123,3 @@ def optimizer_choice(
         exp_avg_sq_dtype=exp_avg_sq_dtype,
         store_param_remainders=remainders,
     )
-
-
-def optimizer_args(choice: OptimizerChoice) -> list[str]:
-    """The optimizer choice as ``run`` flags, for child processes."""
-    args = ["--precision-aware" if choice.precision_aware else "--classic"]
-    args += ["--exp-avg-dtype", choice.exp_avg_dtype]
-    args += ["--exp-avg-sq-dtype", choice.exp_avg_sq_dtype]
-    return args + (["--store-param-remainders"] if choice.store_param_remainders else [])

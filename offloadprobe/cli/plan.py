@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -13,11 +11,9 @@ from rich.console import Console
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.core.errors import UsageError
-from offloadprobe.plan.probe import probe_payload, probe_projection
-from offloadprobe.plan.scenario_plan import project_scenario
+from offloadprobe.report.output import check_writable, write_json
 from offloadprobe.report.plan_table import render_plan, render_probe
 from offloadprobe.scenarios import load_scenario
-from offloadprobe.scenarios.schema import param_strategies
 
 
 @app.command("plan")
@@ -47,6 +43,11 @@ def plan_command(
     """Project host peak, steady and pinned bytes per rank and node for every model
     strategy, and GPU bytes left per device for every optimizer strategy, against the
     scenario's limits. Every number is printed with its terms."""
+    from offloadprobe.plan.probe import ProbePlan, probe_payload, probe_projection
+    from offloadprobe.plan.scenario_plan import project_scenario
+    from offloadprobe.scenarios.schema import param_strategies
+
+    check_writable(json_path, "--json")
     console = Console()
     if probe == (scenario is not None):
         raise UsageError("give a scenario file or --probe, not both and not neither")
@@ -59,7 +60,14 @@ def plan_command(
             raise UsageError(f"--device must be cuda or cpu for --probe, got {device!r}")
         if cycles < 1:
             raise UsageError(f"--cycles must be at least 1, got {cycles}")
-        model = opt.model_config(locals())
+        model = opt.model_config(
+            layers=layers,
+            hidden=hidden,
+            heads=heads,
+            vocab=vocab,
+            seq_length=seq_length,
+            payload=payload,
+        )
         rows = [
             probe_projection(model, k, emulated=device == "cpu", cycles=cycles)
             for k in param_strategies()
@@ -70,12 +78,12 @@ def plan_command(
             "cycles; host figures over the host RSS before the first offload"
         )
         render_probe(rows, console, title=title, terms=terms)
-        doc = {
-            "model": asdict(model),
-            "device": device,
-            "cycles": cycles,
-            "payload_bytes": probe_payload(model),
-            "strategies": [asdict(r) for r in rows],
-        }
+        doc = ProbePlan(
+            model=model,
+            device=device,
+            cycles=cycles,
+            payload_bytes=probe_payload(model),
+            strategies=tuple(rows),
+        ).to_dict()
     if json_path is not None:
-        json_path.write_text(json.dumps(doc, indent=2) + "\n")
+        write_json(doc, json_path)

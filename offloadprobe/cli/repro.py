@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,8 +13,8 @@ from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.core.errors import ExpectationMismatch
 from offloadprobe.core.units import parse_size
+from offloadprobe.report.output import check_writable, write_json
 from offloadprobe.report.repro_table import render_repro
-from offloadprobe.repro.reproduce import reproduce
 from offloadprobe.scenarios import load_scenario
 
 
@@ -62,6 +61,9 @@ def repro_command(
 ) -> None:
     """Run each strategy the scenario names at the [repro] scale, in a fresh process each,
     under the scenario's limit scaled by the same factor, and compare with what it expects."""
+    from offloadprobe.repro.reproduce import reproduce
+
+    check_writable(json_path, "--json")
     s = load_scenario(scenario)
     status = Console(file=sys.stderr)
     repro = reproduce(
@@ -79,7 +81,7 @@ def repro_command(
     )
     render_repro(repro, Console())
     if json_path is not None:
-        json_path.write_text(json.dumps(repro.to_dict(), indent=2) + "\n")
+        write_json(repro.to_dict(), json_path)
     if repro.mismatches:
         raise ExpectationMismatch(
             f"{s.name}: "

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -15,15 +16,14 @@ from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
-from offloadprobe.core.errors import DeviceOutOfMemory, IntegrityError
-from offloadprobe.core.records import Report
+from offloadprobe.core.errors import DeviceOutOfMemory, IntegrityError, UsageError
 from offloadprobe.core.units import parse_size
-from offloadprobe.engine.runner import Hooks, phases_per_run, run
-from offloadprobe.engine.runtime.session import resolve_device
-from offloadprobe.engine.strategies import model_strategy
 from offloadprobe.measure.phase_log import PhaseLog
-from offloadprobe.report.json_report import write_json
+from offloadprobe.report.output import check_writable, write_json
 from offloadprobe.report.table import render_report
+
+if TYPE_CHECKING:
+    from offloadprobe.core.records import Report
 
 
 @app.command("run")
@@ -36,7 +36,7 @@ def run_command(
             help="naive, lazy, registered, pageable, none, or your own package.module:object.",
         ),
     ] = "lazy",
-    optimizer_strategy: opt.OptimizerStrategy = "none",
+    optimizer_strategy_name: opt.OptimizerStrategy = "none",
     precision_aware: opt.PrecisionAware = False,
     exp_avg_dtype: opt.ExpAvgDtype = "fp32",
     exp_avg_sq_dtype: opt.ExpAvgSqDtype = "fp32",
@@ -74,47 +74,91 @@ def run_command(
         Path | None,
         typer.Option("--phase-log", hidden=True, help="Append phase start/end lines here."),
     ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            hidden=True,
+            help="Read the whole run configuration from this JSON file (child processes).",
+        ),
+    ] = None,
 ) -> None:
     """Run offload/load cycles of one strategy and print what each phase cost."""
-    model = opt.model_config(locals())
-    cfg = RunConfig(
-        model=model,
-        strategy=strategy,
-        cycles=cycles,
-        train_steps=train_steps,
-        device=device,
-        seed=seed,
-        rollout_claim_bytes=parse_size(rollout_claim, what="--rollout-claim")
-        if rollout_claim
-        else 0,
-        gpu_limit_bytes=parse_size(gpu_limit, what="--gpu-limit") if gpu_limit else None,
-        optimizer_strategy=optimizer_strategy,
-        optimizer=opt.optimizer_choice(
-            precision_aware=precision_aware,
-            exp_avg_dtype=exp_avg_dtype,
-            exp_avg_sq_dtype=exp_avg_sq_dtype,
-            remainders=store_param_remainders,
-        ),
-        reference_check=reference_check,
-    )
-    model_strategy(strategy)
-    optimizer_strategy(optimizer_strategy)
-    resolve_device(device)
+    from offloadprobe.engine.optimizer.strategies import optimizer_strategy
+    from offloadprobe.engine.runtime.session import resolve_device
+    from offloadprobe.engine.strategies import model_strategy
+
+    check_writable(json_path, "--json")
+    if config is not None:
+        cfg = _read_config(config)
+    else:
+        cfg = _config_from_flags(
+            model=opt.model_config(
+                layers=layers,
+                hidden=hidden,
+                heads=heads,
+                vocab=vocab,
+                seq_length=seq_length,
+                micro_batch=micro_batch,
+                payload=payload,
+            ),
+            strategy=strategy,
+            cycles=cycles,
+            train_steps=train_steps,
+            device=device,
+            seed=seed,
+            rollout_claim=rollout_claim,
+            gpu_limit=gpu_limit,
+            optimizer_strategy=optimizer_strategy_name,
+            optimizer=opt.optimizer_choice(
+                precision_aware=precision_aware,
+                exp_avg_dtype=exp_avg_dtype,
+                exp_avg_sq_dtype=exp_avg_sq_dtype,
+                remainders=store_param_remainders,
+            ),
+            reference_check=reference_check,
+        )
+    model_strategy(cfg.strategy)
+    optimizer_strategy(cfg.optimizer_strategy)
+    resolve_device(cfg.device)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     report = _run_with_progress(cfg, show=progress, phase_log=phase_log)
     render_report(report, Console())
     if json_path is not None:
-        write_json(report, json_path)
+        write_json(report.to_dict(), json_path)
     problems = [line for r in report.runs for line in r.integrity]
     if problems:
-        raise IntegrityError(f"strategy {strategy!r} corrupted data: " + "; ".join(problems[:3]))
+        raise IntegrityError(
+            f"strategy {cfg.strategy!r} corrupted data: " + "; ".join(problems[:3])
+        )
     failures = [r.failure for r in report.runs if r.failure]
     if failures:
         raise DeviceOutOfMemory(failures[0])
     enforce(budgets, report.runs)
 
 
+def _read_config(path: Path) -> RunConfig:
+    try:
+        return RunConfig.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise UsageError(f"--config {path}: not a run configuration ({exc})") from None
+
+
+def _config_from_flags(
+    *, rollout_claim: str | None, gpu_limit: str | None, **fields: Any
+) -> RunConfig:
+    return RunConfig(
+        rollout_claim_bytes=parse_size(rollout_claim, what="--rollout-claim")
+        if rollout_claim
+        else 0,
+        gpu_limit_bytes=parse_size(gpu_limit, what="--gpu-limit") if gpu_limit else None,
+        **fields,
+    )
+
+
 def _run_with_progress(cfg: RunConfig, *, show: bool, phase_log: Path | None) -> Report:
+    from offloadprobe.engine.runner import Hooks, phases_per_run, run
+
     console = Console(file=sys.stderr)
     with Progress(
         TextColumn("[bold]{task.description}"),

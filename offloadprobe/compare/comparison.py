@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from itertools import product
 from typing import Any
 
-from offloadprobe.core.config import ModelConfig
+from offloadprobe.core.config import RunConfig
 from offloadprobe.core.records import RunRecord, RunSummary
 from offloadprobe.isolation.child import ChildOutcome, ChildSpec, alloc_conf_env, run_child
 
@@ -73,6 +73,7 @@ class Comparison:
                 alloc_conf=row.candidate.alloc_conf,
                 verdict=row.outcome.verdict,
                 exit_code=row.outcome.exit_code,
+                failure=asdict(row.outcome.failure) if row.outcome.failure else None,
             )
             runs.append(entry)
         doc = doc or {"schema_version": 1}
@@ -93,21 +94,9 @@ def candidates(
     ]
 
 
-def model_args(model: ModelConfig) -> list[str]:
-    """The resolved model shape as ``run`` flags, identical for every child."""
-    return [
-        "--layers", str(model.num_layers),
-        "--hidden", str(model.hidden_size),
-        "--heads", str(model.num_attention_heads),
-        "--vocab", str(model.vocab_size),
-        "--seq-length", str(model.seq_length),
-        "--micro-batch", str(model.micro_batch_size),
-    ]  # fmt: skip
-
-
 def compare(
     items: list[Candidate],
-    common_args: list[str],
+    base: RunConfig,
     *,
     baseline: str,
     timeout_s: float | None = None,
@@ -118,11 +107,16 @@ def compare(
     for index, item in enumerate(items):
         if on_start is not None:
             on_start(index, item)
-        args = ["--strategy", item.strategy, *common_args]
-        if item.optimizer_strategy:
-            args += ["--optimizer-strategy", item.optimizer_strategy]
+        config = replace(
+            base,
+            strategy=item.strategy,
+            optimizer_strategy=item.optimizer_strategy or base.optimizer_strategy,
+        )
         spec = ChildSpec(
-            label=item.label, args=args, env=alloc_conf_env(item.alloc_conf), timeout_s=timeout_s
+            label=item.label,
+            config=config,
+            env=alloc_conf_env(item.alloc_conf),
+            timeout_s=timeout_s,
         )
         outcome = run_child(spec)
         rows.append(ComparisonRow(candidate=item, outcome=outcome, run=outcome.run))

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from offloadprobe.core.errors import UsageError
 
@@ -174,3 +175,15 @@ class RunConfig:
             raise UsageError(f"--train-steps must be 0 or more, got {self.train_steps}")
         if self.device not in ("auto", "cuda", "cpu"):
             raise UsageError(f"--device must be auto, cuda or cpu, got {self.device!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The one serialised form of a run, read back by :meth:`from_dict` in a child."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """Rebuild (and validate) a configuration written by :meth:`to_dict`."""
+        fields = dict(data)
+        fields["model"] = ModelConfig(**fields["model"])
+        fields["optimizer"] = OptimizerChoice(**fields.get("optimizer") or {})
+        return cls(**fields)

@@ -12,10 +12,14 @@ class OffloadProbeError(Exception):
     """Root of every error offloadprobe raises on purpose."""
 
     exit_code = 1
+    kind = "error"
+    """What a child process's failure is called in a row's verdict and the JSON."""
 
 
 class UsageError(OffloadProbeError):
     """Bad input: a flag value, a scenario, a missing device, a user plug-in."""
+
+    kind = "usage"
 
     exit_code = 2
 
@@ -31,14 +35,22 @@ class StrategyError(UsageError):
 class IntegrityError(OffloadProbeError):
     """A round trip changed data: the strategy lost or corrupted bytes."""
 
+    kind = "integrity"
+
 
 class DeviceOutOfMemory(OffloadProbeError):
     """A phase ran out of device memory (real, or judged in CPU emulation)."""
+
+    kind = "oom"
 
 
 class BudgetExceeded(OffloadProbeError):
     """At least one measured value broke a memory or bandwidth budget."""
 
+    kind = "budget"
+
 
 class ExpectationMismatch(OffloadProbeError):
     """A scenario's outcome differs from what the scenario file expects."""
+
+    kind = "expectation"

@@ -241,3 +241,26 @@ def report_from_dict(doc: dict[str, Any]) -> Report:
         runs=[run_from_dict(r) for r in doc["runs"]],
         **{k: v for k, v in doc.items() if k in known},
     )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChildFailure:
+    """How a child ``offloadprobe run`` failed, as data (never parsed from its text)."""
+
+    kind: str
+    """``usage``, ``integrity``, ``oom``, ``not-offloaded``, ``budget``, ``expectation``,
+    ``error`` (another offloadprobe error), ``crash`` (an unexpected exception), ``killed``
+    (a signal) or ``timeout``."""
+    exit_code: int
+    """The child's exit status; negative: the signal that killed it."""
+    message: str
+    """One line: the child's own error message, or how it died."""
+    cycle: int | None = None
+    """The cycle of the phase that had started and not ended, if any."""
+    phase: str | None = None
+    """That phase (``train``, ``offload``, ``rollout``, ``load``...)."""
+
+    @property
+    def where(self) -> str:
+        """``" at cycle 0, phase offload"`` or empty."""
+        return f" at cycle {self.cycle}, phase {self.phase}" if self.phase else ""

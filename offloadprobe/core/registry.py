@@ -45,6 +45,13 @@ class Registry(Generic[T]):
             if ep.name not in self._modules:
                 self._entry_points[ep.name] = ep
 
+    def refresh(self) -> None:
+        """Forget discovered entry points, e.g. after a plug-in was installed in this process."""
+        self._discovered = False
+        self._entry_points.clear()
+        for name in [n for n in self._loaded if n not in self._modules]:
+            del self._loaded[name]
+
     def names(self) -> list[str]:
         """Registered names, built-ins first; imports no plug-in module."""
         self._discover()

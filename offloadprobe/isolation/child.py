@@ -1,9 +1,11 @@
-"""Run each strategy in a fresh process, so no allocator cache carries over.
+"""Run ``offloadprobe run`` in a fresh process: the one way every verb runs a child.
 
-PyTorch's pinned allocator keeps freed blocks for the life of the process, so
-strategies measured one after another in one process contaminate each other. A
-child that crashes or is killed becomes an outcome with a verdict, never a crash
-of the parent.
+PyTorch's pinned allocator keeps freed blocks for the life of the process, so strategies
+measured one after another in one process contaminate each other. The child reads its
+whole configuration from one JSON file (:meth:`RunConfig.to_dict`), writes its report
+as JSON, and, when it fails, a structured error record (``ERROR_FILE_ENV``); a phase log
+places a kill in its cycle and phase. A child that crashes or is killed becomes an
+outcome with a typed :class:`ChildFailure`, never a crash of the parent.
 """
 
 from __future__ import annotations
@@ -18,32 +20,49 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from offloadprobe.core.records import RunRecord, report_from_dict
+from offloadprobe.core.config import RunConfig
+from offloadprobe.core.records import ChildFailure, RunRecord, report_from_dict
+from offloadprobe.measure.phase_log import last_started
 from offloadprobe.measure.probes.cgroup import locate
+
+ERROR_FILE_ENV = "OFFLOADPROBE_ERROR_FILE"
+"""Where a child writes ``{"kind", "message"}`` when it fails (see ``cli.main``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ChildSpec:
-    """One child run: its label, its ``offloadprobe run`` arguments and environment."""
+    """One child run: its label, its configuration and its environment."""
 
     label: str
-    args: list[str]
+    config: RunConfig
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float | None = None
     cgroup_procs: Path | None = None
     """A ``cgroup.procs`` file the child joins before it starts (memory limits)."""
+    phase_log: Path | None = None
+    """Where the child logs its phases; a temporary file when not given."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ChildOutcome:
-    """What one child produced: a report, or a verdict on how it died."""
+    """What one child produced: a report, and how it failed if it did."""
 
     label: str
     exit_code: int
-    verdict: str
-    """``ok``, ``integrity failure: ...``, ``killed by SIGKILL: out of memory``..."""
     report: dict[str, Any] | None
+    failure: ChildFailure | None
     stderr_tail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    @property
+    def verdict(self) -> str:
+        """``ok``, or the failure in one line (its kind's own words)."""
+        if self.failure is None:
+            return "ok"
+        return f"{self.failure.message}{self.failure.where}"
 
     @property
     def run(self) -> RunRecord | None:
@@ -59,7 +78,7 @@ def alloc_conf_env(conf: str | None) -> dict[str, str]:
     return {"PYTORCH_ALLOC_CONF": conf, "PYTORCH_CUDA_ALLOC_CONF": conf}
 
 
-def _oom_kills() -> int | None:
+def oom_kills() -> int | None:
     """The memory cgroup's OOM-kill counter (v2 memory.events, v1 memory.oom_control)."""
     files = locate()
     if files is None:
@@ -76,9 +95,10 @@ def _oom_kills() -> int | None:
     return None
 
 
-def _signal_verdict(signum: int, oom_before: int | None) -> str:
-    name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else signum
-    oom_after = _oom_kills()
+def _signal_message(signum: int, oom_before: int | None) -> str:
+    known = signum in signal.Signals._value2member_map_
+    name = signal.Signals(signum).name if known else str(signum)
+    oom_after = oom_kills()
     if signum == signal.SIGKILL and oom_before is not None and oom_after is not None:
         if oom_after > oom_before:
             return f"killed by {name}: out of memory (cgroup oom_kill {oom_before} -> {oom_after})"
@@ -98,14 +118,42 @@ def _joiner(procs: Path | None):
     return join
 
 
+def _failure(code: int, error_file: Path, log: Path, oom_before: int | None, tail: str):
+    where = last_started(log)
+    cycle, phase = where if where else (None, None)
+    if code < 0:
+        return ChildFailure(
+            kind="killed",
+            exit_code=code,
+            message=_signal_message(-code, oom_before),
+            cycle=cycle,
+            phase=phase,
+        )
+    try:
+        said = json.loads(error_file.read_text())
+    except (OSError, ValueError):
+        last = tail.splitlines()[-1] if tail else f"exit code {code}"
+        said = {"kind": "crash", "message": last}
+    return ChildFailure(
+        kind=str(said["kind"]),
+        exit_code=code,
+        message=str(said["message"]),
+        cycle=cycle,
+        phase=phase,
+    )
+
+
 def run_child(spec: ChildSpec, *, python: str = sys.executable) -> ChildOutcome:
-    """Run ``offloadprobe run`` in a fresh interpreter and collect its JSON report."""
+    """Run ``offloadprobe run`` on ``spec.config`` in a fresh interpreter; collect its JSON."""
     with tempfile.TemporaryDirectory(prefix="offloadprobe-") as tmp:
-        out = Path(tmp) / "report.json"
-        cmd = [python, "-m", "offloadprobe", "run", *spec.args, "--json", str(out)]
-        cmd.append("--no-progress")
-        env = {**os.environ, **spec.env}
-        oom_before = _oom_kills()
+        work = Path(tmp)
+        config, out, error_file = work / "config.json", work / "report.json", work / "error.json"
+        log = spec.phase_log or work / "phases.jsonl"
+        config.write_text(json.dumps(spec.config.to_dict()))
+        cmd = [python, "-m", "offloadprobe", "run", "--config", str(config), "--json", str(out)]
+        cmd += ["--no-progress", "--phase-log", str(log)]
+        env = {**os.environ, **spec.env, ERROR_FILE_ENV: str(error_file)}
+        oom_before = oom_kills()
         try:
             proc = subprocess.run(
                 cmd,
@@ -116,26 +164,26 @@ def run_child(spec: ChildSpec, *, python: str = sys.executable) -> ChildOutcome:
                 preexec_fn=_joiner(spec.cgroup_procs),
             )
         except subprocess.TimeoutExpired:
-            return ChildOutcome(
-                label=spec.label,
+            where = last_started(log)
+            failure = ChildFailure(
+                kind="timeout",
                 exit_code=124,
-                verdict=f"timed out after {spec.timeout_s:g} s",
-                report=None,
-                stderr_tail="",
+                message=f"timed out after {spec.timeout_s:g} s",
+                cycle=where[0] if where else None,
+                phase=where[1] if where else None,
+            )
+            return ChildOutcome(
+                label=spec.label, exit_code=124, report=None, failure=failure, stderr_tail=""
             )
         report = json.loads(out.read_text()) if out.exists() else None
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-        if proc.returncode < 0:
-            verdict = _signal_verdict(-proc.returncode, oom_before)
-        elif proc.returncode == 0:
-            verdict = "ok"
-        else:
-            last = tail.splitlines()[-1] if tail else f"exit code {proc.returncode}"
-            verdict = last.removeprefix("offloadprobe: error: ")
+        failure = None
+        if proc.returncode != 0:
+            failure = _failure(proc.returncode, error_file, log, oom_before, tail)
         return ChildOutcome(
             label=spec.label,
             exit_code=proc.returncode,
-            verdict=verdict,
             report=report,
+            failure=failure,
             stderr_tail=tail,
         )

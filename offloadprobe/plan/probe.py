@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from offloadprobe.core.config import ModelConfig
 from offloadprobe.layout.inputs import DdpOptions, GptShape, Parallelism
@@ -116,3 +118,19 @@ def project_probe(
 ) -> int:
     """Predicted ``summary.host_peak_bytes`` of ``offloadprobe run`` for ``strategy``."""
     return probe_projection(model, strategy, emulated=emulated, cycles=cycles).peak
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProbePlan:
+    """``plan --probe``: every model strategy projected on the probe model."""
+
+    model: ModelConfig
+    device: str
+    cycles: int
+    payload_bytes: int
+    strategies: tuple[RankHost, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["strategies"] = list(doc["strategies"])
+        return doc

@@ -23,13 +23,9 @@ import pytest
 
 MARKER = "offload_budget"
 _BUDGET_KEYS = ("max_host_peak", "max_gpu_residual", "min_offload_bandwidth")
-_RUN_KEYS = {
-    "payload": "--payload", "cycles": "--cycles", "device": "--device", "layers": "--layers",
-    "hidden": "--hidden", "heads": "--heads", "vocab": "--vocab", "seq_length": "--seq-length",
-    "micro_batch": "--micro-batch", "train_steps": "--train-steps", "seed": "--seed",
-    "optimizer_strategy": "--optimizer-strategy", "exp_avg_dtype": "--exp-avg-dtype",
-    "exp_avg_sq_dtype": "--exp-avg-sq-dtype",
-}  # fmt: skip
+_MODEL_KEYS = ("payload", "layers", "hidden", "heads", "vocab", "seq_length", "micro_batch")
+_RUN_KEYS = ("cycles", "device", "train_steps", "seed", "optimizer_strategy")
+_OPTIMIZER_KEYS = ("precision_aware", "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders")
 _RESULT = pytest.StashKey[Any]()
 
 
@@ -56,20 +52,31 @@ class OffloadBudgetFailure:
         return "; ".join(b.message for b in self.breaches)
 
 
-_FLAGS = {
-    "precision_aware": "--precision-aware",
-    "store_param_remainders": "--store-param-remainders",
-}
+def _config(options: dict[str, Any]) -> Any:
+    """The marker's options as the run configuration the child reads."""
+    from offloadprobe.cli.options import DEFAULT, model_config, optimizer_choice
+    from offloadprobe.core.config import RunConfig
 
-
-def _child_args(options: dict[str, Any]) -> list[str]:
-    args = ["--strategy", str(options.get("strategy", "lazy"))]
-    args += [flag for key, flag in _FLAGS.items() if options.get(key)]
-    options.setdefault("cycles", 2)
-    for key, flag in _RUN_KEYS.items():
-        if options.get(key) is not None:
-            args += [flag, str(options[key])]
-    return args
+    model = model_config(
+        layers=options.get("layers", DEFAULT.num_layers),
+        hidden=options.get("hidden", DEFAULT.hidden_size),
+        heads=options.get("heads", DEFAULT.num_attention_heads),
+        vocab=options.get("vocab", DEFAULT.vocab_size),
+        seq_length=options.get("seq_length", DEFAULT.seq_length),
+        micro_batch=options.get("micro_batch", DEFAULT.micro_batch_size),
+        payload=options.get("payload"),
+    )
+    choice = optimizer_choice(
+        precision_aware=bool(options.get("precision_aware", False)),
+        exp_avg_dtype=options.get("exp_avg_dtype", "fp32"),
+        exp_avg_sq_dtype=options.get("exp_avg_sq_dtype", "fp32"),
+        remainders=bool(options.get("store_param_remainders", False)),
+    )
+    run = {k: options[k] for k in _RUN_KEYS if options.get(k) is not None}
+    run.setdefault("cycles", 2)
+    return RunConfig(
+        model=model, strategy=str(options.get("strategy", "lazy")), optimizer=choice, **run
+    )
 
 
 def _render(run: Any, emulated: bool) -> str:
@@ -89,13 +96,13 @@ def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
     from offloadprobe.core.budgets import budgets_from_flags, check_all
     from offloadprobe.isolation.child import ChildSpec, run_child
 
-    known = {*_RUN_KEYS, *_BUDGET_KEYS, *_FLAGS, "strategy", "timeout"}
+    known = {*_MODEL_KEYS, *_RUN_KEYS, *_OPTIMIZER_KEYS, *_BUDGET_KEYS, "strategy", "timeout"}
     unknown = set(options) - known
     if unknown:
         raise pytest.UsageError(f"{MARKER}: unknown option(s) {', '.join(sorted(unknown))}")
     budgets = budgets_from_flags(*(options.get(k) for k in _BUDGET_KEYS))
-    spec = ChildSpec(label=str(options.get("strategy", "lazy")), args=_child_args(options),
-                     timeout_s=options.get("timeout"))  # fmt: skip
+    config = _config(options)
+    spec = ChildSpec(label=config.strategy, config=config, timeout_s=options.get("timeout"))
     outcome = run_child(spec)
     run = outcome.run
     if run is None or outcome.verdict != "ok":

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from offloadprobe.compare.comparison import Comparison
-from offloadprobe.core.errors import UsageError
 from offloadprobe.report.comparison_cells import HEADERS, caption, comparison_cells
 
 
@@ -18,11 +15,3 @@ def comparison_markdown(comparison: Comparison, *, environment: str = "") -> str
     out.append("")
     out.append(caption(comparison) + (f"; {environment}" if environment else "") + ".")
     return "\n".join(out) + "\n"
-
-
-def write_markdown(comparison: Comparison, path: Path, *, environment: str = "") -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(comparison_markdown(comparison, environment=environment))
-    except OSError as exc:
-        raise UsageError(f"cannot write --markdown {path}: {exc.strerror}") from None

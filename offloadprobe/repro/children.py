@@ -8,22 +8,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from offloadprobe.compare.comparison import model_args
-from offloadprobe.core.config import ModelConfig
+from offloadprobe.core.config import ModelConfig, RunConfig
 from offloadprobe.core.records import RunRecord
 from offloadprobe.isolation.child import ChildOutcome
 from offloadprobe.measure.phase_log import last_started
 
 
-def run_args(model: ModelConfig, *, device: str, cycles: int, train_steps: int) -> list[str]:
-    """``offloadprobe run`` flags every child of one repro shares."""
-    return [
-        *model_args(model),
-        "--device", device,
-        "--cycles", str(cycles),
-        "--train-steps", str(train_steps),
-        "--no-reference-check",
-    ]  # fmt: skip
+def base_config(model: ModelConfig, *, device: str, cycles: int, train_steps: int) -> RunConfig:
+    """The configuration every child of one repro shares (strategies filled in per child)."""
+    return RunConfig(
+        model=model,
+        device=device,
+        cycles=cycles,
+        train_steps=train_steps,
+        reference_check=False,
+    )
 
 
 class GateKeeper(threading.Thread):

@@ -21,38 +21,35 @@ most the scaled headroom. The limit is raised to the calibration's peak where th
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from offloadprobe.core.config import OptimizerChoice, RunConfig
 from offloadprobe.core.records import RunRecord
 from offloadprobe.core.units import format_bytes
 from offloadprobe.isolation.child import ChildSpec, run_child
 from offloadprobe.layout.terms import Term
+from offloadprobe.plan.projection import PAIRED_MODEL_STRATEGY, PAIRED_OPTIMIZER_STRATEGY
 from offloadprobe.repro.children import child_run, killed_at
 from offloadprobe.repro.records import ReproOutcome
 from offloadprobe.repro.scaling import GpuScaling
 from offloadprobe.scenarios.schema import Scenario
 
-_FAILURE = re.compile(r"device out of memory in cycle (\d+), phase (\w+)")
-STATE_DTYPE_FLAGS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8": "uint8"}
-"""Scenario dtype names -> ``run --exp-avg-dtype`` values (uint8 holds FP8 E4M3 + a scale)."""
+STATE_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8": "uint8"}
+"""Scenario dtype names -> ``OptimizerChoice`` names (uint8 holds FP8 E4M3 + a scale)."""
 
 
-def optimizer_flags(s: Scenario) -> list[str]:
-    """The scenario's optimizer settings as ``offloadprobe run`` flags."""
+def optimizer_choice(s: Scenario) -> OptimizerChoice:
+    """The scenario's optimizer settings as the children's optimizer choice."""
     opt = s.offload.optimizer_options
     if not opt.precision_aware:
-        return ["--classic"]
-    flags = ["--precision-aware"]
-    for flag, dtype in (
-        ("--exp-avg-dtype", opt.exp_avg_dtype),
-        ("--exp-avg-sq-dtype", opt.exp_avg_sq_dtype),
-    ):
-        flags += [flag, STATE_DTYPE_FLAGS.get(dtype, dtype)]
-    if opt.store_param_remainders:
-        flags.append("--store-param-remainders")
-    return flags
+        return OptimizerChoice()
+    return OptimizerChoice(
+        precision_aware=True,
+        exp_avg_dtype=STATE_DTYPE_NAMES.get(opt.exp_avg_dtype, opt.exp_avg_dtype),
+        exp_avg_sq_dtype=STATE_DTYPE_NAMES.get(opt.exp_avg_sq_dtype, opt.exp_avg_sq_dtype),
+        store_param_remainders=opt.store_param_remainders,
+    )
 
 
 def residue(run: RunRecord) -> int:
@@ -80,7 +77,7 @@ class GpuSettings:
 
 
 def calibrate(
-    args: list[str],
+    config: RunConfig,
     scaling: GpuScaling,
     workdir: Path,
     timeout_s: float | None,
@@ -89,7 +86,12 @@ def calibrate(
     """Run the calibration child; the settings, or None and why not."""
     spec = ChildSpec(
         label="calibration",
-        args=[*args, "--strategy", "lazy", "--optimizer-strategy", "complete", "--cycles", "1"],
+        config=replace(
+            config,
+            strategy=PAIRED_MODEL_STRATEGY,
+            optimizer_strategy=PAIRED_OPTIMIZER_STRATEGY,
+            cycles=1,
+        ),
         timeout_s=timeout_s,
     )
     outcome = run_child(spec)
@@ -125,7 +127,7 @@ def calibrate(
 def run_gpu_job(
     strategy: str,
     expected: str,
-    args: list[str],
+    config: RunConfig,
     settings: GpuSettings,
     workdir: Path,
     *,
@@ -136,16 +138,16 @@ def run_gpu_job(
     log = workdir / f"{strategy}.phases.jsonl"
     spec = ChildSpec(
         label=strategy,
-        args=[
-            *args,
-            "--strategy", "lazy",
-            "--optimizer-strategy", strategy,
-            "--gpu-limit", str(settings.limit),
-            "--rollout-claim", str(settings.claim),
-            "--phase-log", str(log),
-        ],
+        config=replace(
+            config,
+            strategy=PAIRED_MODEL_STRATEGY,
+            optimizer_strategy=strategy,
+            gpu_limit_bytes=settings.limit,
+            rollout_claim_bytes=settings.claim,
+        ),
+        phase_log=log,
         timeout_s=timeout_s,
-    )  # fmt: skip
+    )
     outcome = run_child(spec)
     method = (
         "rollout claim judged in CPU emulation against the emulated device bytes"
@@ -162,10 +164,9 @@ def run_gpu_job(
         stderr_tail=outcome.stderr_tail,
     )
     run = child_run(outcome)
-    failure = run.failure if run is not None else None
-    match = _FAILURE.search(failure or "")
-    if match is not None:
-        cycle, phase = int(match.group(1)), match.group(2)
+    failure = outcome.failure
+    if failure is not None and failure.kind == "oom" and failure.phase is not None:
+        cycle, phase = failure.cycle, failure.phase
         if phase != "rollout":
             return ReproOutcome(
                 observed="error",
@@ -175,7 +176,7 @@ def run_gpu_job(
                 phase=phase,
                 **base,
             )
-        why = (failure or "").split(": ", 1)[-1]
+        why = failure.message.split(": ", 1)[-1]
         return ReproOutcome(
             observed="oom",
             detail=f"OOM reproduced: device out of memory at cycle {cycle}, phase rollout ({why})",

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from offloadprobe.core.config import RunConfig
 from offloadprobe.core.records import RunRecord
 from offloadprobe.core.units import format_bytes
 from offloadprobe.isolation.child import ChildOutcome, ChildSpec, run_child
@@ -42,7 +43,8 @@ class HostJob:
 
     strategy: str
     expected: str
-    args: list[str]
+    config: RunConfig
+    """The shared child configuration; the job's strategy is set on it."""
     """``offloadprobe run`` flags (model, device, cycles...) without the strategy."""
     limit: int
     """Scaled host limit: bytes the child may add over its pre-offload usage."""
@@ -65,8 +67,10 @@ def run_host_job(job: HostJob, workdir: Path, *, use_cgroup: bool = True) -> Rep
 
 
 def _spec(job: HostJob, log: Path, **extra) -> ChildSpec:
-    args = [*job.args, "--strategy", job.strategy, "--phase-log", str(log)]
-    return ChildSpec(label=job.strategy, args=args, timeout_s=job.timeout_s, **extra)
+    config = replace(job.config, strategy=job.strategy)
+    return ChildSpec(
+        label=job.strategy, config=config, phase_log=log, timeout_s=job.timeout_s, **extra
+    )
 
 
 class _LimitWindow:

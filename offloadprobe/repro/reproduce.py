@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from offloadprobe.core.config import ModelConfig, size_for_payload
 from offloadprobe.core.errors import UsageError
 from offloadprobe.engine import environment
 from offloadprobe.engine.runtime.session import resolve_device
-from offloadprobe.repro.children import run_args
-from offloadprobe.repro.gpu import calibrate, optimizer_flags, run_gpu_job
+from offloadprobe.repro.children import base_config
+from offloadprobe.repro.gpu import calibrate, optimizer_choice, run_gpu_job
 from offloadprobe.repro.host import HostJob, run_host_job
 from offloadprobe.repro.records import Repro, ReproOutcome
 from offloadprobe.repro.scaling import gpu_scaling, host_scaling
@@ -68,15 +68,14 @@ def reproduce(
         if params:
             scaling = host_scaling(s, model)
             host_terms, scale = scaling.terms, scaling.scale.describe()
-            args = run_args(model, device=resolved, cycles=cycles, train_steps=train_steps)
-            args += ["--optimizer-strategy", "none"]
+            config = base_config(model, device=resolved, cycles=cycles, train_steps=train_steps)
             for e in params:
                 if on_start is not None:
                     on_start(e.strategy)
                 job = HostJob(
                     strategy=e.strategy,
                     expected=e.outcome,
-                    args=args,
+                    config=config,
                     limit=scaling.limit,
                     timeout_s=timeout_s,
                 )
@@ -84,11 +83,13 @@ def reproduce(
         if optimizers:
             gscaling = gpu_scaling(s, model)
             scale = scale or gscaling.scale.describe()
-            args = run_args(model, device=resolved, cycles=cycles, train_steps=max(1, train_steps))
-            args += optimizer_flags(s)
+            config = replace(
+                base_config(model, device=resolved, cycles=cycles, train_steps=max(1, train_steps)),
+                optimizer=optimizer_choice(s),
+            )
             if on_start is not None:
                 on_start("calibration")
-            settings, why = calibrate(args, gscaling, work, timeout_s, gpu_limit_floor)
+            settings, why = calibrate(config, gscaling, work, timeout_s, gpu_limit_floor)
             gpu_terms = gscaling.terms + (settings.terms if settings else ())
             for e in optimizers:
                 if settings is None:
@@ -109,7 +110,7 @@ def reproduce(
                     run_gpu_job(
                         e.strategy,
                         e.outcome,
-                        args,
+                        config,
                         settings,
                         work,
                         emulated=emulated,

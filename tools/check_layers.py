@@ -1,0 +1,50 @@
+"""Check that offloadprobe's imports only go downward through its layers (see
+docs/contributing.md). Prints ``layers ok`` or every import that goes up; exit 1 then."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+LAYERS = [
+    ("core",),
+    ("layout",),
+    ("measure",),
+    ("engine",),
+    ("isolation",),
+    ("scenarios", "plan", "compare", "repro"),
+    ("report",),
+    ("cli", "pytest_plugin"),
+]
+RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
+# verbs of one layer may use each other in this order only (no cycles)
+VERB_ORDER = {"scenarios": 0, "plan": 1, "compare": 1, "repro": 2}
+IMPORT = re.compile(r"^\s*(?:from|import) offloadprobe\.(\w+)", re.M)
+
+
+def violations(root: Path) -> list[str]:
+    bad = []
+    for path in sorted((root / "offloadprobe").rglob("*.py")):
+        parts = path.relative_to(root).parts
+        if len(parts) < 3 or parts[1] not in RANK:
+            continue
+        me = parts[1]
+        for other in IMPORT.findall(path.read_text()):
+            if other not in RANK or other == me:
+                continue
+            up = RANK[other] > RANK[me]
+            same = RANK[other] == RANK[me]
+            if up or (same and VERB_ORDER.get(other, 0) > VERB_ORDER.get(me, 0)):
+                bad.append(f"{path.relative_to(root)}: {me} imports {other}")
+    return bad
+
+
+def main() -> int:
+    bad = violations(Path(__file__).resolve().parents[1])
+    print("\n".join(bad) if bad else "layers ok")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,14 +14,12 @@ from unittest import mock
 import pytest
 import torch
 
-from offloadprobe.engine.optimizer.precision_adam import (
-    PrecisionAwareAdam,
+from offloadprobe.engine.optimizer.megatron_adam import (
     describe,
-    join_fp32,
     megatron_uses,
-    split_fp32,
     transformer_engine_fused_adam,
 )
+from offloadprobe.engine.optimizer.precision_adam import PrecisionAwareAdam, join_fp32, split_fp32
 
 SHAPES = [(17, 5), (33,), (4, 3, 2)]
 HYPER = {"lr": 1e-2, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from offloadprobe.core.config import OptimizerChoice
-from offloadprobe.engine.optimizer.precision_adam import (
+from offloadprobe.engine.optimizer.megatron_adam import (
     describe,
     megatron_uses,
     preferred_adam_class,

@@ -62,18 +62,18 @@ def runs(runtime):
             model = build_probe_model(MODEL, runtime, seed=SEED, optimizer=choice)
             losses = [train_step(model)]
             strategy = optimizer_strategy(spec).build(runtime)
-            params = model_strategy("registered").build(runtime)
+            param_strategy = model_strategy("registered").build(runtime)
             before = [(owner, bits.clone()) for owner, bits in _state(model)]
             runtime.synchronize()
             allocated_before = torch.cuda.memory_allocated()
             snapshot = snapshot_device_storage(model)
-            params.offload(model.chunks)
+            param_strategy.offload(model.chunks)
             strategy.offload([model.optimizer])
             runtime.synchronize()
             freed = allocated_before - torch.cuda.memory_allocated()
             records = audit(model, runtime, snapshot)
             strategy.load([model.optimizer])
-            params.load(model.chunks)
+            param_strategy.load(model.chunks)
             after = _state(model)
             identical = len(before) == len(after) and all(
                 o1 == o2 and torch.equal(a, b)
@@ -96,7 +96,7 @@ def runs(runtime):
                 "registered": getattr(strategy, "registered_bytes", 0),
                 "state_bytes": sum(optimizer_state_bytes_by_key(model).values()),
             }
-            for s in (strategy, params):
+            for s in (strategy, param_strategy):
                 if hasattr(s, "close"):
                     s.close()
             del model

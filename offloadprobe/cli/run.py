@@ -15,7 +15,7 @@ from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
-from offloadprobe.core.errors import DeviceOutOfMemory, IntegrityError
+from offloadprobe.core.errors import DeviceOutOfMemory, IntegrityError, NotOffloaded
 from offloadprobe.core.records import Report
 from offloadprobe.core.units import parse_size
 from offloadprobe.engine.runner import Hooks, phases_per_run, run
@@ -108,6 +108,9 @@ def run_command(
     problems = [line for r in report.runs for line in r.integrity]
     if problems:
         raise IntegrityError(f"strategy {strategy!r} corrupted data: " + "; ".join(problems[:3]))
+    verdicts = [r.not_offloaded for r in report.runs if r.not_offloaded]
+    if verdicts:
+        raise NotOffloaded(f"strategy {strategy!r} {verdicts[0]}")
     failures = [r.failure for r in report.runs if r.failure]
     if failures:
         raise DeviceOutOfMemory(failures[0])

@@ -1,7 +1,7 @@
 """One exception tree for offloadprobe; the CLI and the pytest plugin translate it.
 
 Exit codes: 2 for input the user can fix (``UsageError``), 1 for a run that
-measured something wrong (``IntegrityError``, ``BudgetExceeded``, a mismatch with
+measured something wrong (``IntegrityError``, ``NotOffloaded``, ``BudgetExceeded``, a mismatch with
 a scenario's expectation).
 """
 
@@ -30,6 +30,10 @@ class StrategyError(UsageError):
 
 class IntegrityError(OffloadProbeError):
     """A round trip changed data: the strategy lost or corrupted bytes."""
+
+
+class NotOffloaded(OffloadProbeError):
+    """A model strategy's offload left ``param_data`` storage on the device."""
 
 
 class DeviceOutOfMemory(OffloadProbeError):

@@ -42,11 +42,12 @@ def _signed(value: int) -> int:
 class FingerprintKey:
     """Random keys for one run: a block of odd 64-bit multipliers and a block-index key."""
 
-    def __init__(self, seed: bytes | None = None) -> None:
+    def __init__(self, seed: bytes | None = None, *, block: int = BLOCK) -> None:
         seed = seed if seed is not None else os.urandom(16)
         gen = torch.Generator().manual_seed(int.from_bytes(seed[:8], "little"))
-        low = torch.randint(0, 1 << 32, (BLOCK,), generator=gen, dtype=torch.int64)
-        high = torch.randint(-(1 << 31), 1 << 31, (BLOCK,), generator=gen, dtype=torch.int64)
+        self.block = block
+        low = torch.randint(0, 1 << 32, (block,), generator=gen, dtype=torch.int64)
+        high = torch.randint(-(1 << 31), 1 << 31, (block,), generator=gen, dtype=torch.int64)
         self.multipliers = (high << 32) | low | 1
         self.index_key = _signed(int.from_bytes(seed[8:16], "little") | 1)
         self._on: dict[torch.device, torch.Tensor] = {}
@@ -96,18 +97,20 @@ def fingerprint(tensor: torch.Tensor, key: FingerprintKey | None = None) -> tupl
     key = key or run_key()
     words = _words(tensor)
     mult = key.on(words.device)
+    block = key.block
+    step = max(_STEP // block, 1) * block
     total = torch.zeros((), dtype=torch.int64, device=words.device)
-    for start in range(0, words.numel(), _STEP):
-        part = words[start : start + _STEP]
-        full = part.numel() // BLOCK * BLOCK
+    for start in range(0, words.numel(), step):
+        part = words[start : start + step]
+        full = part.numel() // block * block
         sums = []
         if full:
-            sums.append((part[:full].view(-1, BLOCK) * mult).sum(dim=1))
+            sums.append((part[:full].view(-1, block) * mult).sum(dim=1))
         if part.numel() > full:
             tail = part[full:]
             sums.append((tail * mult[: tail.numel()]).sum().reshape(1))
         block_sums = torch.cat(sums) if len(sums) > 1 else sums[0]
-        index = torch.arange(block_sums.numel(), device=words.device) + start // BLOCK
+        index = torch.arange(block_sums.numel(), device=words.device) + start // block
         total = total + _finalise(block_sums + index * key.index_key).sum()
     meta = hash((str(tensor.dtype), tuple(tensor.shape))) & _MASK64
     return (meta, nbytes(tensor), int(total))

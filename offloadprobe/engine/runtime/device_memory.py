@@ -248,7 +248,7 @@ def _storages_of(result: Any) -> list[torch.UntypedStorage]:
     tensors = result if isinstance(result, (list, tuple)) else [result]
     found = []
     for t in tensors:
-        if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+        if isinstance(t, torch.Tensor) and not t.is_meta:
             found.append(t.untyped_storage())
     return found
 

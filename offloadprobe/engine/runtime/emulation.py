@@ -196,6 +196,19 @@ def _is_device(value: object) -> bool:
     return isinstance(value, (str, int, torch.device)) and not isinstance(value, bool)
 
 
+_ORIGINAL_DEVICE = torch._C.TensorBase.device
+_EMULATED_CUDA = torch.device("cuda", 0)
+
+
+def _device_of(self: torch.Tensor) -> torch.device:
+    """``Tensor.device``: ``cuda:0`` for a tensor whose storage is emulated device memory, so
+    ``torch.zeros(..., device=t.device)`` allocates on the (emulated) device, as on a GPU."""
+    device = _ORIGINAL_DEVICE.__get__(self)
+    if ACTIVE is not None and device.type == "cpu" and ACTIVE.holds(self):
+        return _EMULATED_CUDA
+    return device
+
+
 def _resize(self: torch.UntypedStorage, size: int) -> object:
     """``UntypedStorage.resize_``: a device storage frees/allocates through the device."""
     memory = ACTIVE
@@ -252,6 +265,7 @@ def cuda_on_host() -> Iterator[None]:
         mock.patch.object(mrandom, "_set_cuda_rng_state", lambda *a, **k: None),
         mock.patch.object(torch.Tensor, "type", _cuda_type_name),
         mock.patch.object(torch.UntypedStorage, "resize_", _resize),
+        mock.patch.object(torch.Tensor, "device", property(_device_of)),
     ]
     fix_malloc_threshold()
     with contextlib.ExitStack() as stack:

@@ -140,8 +140,7 @@ class _Cycles:
         params_left = left.get("param_data", 0)
         if self.info.moves_params and params_left and self.not_offloaded is None:
             self.not_offloaded = (
-                f"did not offload: param_data {format_bytes(params_left)} still on device "
-                f"after cycle {rec.cycle}'s offload"
+                f"did not offload: param_data {format_bytes(params_left)} still on device"
             )
         return dataclasses.replace(rec, left_on_device=left)
 

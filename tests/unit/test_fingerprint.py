@@ -123,3 +123,24 @@ def test_unaligned_views_and_odd_sizes_are_fingerprinted():
     changed[-1] += 1
     assert _fp(changed) != base
     assert _fp(view.clone()) == base
+
+
+def test_fingerprint_cost_benchmark_runs_and_checks_on_cpu(tmp_path):
+    # the H200 script, smoke-run on the CPU with a small buffer
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "fp.json"
+    proc = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "fingerprint_cost.py"), "--size", "4MiB",
+         "--device", "cpu", "--repeats", "1", "--out", str(out)],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())["result"]
+    assert result["one_ulp_caught"] and result["swap_65521_apart_caught"]
+    assert result["fingerprint_s"] > 0 and result["pinned_h2d_s"] > 0

@@ -18,6 +18,7 @@ from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import DeviceOutOfMemory, IntegrityError, NotOffloaded
 from offloadprobe.core.records import Report
 from offloadprobe.core.units import parse_size
+from offloadprobe.engine.optimizer.strategies import optimizer_strategy as find_optimizer_strategy
 from offloadprobe.engine.runner import Hooks, phases_per_run, run
 from offloadprobe.engine.runtime.session import resolve_device
 from offloadprobe.engine.strategies import model_strategy
@@ -98,7 +99,7 @@ def run_command(
         reference_check=reference_check,
     )
     model_strategy(strategy)
-    optimizer_strategy(optimizer_strategy)
+    find_optimizer_strategy(optimizer_strategy)
     resolve_device(device)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     report = _run_with_progress(cfg, show=progress, phase_log=phase_log)

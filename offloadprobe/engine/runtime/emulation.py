@@ -244,11 +244,29 @@ def _cuda_type_name(self: torch.Tensor, *args: object, **kwargs: object) -> obje
 
 
 @contextlib.contextmanager
+def emulated_device() -> Iterator[DeviceMemory]:
+    """The emulated device alone (no megatron shims): its memory, the CUDA-to-host mode,
+    ``resize_`` of device storages through it, and ``Tensor.device`` reporting ``cuda:0``."""
+    global ACTIVE
+    if ACTIVE is not None:
+        raise RuntimeError("an emulated device is already active in this process")
+    fix_malloc_threshold()
+    with contextlib.ExitStack() as stack:
+        memory = DeviceMemory()
+        stack.callback(memory.close)
+        ACTIVE = memory
+        stack.callback(globals().__setitem__, "ACTIVE", None)
+        stack.enter_context(mock.patch.object(torch.UntypedStorage, "resize_", _resize))
+        stack.enter_context(mock.patch.object(torch.Tensor, "device", property(_device_of)))
+        stack.enter_context(mock.patch.object(torch.Tensor, "type", _cuda_type_name))
+        stack.enter_context(_CudaToHost())
+        yield memory
+
+
+@contextlib.contextmanager
 def cuda_on_host() -> Iterator[None]:
     """Install the shims for the duration of the block, then restore everything."""
     import megatron.core.tensor_parallel.random as mrandom
-
-    global ACTIVE
 
     host_rng = lambda *a, **k: torch.get_rng_state()  # noqa: E731
     patches = [
@@ -263,17 +281,9 @@ def cuda_on_host() -> Iterator[None]:
         mock.patch("torch.cuda.get_rng_state", host_rng),
         mock.patch.object(mrandom, "_get_cuda_rng_state", host_rng),
         mock.patch.object(mrandom, "_set_cuda_rng_state", lambda *a, **k: None),
-        mock.patch.object(torch.Tensor, "type", _cuda_type_name),
-        mock.patch.object(torch.UntypedStorage, "resize_", _resize),
-        mock.patch.object(torch.Tensor, "device", property(_device_of)),
     ]
-    fix_malloc_threshold()
     with contextlib.ExitStack() as stack:
-        memory = DeviceMemory()
-        stack.callback(memory.close)
-        ACTIVE = memory
-        stack.callback(globals().__setitem__, "ACTIVE", None)
         for patch in patches:
             stack.enter_context(patch)
-        stack.enter_context(_CudaToHost())
+        stack.enter_context(emulated_device())
         yield

@@ -37,6 +37,8 @@ class Runtime:
 
     def on_device(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` occupies device memory now, by where its bytes live."""
+        if not self.emulated:
+            return tensor.is_cuda and tensor.untyped_storage().nbytes() > 0
         return emulation.on_device(tensor)
 
     def synchronize(self) -> None:

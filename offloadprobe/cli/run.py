@@ -16,7 +16,7 @@ from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
-from offloadprobe.core.errors import DeviceOutOfMemory, IntegrityError, UsageError
+from offloadprobe.core.errors import DeviceOutOfMemory, IntegrityError, NotOffloaded, UsageError
 from offloadprobe.core.units import parse_size
 from offloadprobe.measure.phase_log import PhaseLog
 from offloadprobe.report.output import check_writable, write_json
@@ -131,6 +131,9 @@ def run_command(
         raise IntegrityError(
             f"strategy {cfg.strategy!r} corrupted data: " + "; ".join(problems[:3])
         )
+    verdicts = [r.not_offloaded for r in report.runs if r.not_offloaded]
+    if verdicts:
+        raise NotOffloaded(f"strategy {cfg.strategy!r} {verdicts[0]}")
     failures = [r.failure for r in report.runs if r.failure]
     if failures:
         raise DeviceOutOfMemory(failures[0])

@@ -1,7 +1,7 @@
 """One exception tree for offloadprobe; the CLI and the pytest plugin translate it.
 
 Exit codes: 2 for input the user can fix (``UsageError``), 1 for a run that
-measured something wrong (``IntegrityError``, ``BudgetExceeded``, a mismatch with
+measured something wrong (``IntegrityError``, ``NotOffloaded``, ``BudgetExceeded``, a mismatch with
 a scenario's expectation).
 """
 
@@ -36,6 +36,10 @@ class IntegrityError(OffloadProbeError):
     """A round trip changed data: the strategy lost or corrupted bytes."""
 
     kind = "integrity"
+
+
+class NotOffloaded(OffloadProbeError):
+    """A model strategy's offload left ``param_data`` storage on the device."""
 
 
 class DeviceOutOfMemory(OffloadProbeError):

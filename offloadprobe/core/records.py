@@ -14,42 +14,53 @@ SCHEMA_VERSION = 1
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HostReading:
-    """The process's host memory around one phase (from /proc/self/status)."""
+    """The process's host memory around one phase (from /proc/self/status).
+
+    ``rss_*`` and ``peak`` are the kernel's raw figures. In CPU emulation they include the
+    emulated device, a part of RSS held at a constant size (device storages + ballast, see
+    ``engine/runtime/device_memory.py``): ``device_in_host_before/after`` is that constant,
+    and ``host_peak_bytes`` the phase's high-water mark less it, interval by interval. On
+    CUDA the constant is 0 and every host figure is the kernel's own.
+    """
 
     rss_before: int
     rss_after: int
     peak: int
-    """High-water mark of RSS during the phase."""
+    """High-water mark of RSS during the phase (raw, emulated device included)."""
     shmem_after: int
     """RssShmem after the phase: where cudaHostAlloc'd pinned pages show up."""
     method: str
     """``vmhwm`` (exact, reset via clear_refs) or ``sampled`` (psutil polling, may miss)."""
     device_in_host_before: int = 0
-    """CPU emulation only: emulated device bytes (DDP buffers, optimizer state) inside RSS."""
+    """CPU emulation only: the constant emulated-device part of RSS at the phase start."""
     device_in_host_after: int = 0
+    """CPU emulation only: the constant emulated-device part of RSS at the phase end."""
+    host_peak_bytes: int | None = None
+    """Peak of host-only RSS (``peak`` less the constant of each VmHWM interval)."""
+    anon_after: int = 0
+    """RssAnon after the phase."""
+    file_after: int = 0
+    """RssFile after the phase (mapped files: libraries, page cache of mapped files)."""
+    anon_before: int = 0
+    file_before: int = 0
+    shmem_before: int = 0
 
     @property
     def host_rss_before(self) -> int:
-        """RSS at the phase start without emulated device bytes (plain RSS on CUDA)."""
+        """RSS at the phase start without the emulated device (plain RSS on CUDA)."""
         return self.rss_before - self.device_in_host_before
 
     @property
     def host_rss_after(self) -> int:
-        """RSS at the phase end without emulated device bytes (plain RSS on CUDA)."""
+        """RSS at the phase end without the emulated device (plain RSS on CUDA)."""
         return self.rss_after - self.device_in_host_after
 
     @property
     def host_peak(self) -> int:
-        """Peak without emulated device bytes (the raw peak on CUDA).
-
-        In CPU emulation the device bytes inside RSS move during the phase, so the
-        host-only peak is bounded from below by three exact values: the raw peak less
-        the larger of the start and end device bytes, and the host-only RSS at the
-        start and at the end. The largest of them is reported; on CUDA all three
-        reduce to the kernel's high-water mark.
-        """
-        bound = self.peak - max(self.device_in_host_before, self.device_in_host_after)
-        return max(bound, self.host_rss_before, self.host_rss_after)
+        """High-water mark of host-only RSS during the phase (the raw peak on CUDA)."""
+        if self.host_peak_bytes is not None:
+            return self.host_peak_bytes
+        return self.peak - self.device_in_host_after
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,6 +116,11 @@ class PhaseRecord:
     loss: float | None = None
     left_on_device: dict[str, int] | None = None
     """Offload phases: bytes still on the device afterwards, per owner (state key or buffer)."""
+    device_freed_bytes: int | None = None
+    """Device bytes freed during the phase, measured (CUDA allocator, or the emulated
+    device's accounting); None where not measurable."""
+    device_allocated_bytes: int | None = None
+    """Device bytes allocated or restored during the phase, measured."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -155,6 +171,9 @@ class RunRecord:
     """The optimizer that computed the steps, in words."""
     left_after_offload: list[dict[str, Any]] = field(default_factory=list)
     """The last offload's residency audit: owner, parameter name, dtype, bytes per tensor."""
+    not_offloaded: str | None = None
+    """Verdict when a model strategy other than ``none`` left ``param_data`` on the device
+    after an offload ("did not offload: param_data 128.36 MiB still on device")."""
 
     def cycles(self) -> list[dict[str, Any]]:
         """Phases grouped per cycle, the JSON's ``cycles`` list."""

@@ -12,11 +12,11 @@ import torch
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import DeviceOutOfMemory
 from offloadprobe.core.records import PhaseRecord, Report, RunRecord
-from offloadprobe.core.units import gbps
+from offloadprobe.core.units import format_bytes, gbps
 from offloadprobe.engine import environment
 from offloadprobe.engine.model import audit
 from offloadprobe.engine.model.builder import ProbeModel, build_probe_model
-from offloadprobe.engine.model.integrity import fingerprint_buffers, verify_round_trip
+from offloadprobe.engine.model.integrity import fingerprint_state, verify_round_trip
 from offloadprobe.engine.model.reference import (
     Checkpoint,
     checkpoint,
@@ -28,8 +28,9 @@ from offloadprobe.engine.model.train import train_step
 from offloadprobe.engine.optimizer.strategies import optimizer_strategy
 from offloadprobe.engine.rollout import claim, limit_device_memory
 from offloadprobe.engine.runtime import Runtime, open_runtime
+from offloadprobe.engine.runtime.emulation import on_device
 from offloadprobe.engine.strategies import model_strategy
-from offloadprobe.engine.strategies.base import close, registered_bytes
+from offloadprobe.engine.strategies.base import close, ddp_buffers, registered_bytes
 from offloadprobe.measure.meter import PhaseMeter
 from offloadprobe.measure.summary import summarise
 
@@ -78,14 +79,19 @@ class _Cycles:
         self.info = model_strategy(cfg.strategy)
         self.strategy = self.info.build(runtime)
         self.optimizer_strategy = optimizer_strategy(cfg.optimizer_strategy).build(runtime)
+        memory = runtime.device_memory
         self.meter = PhaseMeter(
             runtime,
-            device_in_host=(lambda: device_bytes(self.model)) if runtime.emulated else None,
+            arena=memory,
+            device_counters=(lambda: (memory.freed_bytes, memory.allocated_bytes))
+            if memory is not None
+            else None,
         )
         self.payload = self.model.payload_bytes
-        self.param_moved = self.payload if self.info.moves_params else 0
         self.optimizer_bytes = 0
-        self.optimizer_moved = 0
+        self.grads_freed = False
+        self.not_offloaded: str | None = None
+        self.moved_nothing: set[str] = set()
         self.phases: list[PhaseRecord] = []
         self.problems: list[str] = []
         self.failure: str | None = None
@@ -96,14 +102,17 @@ class _Cycles:
         cfg = self.cfg
         return build_probe_model(cfg.model, self.runtime, seed=cfg.seed, optimizer=cfg.optimizer)
 
-    def phase(self, cycle: int, name: str, action: Callable[[], Any], moved: int = 0) -> Any:
+    def phase(self, cycle: int, name: str, action: Callable[[], Any]) -> Any:
         if self.hooks.on_start is not None:
             self.hooks.on_start(cycle, name)
+        grads_before = _grad_device_bytes(self.model)
         try:
-            rec, result = self.meter.measure(cycle, name, action, bytes_moved=moved)
+            rec, result = self.meter.measure(cycle, name, action)
         except DeviceOutOfMemory as exc:
             self.failure = f"device out of memory in cycle {cycle}, phase {name}: {exc}"
             raise
+        if name in ("offload", "load"):
+            rec = self.measured_transfer(rec, grads_before, _grad_device_bytes(self.model))
         if name == "offload":
             rec = self.audited(rec)
         self.phases.append(rec)
@@ -111,22 +120,34 @@ class _Cycles:
             self.hooks.on_phase(rec)
         return result
 
+    def measured_transfer(self, rec: PhaseRecord, grads_before: int, grads_after: int) -> Any:
+        """Bytes moved = device bytes the phase really freed (offload) or restored (load),
+        less ``grad_data`` (discarded on offload, zeroed on load: nothing is copied)."""
+        if rec.phase == "offload":
+            device, grads = rec.device_freed_bytes, max(0, grads_before - grads_after)
+            self.grads_freed = grads > 0
+        else:
+            device, grads = rec.device_allocated_bytes, max(0, grads_after - grads_before)
+        moved = max(0, (device or 0) - grads)
+        if not moved:
+            self.moved_nothing.add(rec.phase)
+        return dataclasses.replace(rec, bytes_moved=moved, gbps=gbps(moved, rec.seconds))
+
     def audited(self, rec: PhaseRecord) -> PhaseRecord:
-        """Attach the residency audit; count the optimizer bytes that left the device."""
+        """Attach the residency audit; a model strategy that left param_data fails the run."""
         self.residents = audit.audit(self.model, self.runtime, self.snapshot)
         left = audit.bytes_by_key(self.residents)
-        left_optimizer = sum(v for k, v in left.items() if k not in ("param_data", "grad_data"))
-        self.optimizer_moved = max(0, self.optimizer_bytes - left_optimizer)
-        moved = self.param_moved + self.optimizer_moved
-        return dataclasses.replace(
-            rec, left_on_device=left, bytes_moved=moved, gbps=gbps(moved, rec.seconds)
-        )
+        params_left = left.get("param_data", 0)
+        if self.info.moves_params and params_left and self.not_offloaded is None:
+            self.not_offloaded = (
+                f"did not offload: param_data {format_bytes(params_left)} still on device"
+            )
+        return dataclasses.replace(rec, left_on_device=left)
 
     def transfer(self, model_action: Callable, optimizer_action: Callable) -> Callable[[], None]:
         def run() -> None:
-            with self.runtime.transfers():
-                model_action(self.model.chunks)
-                optimizer_action([self.model.optimizer])
+            model_action(self.model.chunks)
+            optimizer_action([self.model.optimizer])
 
         return run
 
@@ -137,12 +158,12 @@ class _Cycles:
     def cycle(self, cycle: int) -> None:
         cfg, model = self.cfg, self.model
         loss = self.phase(cycle, "train", lambda: _train(model, cfg.train_steps))
-        before = fingerprint_buffers(model.chunks)
-        self.check_step(f"cycle {cycle} train step", cycle, Checkpoint(loss, before))
+        before = fingerprint_state(model)
+        self.check_step(f"cycle {cycle} train step", cycle, Checkpoint(loss, before.buffers))
         self.snapshot = audit.snapshot_device_storage(model)
         self.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model).values())
         offload = self.transfer(self.strategy.offload, self.optimizer_strategy.offload)
-        self.phase(cycle, "offload", offload, self.param_moved)
+        self.phase(cycle, "offload", offload)
         if cfg.rollout_claim_bytes:
             resident = device_bytes(model) if self.runtime.emulated else 0
             self.phase(cycle, "rollout", lambda: claim(
@@ -150,16 +171,14 @@ class _Cycles:
                 limit=cfg.gpu_limit_bytes,
             ))  # fmt: skip
         load = self.transfer(self.strategy.load, self.optimizer_strategy.load)
-        self.phase(cycle, "load", load, self.param_moved + self.optimizer_moved)
-        self.problems += verify_round_trip(
-            model.chunks, before, cycle, grads_zeroed=bool(self.param_moved)
-        )
+        self.phase(cycle, "load", load)
+        self.problems += verify_round_trip(model, before, cycle, grads_zeroed=self.grads_freed)
 
     def run(self) -> None:
         try:
             for cycle in range(self.cfg.cycles):
                 self.cycle(cycle)
-                if self.problems:
+                if self.problems or self.not_offloaded:
                     break
             else:
                 if self.reference:
@@ -170,6 +189,19 @@ class _Cycles:
             pass
         finally:
             self.registered = _close(self.strategy) + _close(self.optimizer_strategy)
+
+
+_VERB = {"offload": "freed", "load": "restored"}
+
+
+def _grad_device_bytes(model: ProbeModel) -> int:
+    """Device bytes the DDP ``grad_data`` buffers hold right now (by fact)."""
+    seen: dict[int, int] = {}
+    for buffer in ddp_buffers(model.chunks):
+        storage = buffer.grad_data.untyped_storage()
+        if on_device(buffer.grad_data):
+            seen[storage._cdata] = storage.nbytes()
+    return sum(seen.values())
 
 
 def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> RunRecord:
@@ -191,6 +223,8 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
             optimizer_state_bytes=state.optimizer_bytes,
         )
     notes = [runtime.note] if runtime.note else []
+    for phase in sorted(state.moved_nothing):
+        notes.append(f"{phase} moved nothing: no device memory was {_VERB[phase]} in some cycle")
     if any(p.host.method != "vmhwm" for p in phases):
         notes.append("host peak sampled with psutil (clear_refs refused): may miss short peaks")
     notes.append(f"optimizer: {state.model.optimizer_name}")
@@ -211,6 +245,7 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
         optimizer_strategy=cfg.optimizer_strategy,
         optimizer=state.model.optimizer_name,
         left_after_offload=[asdict(r) for r in state.residents],
+        not_offloaded=state.not_offloaded,
     )
 
 

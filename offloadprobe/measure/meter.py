@@ -6,11 +6,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from offloadprobe.core.records import PhaseRecord
+from offloadprobe.core.records import GpuReading, PhaseRecord
 from offloadprobe.core.units import gbps
 from offloadprobe.measure.probes.cgroup import CgroupProbe
 from offloadprobe.measure.probes.gpu import GpuProbe
-from offloadprobe.measure.probes.host import HostProbe
+from offloadprobe.measure.probes.host import DeviceArena, HostProbe
 from offloadprobe.measure.probes.pinned import PinnedProbe
 
 
@@ -32,12 +32,15 @@ class PhaseMeter:
         runtime: Device,
         *,
         host: HostProbe | None = None,
-        device_in_host: Callable[[], int] | None = None,
+        arena: DeviceArena | None = None,
+        device_counters: Callable[[], tuple[int, int]] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.runtime = runtime
         self.clock = clock
-        self.host = host or HostProbe(device_in_host=device_in_host)
+        self.device_counters = device_counters
+        """CPU emulation: cumulative (freed, allocated) device bytes of the emulated device."""
+        self.host = host or HostProbe(arena=arena)
         self.pinned = PinnedProbe(enabled=not runtime.emulated)
         self.gpu = GpuProbe(enabled=not runtime.emulated)
         self.cgroup = CgroupProbe()
@@ -50,12 +53,15 @@ class PhaseMeter:
         self.runtime.settle()
         for probe in (self.cgroup, self.gpu, self.pinned, self.host):
             probe.begin()
+        counted = self.device_counters() if self.device_counters else (0, 0)
         start = self.clock()
         result = action()
         self.runtime.synchronize()
         seconds = self.clock() - start
         self.runtime.settle()
         host = self.host.end()
+        gpu = self.gpu.end()
+        freed, allocated = _device_traffic(gpu, counted, self.device_counters)
         record = PhaseRecord(
             cycle=cycle,
             phase=phase,
@@ -64,8 +70,26 @@ class PhaseMeter:
             gbps=gbps(bytes_moved, seconds),
             host=host,
             pinned=self.pinned.end(),
-            gpu=self.gpu.end(),
+            gpu=gpu,
             cgroup=self.cgroup.end(),
             loss=result if isinstance(result, float) else None,
+            device_freed_bytes=freed,
+            device_allocated_bytes=allocated,
         )
         return record, result
+
+
+def _device_traffic(
+    gpu: GpuReading | None,
+    counted: tuple[int, int],
+    counters: Callable[[], tuple[int, int]] | None,
+) -> tuple[int | None, int | None]:
+    """(device bytes freed, device bytes allocated) in the phase, measured: the emulated
+    device's own counters, or the CUDA allocator's net change; None where neither exists."""
+    if counters is not None:
+        freed, allocated = counters()
+        return freed - counted[0], allocated - counted[1]
+    if gpu is None:
+        return None, None
+    change = gpu.allocated_after - gpu.allocated_before
+    return max(0, -change), max(0, change)

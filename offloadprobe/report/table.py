@@ -91,6 +91,8 @@ def summary_line(run: RunRecord) -> Text:
     s = run.summary
     text = Text()
     text.append(f"{run.strategy}: ", style="bold")
+    if run.not_offloaded:
+        text.append(f"{run.not_offloaded}, ", style="bold red")
     if s is None:
         text.append(f"stopped early: {run.failure or 'no offload/load completed'}", style="red")
         return text

@@ -58,7 +58,7 @@ def residue(run: RunRecord) -> int:
     last = offloads[-1]
     if last.gpu is not None:
         return last.gpu.allocated_after
-    return last.host.device_in_host_after
+    return sum((last.left_on_device or {}).values())
 
 
 def reserved_peak(run: RunRecord) -> int:

@@ -2,7 +2,7 @@
 
 GIVEN a tiny GPT + DDP + DistributedOptimizer (classic AdamW, or the precision-aware
 optimizer with its ``master_param`` state) trained one step,
-WHEN an optimizer strategy offloads and loads it inside ``runtime.transfers()``,
+WHEN an optimizer strategy offloads and loads it,
 THEN every optimizer tensor comes back bit for bit, training continues exactly as in a
 model that never offloaded, and the residency audit names what the offload left behind.
 """
@@ -92,15 +92,14 @@ def _assert_identical(before, after) -> None:
 def _cycle(runtime, model, strategy, model_strategy=None):
     """One offload (model first, as verl does) + audit + load; returns the resident records."""
     snapshot = snapshot_device_storage(model)
-    with runtime.transfers():
-        if model_strategy is not None:
-            model_strategy.offload(model.chunks)
-        strategy.offload([model.optimizer])
+    if model_strategy is not None:
+        model_strategy.offload(model.chunks)
+    strategy.offload([model.optimizer])
+    runtime.settle()  # device storages nothing references any more are freed, as on a GPU
     records = audit(model, runtime, snapshot)
-    with runtime.transfers():
-        strategy.load([model.optimizer])
-        if model_strategy is not None:
-            model_strategy.load(model.chunks)
+    strategy.load([model.optimizer])
+    if model_strategy is not None:
+        model_strategy.load(model.chunks)
     return records
 
 

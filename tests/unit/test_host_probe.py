@@ -49,18 +49,52 @@ def test_sampling_fallback_is_labelled_and_sees_a_held_allocation():
     assert reading.peak - reading.rss_before >= 0.9 * N
 
 
-def test_emulated_device_bytes_are_taken_out_of_host_figures():
-    sizes = iter([3 * N, N])
-    probe = HostProbe(device_in_host=lambda: next(sizes))
+M = 64 * 2**20
+
+
+class _Arena:
+    """A fake emulated device: a constant part of RSS that can grow mid-phase."""
+
+    def __init__(self, constant: int) -> None:
+        self.constant = constant
+        self.on_grow = self.on_grown = None
+
+    def grow(self, by: int, held: list) -> None:
+        self.on_grow()
+        held.append(np.ones(by, dtype=np.uint8))  # the device really takes the pages
+        self.constant += by
+        self.on_grown()
+
+
+def test_emulated_device_constant_is_taken_out_of_host_figures():
+    arena = _Arena(3 * M)
+    probe = HostProbe(arena=arena)
     probe.begin()
+    held = np.ones(M, dtype=np.uint8)
     reading = probe.end()
-    assert reading.host_rss_before == reading.rss_before - 3 * N
-    assert reading.host_rss_after == reading.rss_after - N
-    # device bytes fell from 3N to N: the host-only peak is at least the end value
-    assert reading.host_peak == max(
-        reading.peak - 3 * N, reading.rss_before - 3 * N, reading.rss_after - N
-    )
-    assert reading.host_peak >= reading.host_rss_after
+    del held
+    assert reading.host_rss_before == reading.rss_before - 3 * M
+    assert reading.host_rss_after == reading.rss_after - 3 * M
+    assert reading.host_peak == reading.peak - 3 * M
+    assert reading.host_peak - reading.host_rss_before >= 0.95 * M
+
+
+def test_a_growing_device_splits_the_high_water_interval():
+    # GIVEN a host allocation of M freed before the device grows by 2M
+    if not reset_hwm():
+        pytest.skip("clear_refs refused here")
+    arena = _Arena(0)
+    probe = HostProbe(arena=arena)
+    device: list = []
+    probe.begin()
+    transient = np.ones(M, dtype=np.uint8)
+    del transient
+    arena.grow(2 * M, device)
+    reading = probe.end()
+    # THEN the host peak is the transient M, not the device growth
+    assert 0.95 * M <= reading.host_peak - reading.host_rss_before <= 1.1 * M
+    assert reading.device_in_host_after == 2 * M
+    assert reading.anon_after > 0 and reading.file_after > 0
 
 
 def test_status_has_the_fields_we_read():

@@ -24,17 +24,25 @@ from offloadprobe.engine.optimizer.strategies import (
     optimizer_strategy,
 )
 from offloadprobe.engine.runtime import Runtime
+from offloadprobe.engine.runtime.emulation import emulated_device
 
 EMULATED = Runtime(device="cpu", emulated=True, note=None)
 SHAPES = [(4, 8), (16,)]
+
+
+@pytest.fixture(autouse=True)
+def device():
+    """The emulated device: tensors made on "cuda" below are device memory by fact."""
+    with emulated_device() as memory:
+        yield memory
 
 
 def _fake_model(precision_aware: bool):
     """One bf16 DDP buffer, two params; Adam over their shards as megatron wires it."""
     numel = sum(torch.Size(s).numel() for s in SHAPES)
     gen = torch.Generator().manual_seed(0)
-    param_data = torch.randn(numel, generator=gen).to(torch.bfloat16)
-    grad_data = torch.randn(numel, generator=gen)
+    param_data = torch.randn(numel, generator=gen).to(torch.bfloat16).cuda()
+    grad_data = torch.randn(numel, generator=gen).cuda()
     views, start = [], 0
     for shape in SHAPES:
         size = torch.Size(shape).numel()
@@ -57,7 +65,8 @@ def _fake_model(precision_aware: bool):
             shard.grad = grad.float()
         fp32_from_float16 = [main]
     inner.step()
-    inner.state[main[0]]["future_key"] = torch.arange(5.0)  # a key no strategy knows by name
+    # a key no strategy knows by name
+    inner.state[main[0]]["future_key"] = torch.arange(5.0, device="cuda")
     buffer = SimpleNamespace(param_data=param_data, grad_data=grad_data)
     optimizer = SimpleNamespace(
         optimizer=inner,
@@ -204,7 +213,7 @@ class _KeepsDeviceCopy:
         for part in megatron_optimizers(optimizers):
             for state in part.optimizer.state.values():
                 self.kept.append(state["exp_avg"])
-                state["exp_avg"] = state["exp_avg"].clone()
+                state["exp_avg"] = state["exp_avg"].cpu()
 
     def load(self, optimizers):
         self.kept.clear()
@@ -218,7 +227,9 @@ def test_audit_reports_device_storage_a_strategy_kept_but_detached():
     detached = [r for r in audit(model, EMULATED, snapshot) if not r.referenced]
     assert {r.owner for r in detached} == {"exp_avg"}
     assert {r.param_name for r in detached} == {"w0", "w1"}
-    leaky.load([model.optimizer])  # once released, nothing is left to report
+    leaky.load([model.optimizer])  # once released (and freed at the phase boundary) ...
+    EMULATED.settle()
+    # ... nothing is left to report
     assert all(r.referenced for r in audit(model, EMULATED, snapshot))
 
 

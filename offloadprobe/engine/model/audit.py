@@ -6,13 +6,11 @@ holds (see :mod:`offloadprobe.engine.optimizer.holdings`) that still occupies de
 back as a :class:`ResidentTensor`, named by its owner and, where the DistributedOptimizer's
 groups say so, by the model parameter it belongs to.
 
-"Still on the device" means: on CUDA, ``is_cuda`` with allocated storage. In CPU emulation
-every tensor lives in host memory, so it means: allocated storage that is the *same*
-storage (the same StorageImpl, held by weak reference in the snapshot, so an address
-freed and reused by a host copy cannot be mistaken for it) as a device tensor's before
-the offload. A strategy that moves state gets new storage; one that forgets state keeps
-the original. A tensor a strategy copied to a *new* device tensor is invisible in
-emulation (there is no device to tell it by); on CUDA ``is_cuda`` catches it.
+"Still on the device" is decided by where the bytes live, never by who references them or
+how they were made: on CUDA, ``is_cuda`` with allocated storage; in CPU emulation,
+allocated storage registered with the emulated device (``runtime/device_memory.py``), which
+knows every storage made through the emulation's CUDA path. A tensor a strategy copied to a
+*new* device tensor is found the same way on both.
 
 Views are reported once per storage: a tensor viewing a storage already reported (a main
 grad inside ``grad_data``) names it in ``alias_of`` and adds no bytes. Original device
@@ -31,7 +29,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from offloadprobe.engine.optimizer.holdings import holdings, main_param_names, storage_key
-from offloadprobe.engine.runtime import Runtime
+from offloadprobe.engine.runtime import Runtime, emulation
 from offloadprobe.engine.strategies.base import ddp_buffers, nbytes
 
 
@@ -70,6 +68,8 @@ class DeviceSnapshot:
     """Weak references to every device storage of the model and its optimizer before offload."""
 
     originals: dict[int, _Original] = field(default_factory=dict)
+    registered: set[int] = field(default_factory=set)
+    """CPU emulation: keys of every emulated device storage before the offload."""
 
     def holds(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor``'s storage is one recorded here and still alive."""
@@ -101,12 +101,15 @@ def _dtype(tensor: torch.Tensor) -> str:
 
 
 def snapshot_device_storage(model: Any) -> DeviceSnapshot:
-    """Record (weakly) every storage the model's DDP buffers and optimizer hold right now."""
+    """Record (weakly) every device storage the model's DDP buffers and optimizer hold now."""
     snapshot = DeviceSnapshot()
+    memory = emulation.active()
+    if memory is not None:
+        snapshot.registered = {s._cdata for s in memory.storages()}
     for entry in _entries(model):
         storage = entry.tensor.untyped_storage()
         key = storage._cdata
-        if entry.host_by_design or not storage.nbytes() or key in snapshot.originals:
+        if not emulation.on_device(entry.tensor) or key in snapshot.originals:
             continue
         snapshot.originals[key] = _Original(
             StorageWeakRef(storage),
@@ -118,12 +121,6 @@ def snapshot_device_storage(model: Any) -> DeviceSnapshot:
     return snapshot
 
 
-def _on_device(tensor: torch.Tensor, runtime: Runtime, snapshot: DeviceSnapshot) -> bool:
-    if not tensor.untyped_storage().nbytes():
-        return False
-    return snapshot.holds(tensor) if runtime.emulated else tensor.is_cuda
-
-
 def audit(model: Any, runtime: Runtime, snapshot: DeviceSnapshot) -> list[ResidentTensor]:
     """Every model/optimizer tensor still occupying device memory, one record per tensor."""
     found: list[ResidentTensor] = []
@@ -132,7 +129,7 @@ def audit(model: Any, runtime: Runtime, snapshot: DeviceSnapshot) -> list[Reside
         key = storage_key(entry.tensor)
         first = reached.get(key)
         reached.setdefault(key, entry.owner)
-        if entry.host_by_design or not _on_device(entry.tensor, runtime, snapshot):
+        if not runtime.on_device(entry.tensor):
             continue
         found.append(
             ResidentTensor(
@@ -143,11 +140,14 @@ def audit(model: Any, runtime: Runtime, snapshot: DeviceSnapshot) -> list[Reside
                 alias_of=first,
             )
         )
+    memory = runtime.device_memory
+    if memory is not None:
+        return found + _unreached_emulated(memory, reached, snapshot)
     for key, original in snapshot.originals.items():
         if key in reached or original.ref.expired():
             continue
         storage = torch.UntypedStorage._new_with_weak_ptr(original.ref.cdata)
-        if storage.nbytes() and (runtime.emulated or storage.device.type == "cuda"):
+        if storage.nbytes() and storage.device.type == "cuda":
             found.append(
                 ResidentTensor(
                     owner=original.owner,
@@ -157,6 +157,26 @@ def audit(model: Any, runtime: Runtime, snapshot: DeviceSnapshot) -> list[Reside
                     referenced=False,
                 )
             )
+    return found
+
+
+def _unreached_emulated(memory: Any, reached: dict[int, str], snapshot: DeviceSnapshot) -> list:
+    """Emulated device storages still allocated that the model and optimizer no longer reach:
+    originals a strategy kept aside, and device storages it allocated during the offload."""
+    found = []
+    for storage in memory.storages():
+        key = storage._cdata
+        if key in reached or not storage.nbytes():
+            continue
+        original = snapshot.originals.get(key)
+        if original is not None:
+            found.append(ResidentTensor(owner=original.owner, param_name=original.param_name,
+                                        dtype=original.dtype, nbytes=original.nbytes,
+                                        referenced=False))  # fmt: skip
+        elif key not in snapshot.registered:
+            found.append(ResidentTensor(owner="allocated during offload", param_name=None,
+                                        dtype="uint8", nbytes=storage.nbytes(),
+                                        referenced=False))  # fmt: skip
     return found
 
 
@@ -179,7 +199,7 @@ def optimizer_state_bytes_by_key(model: Any) -> dict[str, int]:
     totals: dict[str, int] = {}
     for held in holdings([model.optimizer]):
         key = storage_key(held.tensor)
-        if held.host_by_design or key in seen:
+        if not emulation.on_device(held.tensor) or key in seen:
             continue
         seen.add(key)
         totals[held.owner] = totals.get(held.owner, 0) + nbytes(held.tensor)

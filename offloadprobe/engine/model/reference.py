@@ -22,7 +22,7 @@ class Checkpoint:
     """What a train phase produced: its last loss and every param buffer's fingerprint."""
 
     loss: float | None
-    fingerprints: list[tuple[int, int]]
+    fingerprints: list[tuple[int, ...]]
 
 
 def checkpoint(model: Any, steps: int) -> Checkpoint:

@@ -1,4 +1,4 @@
-"""Which bytes of the probe model are resident on its device right now."""
+"""Which bytes of the probe model are resident on its device right now, by fact."""
 
 from __future__ import annotations
 
@@ -13,24 +13,22 @@ from offloadprobe.engine.strategies.base import ddp_buffers
 
 
 def device_tensors(model: Any) -> Iterator[torch.Tensor]:
-    """DDP param/grad buffers and every device tensor the optimizer holds."""
+    """DDP param/grad buffers and every tensor the optimizer holds."""
     for buffer in ddp_buffers(model.chunks):
         yield buffer.param_data
         yield buffer.grad_data
-    yield from (h.tensor for h in holdings([model.optimizer]) if not h.host_by_design)
+    yield from (h.tensor for h in holdings([model.optimizer]))
 
 
 def device_bytes(model: Any) -> int:
-    """Allocated bytes of distinct storages among ``device_tensors`` (freed ones count 0).
+    """Allocated bytes of distinct device storages among ``device_tensors``.
 
-    In CPU emulation, tensors a strategy made in host memory (a ``.to("cpu")`` copy
-    stored back into the optimizer state) are host bytes, not device bytes.
+    A storage is on the device when its bytes are: ``is_cuda`` on a GPU, the emulated
+    device's registry in CPU emulation; who references it does not matter.
     """
     seen: dict[int, int] = {}
     for tensor in device_tensors(model):
-        if emulation.is_host_copy(tensor):
-            continue
-        storage = tensor.untyped_storage()
-        if storage.nbytes():
-            seen[storage.data_ptr()] = storage.nbytes()
+        if emulation.on_device(tensor):
+            storage = tensor.untyped_storage()
+            seen[storage._cdata] = storage.nbytes()
     return sum(seen.values())

@@ -17,10 +17,18 @@ from collections.abc import Iterator
 from unittest import mock
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 
-NOTE = "CPU emulation: device buffers in host memory, no pinned memory, no GPU readings"
+from offloadprobe.engine.runtime.device_memory import (
+    _ORIGINAL_RESIZE,
+    DeviceMemory,
+    fix_malloc_threshold,
+)
+
+NOTE = (
+    "CPU emulation: device memory is a constant-size part of RSS (device storages + "
+    "ballast) taken out of every host figure; no pinned memory, no GPU readings"
+)
 
 
 def trim_host_heap() -> None:
@@ -32,6 +40,22 @@ def trim_host_heap() -> None:
         pass
 
 
+ACTIVE: DeviceMemory | None = None
+"""The emulated device's memory while :func:`cuda_on_host` is active."""
+
+
+def active() -> DeviceMemory | None:
+    return ACTIVE
+
+
+def on_device(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` occupies device memory right now: ``is_cuda`` on a GPU, the
+    emulated device's registry in CPU emulation (by fact, never by who references it)."""
+    if tensor.is_cuda:
+        return tensor.untyped_storage().nbytes() > 0
+    return ACTIVE is not None and ACTIVE.resident(tensor)
+
+
 def _host_device(device: object) -> object:
     if device is None:
         return None
@@ -41,59 +65,115 @@ def _host_device(device: object) -> object:
     return torch.device("cpu") if resolved.type == "cuda" else resolved
 
 
-_TRANSFERS = (torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.to)
+def _meta_device(device: object) -> object:
+    return None if device is None else torch.device("meta")
+
+
+_LIKE = {
+    torch.empty_like, torch.zeros_like, torch.ones_like, torch.full_like, torch.rand_like,
+    torch.randn_like, torch.randint_like, torch.clone, torch.Tensor.clone,
+    torch.Tensor.new_empty, torch.Tensor.new_zeros, torch.Tensor.new_ones,
+    torch.Tensor.new_full, torch.Tensor.new_tensor, torch.Tensor.float, torch.Tensor.half,
+    torch.Tensor.bfloat16, torch.Tensor.double, torch.Tensor.contiguous,
+}  # fmt: skip
+"""Ops that allocate a new tensor on their input's device: their result is device memory."""
+_UNWRITTEN = {torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty}
+"""Allocations that leave memory untouched: touched on allocation, as cudaMalloc'd memory is
+resident."""
+
+
+def _as_meta(value: object) -> object:
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(value.size(), value.stride(), dtype=value.dtype,
+                                   device="meta")  # fmt: skip
+    if isinstance(value, (list, tuple)):
+        return type(value)(_as_meta(v) for v in value)
+    return value
+
+
+def _meta_nbytes(func: object, args: tuple, kwargs: dict) -> int | None:
+    """Bytes the op's result will need, from running it on the meta device; None if unknown."""
+    try:
+        meta_args = tuple(_as_meta(a) for a in args)
+        meta_kwargs = {k: _as_meta(v) for k, v in kwargs.items()}
+        if "device" in meta_kwargs:
+            meta_kwargs["device"] = _meta_device(meta_kwargs["device"])
+        if func is torch.Tensor.to and len(meta_args) > 1 and _is_device(meta_args[1]):
+            meta_args = (meta_args[0], torch.device("meta"), *meta_args[2:])
+        out = func(*meta_args, **meta_kwargs)  # type: ignore[operator]
+    except Exception:  # any op the meta device cannot run: size it after the fact
+        return None
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    if any(o is a for o in outs for a in meta_args):
+        return 0  # the op returns its input: nothing is allocated
+    return sum(t.untyped_storage().nbytes() for t in outs if isinstance(t, torch.Tensor))
 
 
 class _CudaToHost(TorchFunctionMode):
-    """Send every tensor that asks for CUDA to host memory; pinning becomes a copy.
+    """Run megatron's CUDA calls on the host, every device allocation through the
+    emulated device's memory (:class:`DeviceMemory`).
 
-    Outside offload/load phases a device move is a no-op, as megatron expects of a
-    tensor already on its device. Inside them (``transfers_copy``) every ``.cpu()``,
-    ``.cuda()`` and ``.to(device)`` makes a new host tensor, as a real device<->host
-    transfer does, so a strategy that "moves" state really allocates a copy and the
-    original storage can be told apart from it.
+    A tensor is on the device when its storage is registered there, whoever references it.
+    ``.cuda()``/``.to(cuda)`` of a host tensor makes a registered copy; ``.cpu()``/
+    ``.to("cpu")`` of a device tensor makes a host copy; either is a no-op when the tensor
+    is already where it is asked to be. Factories asked for a CUDA device, and ``*_like``,
+    ``clone``, ``new_*`` and dtype conversions of device tensors, allocate device memory.
+    Pinning is an ordinary host copy (no page-locked memory here).
     """
-
-    copy_transfers = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
+        memory = ACTIVE
         target = _target(func, args, kwargs)
+        source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        on_dev = memory is not None and source is not None and memory.holds(source)
+        if func is torch.Tensor.pin_memory:
+            return args[0].clone()
+        if func in (torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.to):
+            kwargs.pop("non_blocking", None)
+        if memory is not None and target == "cuda":
+            if func is torch.Tensor.cuda:
+                if on_dev:
+                    return source
+                return memory.allocate(_nbytes(source), source.clone, touch=False)
+            if func is torch.Tensor.to and not on_dev:
+                kwargs["copy"] = True
+            elif func is torch.Tensor.to and not kwargs.get("copy"):
+                if "device" in kwargs:
+                    kwargs["device"] = _host_device(kwargs["device"])
+                if len(args) > 1 and _is_device(args[1]):
+                    args = (args[0], _host_device(args[1]), *args[2:])
+                result = func(*args, **kwargs)  # a no-op, or a dtype change on the device
+                if result.untyped_storage()._cdata == source.untyped_storage()._cdata:
+                    return result
+                return memory.adopt(result)
+        elif func in (torch.Tensor.cpu, torch.Tensor.to) and target == "cpu" and on_dev:
+            if func is torch.Tensor.cpu:
+                return source.clone()
+            kwargs["copy"] = True
+        size = None
+        device_result = memory is not None and (
+            (target == "cuda" and func is not torch.Tensor.cpu)
+            or (target is None and on_dev and (func in _LIKE or func is torch.Tensor.to))
+        )
+        if device_result:
+            size = _meta_nbytes(func, args, kwargs)
+            device_result = size != 0
+        kwargs.pop("pin_memory", None)
         if "device" in kwargs:
             kwargs["device"] = _host_device(kwargs["device"])
-        kwargs.pop("pin_memory", None)  # no page-locked memory here: an ordinary host tensor
         if func is torch.Tensor.to and len(args) > 1 and _is_device(args[1]):
             args = (args[0], _host_device(args[1]), *args[2:])
-        if func is torch.Tensor.pin_memory:
-            result = args[0].clone()
-        elif func in _TRANSFERS and _CudaToHost.copy_transfers and target is not None:
-            kwargs.pop("non_blocking", None)
-            if func is torch.Tensor.to:
-                kwargs["copy"] = True
-                result = func(*args, **kwargs)
-            else:
-                result = args[0].clone()
-        elif func is torch.Tensor.cuda:
-            return args[0]
-        else:
-            result = func(*args, **kwargs)
-        if _CudaToHost.copy_transfers and target == "cpu" and isinstance(result, torch.Tensor):
-            _mark_host(result)
-        return result
+        if not device_result:
+            return func(*args, **kwargs)
+        run = lambda: func(*args, **kwargs)  # noqa: E731
+        if size is None:
+            return memory.adopt(run())
+        return memory.allocate(size, run, touch=func in _UNWRITTEN)
 
 
-_HOST_MADE: dict[int, StorageWeakRef] = {}
-
-
-def _mark_host(tensor: torch.Tensor) -> None:
-    storage = tensor.untyped_storage()
-    _HOST_MADE[storage._cdata] = StorageWeakRef(storage)
-
-
-def is_host_copy(tensor: torch.Tensor) -> bool:
-    """True for a tensor a strategy made in host memory during an emulated transfer."""
-    ref = _HOST_MADE.get(tensor.untyped_storage()._cdata)
-    return ref is not None and not ref.expired()
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
 
 
 def _target(func: object, args: tuple, kwargs: dict) -> str | None:
@@ -116,15 +196,25 @@ def _is_device(value: object) -> bool:
     return isinstance(value, (str, int, torch.device)) and not isinstance(value, bool)
 
 
-@contextlib.contextmanager
-def transfers_copy() -> Iterator[None]:
-    """Inside the block, device<->host moves of emulated device tensors make copies."""
-    previous = _CudaToHost.copy_transfers
-    _CudaToHost.copy_transfers = True
-    try:
-        yield
-    finally:
-        _CudaToHost.copy_transfers = previous
+_ORIGINAL_DEVICE = torch._C.TensorBase.device
+_EMULATED_CUDA = torch.device("cuda", 0)
+
+
+def _device_of(self: torch.Tensor) -> torch.device:
+    """``Tensor.device``: ``cuda:0`` for a tensor whose storage is emulated device memory, so
+    ``torch.zeros(..., device=t.device)`` allocates on the (emulated) device, as on a GPU."""
+    device = _ORIGINAL_DEVICE.__get__(self)
+    if ACTIVE is not None and device.type == "cpu" and ACTIVE.holds(self):
+        return _EMULATED_CUDA
+    return device
+
+
+def _resize(self: torch.UntypedStorage, size: int) -> object:
+    """``UntypedStorage.resize_``: a device storage frees/allocates through the device."""
+    memory = ACTIVE
+    if memory is not None and memory.holds_storage(self):
+        return memory.resize(self, size)
+    return _ORIGINAL_RESIZE(self, size)
 
 
 class _NullStream:
@@ -148,7 +238,29 @@ def _cuda_type_name(self: torch.Tensor, *args: object, **kwargs: object) -> obje
     name = _ORIGINAL_TYPE(self, *args, **kwargs)
     if args or kwargs or not isinstance(name, str) or name.startswith("torch.cuda."):
         return name
+    if ACTIVE is None or not ACTIVE.holds(self):
+        return name
     return "torch.cuda." + name.removeprefix("torch.")
+
+
+@contextlib.contextmanager
+def emulated_device() -> Iterator[DeviceMemory]:
+    """The emulated device alone (no megatron shims): its memory, the CUDA-to-host mode,
+    ``resize_`` of device storages through it, and ``Tensor.device`` reporting ``cuda:0``."""
+    global ACTIVE
+    if ACTIVE is not None:
+        raise RuntimeError("an emulated device is already active in this process")
+    fix_malloc_threshold()
+    with contextlib.ExitStack() as stack:
+        memory = DeviceMemory()
+        stack.callback(memory.close)
+        ACTIVE = memory
+        stack.callback(globals().__setitem__, "ACTIVE", None)
+        stack.enter_context(mock.patch.object(torch.UntypedStorage, "resize_", _resize))
+        stack.enter_context(mock.patch.object(torch.Tensor, "device", property(_device_of)))
+        stack.enter_context(mock.patch.object(torch.Tensor, "type", _cuda_type_name))
+        stack.enter_context(_CudaToHost())
+        yield memory
 
 
 @contextlib.contextmanager
@@ -169,10 +281,9 @@ def cuda_on_host() -> Iterator[None]:
         mock.patch("torch.cuda.get_rng_state", host_rng),
         mock.patch.object(mrandom, "_get_cuda_rng_state", host_rng),
         mock.patch.object(mrandom, "_set_cuda_rng_state", lambda *a, **k: None),
-        mock.patch.object(torch.Tensor, "type", _cuda_type_name),
     ]
     with contextlib.ExitStack() as stack:
         for patch in patches:
             stack.enter_context(patch)
-        stack.enter_context(_CudaToHost())
+        stack.enter_context(emulated_device())
         yield

@@ -30,9 +30,16 @@ class Runtime:
         """Whether page-locked host memory exists here."""
         return self.device == "cuda"
 
-    def transfers(self) -> contextlib.AbstractContextManager[None]:
-        """Context for a strategy's offload/load: real copies for every device move."""
-        return emulation.transfers_copy() if self.emulated else contextlib.nullcontext()
+    @property
+    def device_memory(self) -> emulation.DeviceMemory | None:
+        """CPU emulation: the emulated device's memory (registry + ballast); None on CUDA."""
+        return emulation.active() if self.emulated else None
+
+    def on_device(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` occupies device memory now, by where its bytes live."""
+        if not self.emulated:
+            return tensor.is_cuda and tensor.untyped_storage().nbytes() > 0
+        return emulation.on_device(tensor)
 
     def synchronize(self) -> None:
         """Wait for queued device work (a no-op in CPU emulation)."""
@@ -40,14 +47,12 @@ class Runtime:
             torch.cuda.synchronize()
 
     def settle(self) -> None:
-        """After a phase: in CPU emulation, hand freed heap pages back to the kernel.
-
-        Freed emulated device storage would otherwise stay in glibc's arenas and in
-        RSS, where on a GPU ``cudaFree`` returns it. On CUDA this does nothing: the
-        strategy's own caching behaviour is what is being measured.
-        """
-        if self.emulated:
-            emulation.trim_host_heap()
+        """Around a phase, in CPU emulation: free device storages nothing references any
+        more (as a GPU allocator does), through the device so the ballast compensates.
+        On CUDA this does nothing: the strategy's own caching behaviour is measured."""
+        memory = self.device_memory
+        if memory is not None:
+            memory.reclaim()
 
     def release(self) -> None:
         """Give freed memory back after a model was dropped (between two builds)."""
@@ -55,6 +60,7 @@ class Runtime:
 
         gc.collect()
         if self.emulated:
+            self.settle()
             emulation.trim_host_heap()
         else:
             torch.cuda.empty_cache()

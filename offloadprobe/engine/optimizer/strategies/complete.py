@@ -54,9 +54,7 @@ class CompleteStrategy:
         self._slots: dict[int, _Slot] = {}
 
     def _on_device(self, tensor: torch.Tensor, host_by_design: bool) -> bool:
-        if self.runtime.emulated:
-            return not host_by_design
-        return tensor.is_cuda
+        return not host_by_design and self.runtime.on_device(tensor)
 
     def _storages(self, optimizers: list[Any]) -> list[torch.UntypedStorage]:
         skip = {storage_key(t) for _, t in ddp_buffer_tensors(optimizers)}

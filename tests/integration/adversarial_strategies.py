@@ -1,0 +1,196 @@
+"""User strategies written to fool the meter, one per class of lie (verl's signature).
+
+Each docstring gives the true figure the run must report (P = the param_data payload), or
+the verdict it must fail with. Plugged in as ``tests.integration.adversarial_strategies:X``.
+"""
+
+import torch
+
+
+def _buffers(models):
+    for chunk in models:
+        yield from chunk.buffers
+
+
+def _free(tensor):
+    tensor.untyped_storage().resize_(0)
+
+
+def _restore(tensor):
+    tensor.untyped_storage().resize_(tensor.numel() * tensor.element_size())
+
+
+class Pageable:
+    """Correct: one reused exact-size host copy per buffer. Host peak 1x, steady 1x."""
+
+    def __init__(self):
+        self.copies = {}
+
+    def _host(self, buf):
+        host = self.copies.get(id(buf))
+        if host is None:
+            host = self.copies[id(buf)] = torch.empty(
+                buf.param_data.shape, dtype=buf.param_data.dtype, device="cpu"
+            )
+        return host
+
+    def offload(self, models):
+        for buf in _buffers(models):
+            self._host(buf).copy_(buf.param_data)
+            _free(buf.param_data)
+            _free(buf.grad_data)
+
+    def load(self, models):
+        for buf in _buffers(models):
+            _restore(buf.param_data)
+            buf.param_data.copy_(self.copies[id(buf)])
+            _restore(buf.grad_data)
+            buf.grad_data.zero_()
+
+
+def _transient(host):
+    """A full extra host copy, alive for a moment (a staging buffer, a checksum copy)."""
+    scratch = torch.empty(host.shape, dtype=host.dtype, device="cpu")
+    scratch.copy_(host)
+    del scratch
+
+
+class TransientAfterFree(Pageable):
+    """A transient host copy of P made after the device storage was freed: true peak 2x."""
+
+    def offload(self, models):
+        super().offload(models)
+        for buf in _buffers(models):
+            _transient(self.copies[id(buf)])
+
+
+class TransientAtLoadStart(Pageable):
+    """The same transient at the start of load, before the device is restored: peak 2x."""
+
+    def load(self, models):
+        for buf in _buffers(models):
+            _transient(self.copies[id(buf)])
+        super().load(models)
+
+
+class CpuFreePin:
+    """``.cpu()``, free the device storage, then ``.pin_memory()``, the previous pinned copy
+    alive until replaced: 3 host copies at once from the second offload on (true peak 3x,
+    steady 1x)."""
+
+    def __init__(self):
+        self.pinned = {}
+
+    def offload(self, models):
+        for buf in _buffers(models):
+            staged = buf.param_data.cpu()
+            _free(buf.param_data)
+            _free(buf.grad_data)
+            self.pinned[id(buf)] = staged.pin_memory()
+            del staged
+
+    def load(self, models):
+        for buf in _buffers(models):
+            _restore(buf.param_data)
+            buf.param_data.copy_(self.pinned[id(buf)])
+            _restore(buf.grad_data)
+            buf.grad_data.zero_()
+
+
+class NoOp:
+    """Moves nothing, only zeroes the grads: must fail, did not offload."""
+
+    def offload(self, models):
+        for buf in _buffers(models):
+            buf.grad_data.zero_()
+
+    def load(self, models):
+        pass
+
+
+class CopyWithoutFree:
+    """Copies to the host, never frees the device storage: must fail, did not offload."""
+
+    def __init__(self):
+        self.copies = {}
+
+    def offload(self, models):
+        for buf in _buffers(models):
+            self.copies[id(buf)] = buf.param_data.detach().to("cpu", copy=True)
+
+    def load(self, models):
+        for buf in _buffers(models):
+            buf.param_data.copy_(self.copies[id(buf)])
+
+
+SWAP_DISTANCE = 65_521
+
+
+class SwapsTwoWords(Pageable):
+    """Swaps two param_data words 65,521 elements apart on load: corrupted, must exit 1."""
+
+    def load(self, models):
+        super().load(models)
+        words = next(iter(_buffers(models))).param_data.view(torch.int16)
+        i = 1000
+        while words[i] == words[i + SWAP_DISTANCE]:
+            i += 1
+        a, b = int(words[i]), int(words[i + SWAP_DISTANCE])
+        words[i], words[i + SWAP_DISTANCE] = b, a
+
+
+def _state(optimizers):
+    for opt in optimizers:
+        for part in getattr(opt, "chained_optimizers", None) or [opt]:
+            if part.optimizer is not None:
+                yield from part.optimizer.state.values()
+
+
+class StateToEmptyHost:
+    """Optimizer state: ``exp_avg`` and ``exp_avg_sq`` copied into host tensors made with
+    ``torch.empty()`` + ``copy_`` and stored back in the state; the device originals are
+    dropped (really moved). With a pageable model strategy the host holds P + 4P (fp32 Adam
+    moments of bf16 params): steady about 5x."""
+
+    keys = ("exp_avg", "exp_avg_sq")
+
+    def offload(self, optimizers):
+        for state in _state(optimizers):
+            for key in self.keys:
+                value = state[key]
+                host = torch.empty(value.shape, dtype=value.dtype, device="cpu")
+                host.copy_(value)
+                state[key] = host
+
+    def load(self, optimizers):
+        for state in _state(optimizers):
+            for key in self.keys:
+                state[key] = state[key].cuda()
+
+
+class StateCopiedButKept(StateToEmptyHost):
+    """Like ``StateToEmptyHost`` but keeps every device original alive: nothing really
+    left the device, and the audit must say so."""
+
+    def __init__(self):
+        self.kept = []
+
+    def offload(self, optimizers):
+        for state in _state(optimizers):
+            self.kept += [state[key] for key in self.keys]
+        super().offload(optimizers)
+
+    def load(self, optimizers):
+        super().load(optimizers)
+        self.kept.clear()
+
+
+class ZeroesExpAvg:
+    """Optimizer strategy that moves nothing and zeroes ``exp_avg`` on load: corrupted."""
+
+    def offload(self, optimizers):
+        pass
+
+    def load(self, optimizers):
+        for state in _state(optimizers):
+            state["exp_avg"].zero_()

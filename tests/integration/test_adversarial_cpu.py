@@ -1,0 +1,127 @@
+"""Numbers that cannot lie: strategies written to fool the meter, in CPU emulation.
+
+GIVEN a user strategy that hides a host copy (after a device free, before a device
+restore), pins in two steps, moves optimizer state into plain host tensors, moves
+nothing, copies without freeing, or corrupts parameters or optimizer state,
+WHEN ``offloadprobe run`` measures it (in this process, through the CLI's entry point),
+THEN every host figure is within 10% of the true one, or the run fails with the right
+verdict and exit code 1.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from offloadprobe.cli import main
+
+ADV = "tests.integration.adversarial_strategies:"
+MODEL = ["--layers", "1", "--payload", "16MiB", "--seq-length", "32", "--micro-batch", "1"]
+COMMON = ["run", "--device", "cpu", "--no-progress", "--cycles", "2", "--no-reference-check"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """``run(name, *args) -> (exit code, report dict or None, stderr)``, each run once."""
+    cache: dict[tuple, tuple[int, dict | None, str]] = {}
+    folder = tmp_path_factory.mktemp("adversarial")
+
+    def go(*args: str, capsys) -> tuple[int, dict | None, str]:
+        if args not in cache:
+            out = folder / f"run-{len(cache)}.json"
+            capsys.readouterr()
+            try:
+                main([*COMMON, *MODEL, "--json", str(out), *args])
+                code = 0
+            except SystemExit as exit_:
+                code = int(exit_.code or 0)
+            err = capsys.readouterr().err
+            cache[args] = (code, json.loads(out.read_text()) if out.exists() else None, err)
+        return cache[args]
+
+    return go
+
+
+def _summary(report: dict) -> dict:
+    return report["runs"][0]["summary"]
+
+
+def _within(value: float, true: float, margin: float = 0.10) -> bool:
+    return abs(value - true) <= margin * true
+
+
+@pytest.mark.parametrize(
+    ("spec", "peak"),
+    [("Pageable", 1.0), ("TransientAfterFree", 2.0), ("TransientAtLoadStart", 2.0),
+     ("CpuFreePin", 3.0)],
+)  # fmt: skip
+def test_host_peak_counts_every_host_byte_whenever_it_is_allocated(runs, capsys, spec, peak):
+    code, report, err = runs("--strategy", ADV + spec, capsys=capsys)
+    assert code == 0, err
+    s = _summary(report)
+    assert _within(s["host_peak_x"], peak), s["host_peak_x"]
+    assert _within(s["steady_host_x"], 1.0), s["steady_host_x"]
+
+
+def test_offload_bytes_are_the_device_bytes_really_freed(runs, capsys):
+    code, report, err = runs("--strategy", ADV + "Pageable", capsys=capsys)
+    assert code == 0, err
+    payload = report["payload_bytes"]
+    moving = [p for c in report["runs"][0]["cycles"] for p in c["phases"] if p["phase"] != "train"]
+    assert all(p["bytes_moved"] == payload for p in moving)
+    assert all(p["gbps"] for p in moving)
+
+
+def test_optimizer_state_in_plain_host_tensors_counts_as_host_and_as_moved(runs, capsys):
+    # the pageable model copy (1x) + fp32 exp_avg and exp_avg_sq of bf16 params (2x each)
+    code, report, err = runs("--strategy", ADV + "Pageable", "--optimizer-strategy",
+                             ADV + "StateToEmptyHost", capsys=capsys)  # fmt: skip
+    assert code == 0, err
+    s = _summary(report)
+    assert _within(s["steady_host_x"], 5.0), s["steady_host_x"]
+    left = s["left_after_offload_bytes_by_key"]
+    assert "exp_avg" not in left and "exp_avg_sq" not in left
+    assert left.get("shard_fp32_from_float16_groups")  # not moved, and said so
+
+
+def test_state_copied_but_kept_on_the_device_is_not_called_moved(runs, capsys):
+    code, report, err = runs("--strategy", ADV + "Pageable", "--optimizer-strategy",
+                             ADV + "StateCopiedButKept", capsys=capsys)  # fmt: skip
+    assert code == 0, err
+    s = _summary(report)
+    payload = report["payload_bytes"]
+    left = s["left_after_offload_bytes_by_key"]
+    assert _within(left["exp_avg"], 2 * payload) and _within(left["exp_avg_sq"], 2 * payload)
+    resident = [r for r in report["runs"][0]["left_after_offload"] if r["owner"] == "exp_avg"]
+    assert resident and not any(r["referenced"] for r in resident)
+
+
+@pytest.mark.parametrize("spec", ["NoOp", "CopyWithoutFree"])
+def test_an_offload_that_leaves_param_data_on_the_device_fails(runs, capsys, spec):
+    code, report, err = runs("--strategy", ADV + spec, capsys=capsys)
+    assert code == 1
+    assert "did not offload: param_data" in err and "still on device" in err
+    assert err.count("\n") == 1
+    assert report["runs"][0]["not_offloaded"].startswith("did not offload: param_data")
+
+
+def test_a_no_op_moves_nothing_and_says_so(runs, capsys):
+    _, report, _ = runs("--strategy", ADV + "NoOp", capsys=capsys)
+    offload = report["runs"][0]["cycles"][0]["phases"][1]
+    assert offload["phase"] == "offload"
+    assert offload["bytes_moved"] == 0 and offload["gbps"] is None
+    assert any("offload moved nothing" in n for n in report["runs"][0]["notes"])
+
+
+def test_two_words_swapped_65521_apart_fail_without_the_reference_run(runs, capsys):
+    code, _, err = runs("--strategy", ADV + "SwapsTwoWords", capsys=capsys)
+    assert code == 1
+    assert "param_data differs from before offload" in err
+
+
+def test_optimizer_exp_avg_zeroed_fails_without_the_reference_run(runs, capsys):
+    code, _, err = runs("--strategy", ADV + "Pageable", "--optimizer-strategy",
+                        ADV + "ZeroesExpAvg", capsys=capsys)  # fmt: skip
+    assert code == 1
+    assert "optimizer exp_avg differs from before offload" in err

@@ -106,6 +106,15 @@ Remainders = Annotated[
         help="Precision-aware: keep int16 remainders of the fp32 master weights.",
     ),
 ]
+OptimizerFirst = Annotated[
+    bool,
+    typer.Option(
+        "--optimizer-first/--params-first",
+        help="Order of the moves within a cycle: optimizer state before parameters in both "
+        "offload and load (megatron-core's own optimizer offload needs it under "
+        "--precision-aware), or parameters first (verl's order, the default).",
+    ),
+]
 ReferenceCheck = Annotated[
     bool,
     typer.Option(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -15,9 +16,9 @@ from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
-from offloadprobe.core.errors import DeviceOutOfMemory, IntegrityError
 from offloadprobe.core.records import Report
 from offloadprobe.core.units import parse_size
+from offloadprobe.core.verdicts import judge
 from offloadprobe.engine.optimizer.strategies import validate_optimizer_strategy
 from offloadprobe.engine.runner import Hooks, phases_per_run, run
 from offloadprobe.engine.runtime.session import resolve_device
@@ -43,6 +44,7 @@ def run_command(
     exp_avg_sq_dtype: opt.ExpAvgSqDtype = "fp32",
     store_param_remainders: opt.Remainders = False,
     reference_check: opt.ReferenceCheck = True,
+    optimizer_first: opt.OptimizerFirst = False,
     cycles: opt.Cycles = 3,
     train_steps: opt.TrainSteps = 1,
     device: opt.Device = "auto",
@@ -97,22 +99,19 @@ def run_command(
             remainders=store_param_remainders,
         ),
         reference_check=reference_check,
+        optimizer_first=optimizer_first,
     )
     validate_model_strategy(strategy)
     validate_optimizer_strategy(optimizer_strategy)
     resolve_device(device)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     report = _run_with_progress(cfg, show=progress, phase_log=phase_log)
+    judged = [(run.label, *judge(run, budgets)) for run in report.runs]
+    report = dataclasses.replace(report, verdicts=[verdict for _, verdict, _ in judged])
     render_report(report, Console())
     if json_path is not None:
         write_json(report, json_path)
-    problems = [line for r in report.runs for line in r.integrity]
-    if problems:
-        raise IntegrityError(f"strategy {strategy!r} corrupted data: " + "; ".join(problems[:3]))
-    failures = [r.failure for r in report.runs if r.failure]
-    if failures:
-        raise DeviceOutOfMemory(failures[0])
-    enforce(budgets, report.runs)
+    enforce(judged)
 
 
 def _run_with_progress(cfg: RunConfig, *, show: bool, phase_log: Path | None) -> Report:
@@ -126,10 +125,11 @@ def _run_with_progress(cfg: RunConfig, *, show: bool, phase_log: Path | None) ->
         transient=True,
         disable=not show,
     ) as bar:
-        task = bar.add_task(f"{cfg.strategy}: building model", total=phases_per_run(cfg))
+        name = f"{cfg.strategy} + {cfg.optimizer_strategy}"
+        task = bar.add_task(f"{name}: building model", total=phases_per_run(cfg))
 
         def advance(rec) -> None:
-            label = f"{cfg.strategy}: cycle {rec.cycle} {rec.phase}"
+            label = f"{name}: cycle {rec.cycle} {rec.phase}"
             bar.update(task, advance=1, description=label)
 
         log = PhaseLog(phase_log) if phase_log else None

@@ -42,3 +42,8 @@ class BudgetExceeded(OffloadProbeError):
 
 class ExpectationMismatch(OffloadProbeError):
     """A scenario's outcome differs from what the scenario file expects."""
+
+
+class RowsFailed(OffloadProbeError):
+    """At least one row's verdict is not ok (crashed, killed, corrupted, not offloaded,
+    out of memory, over budget); each row's verdict says which."""

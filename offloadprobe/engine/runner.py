@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -12,7 +14,7 @@ import torch
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import DeviceOutOfMemory
 from offloadprobe.core.records import PhaseRecord, Report, RunRecord
-from offloadprobe.core.units import gbps
+from offloadprobe.core.units import format_bytes, gbps
 from offloadprobe.engine import environment
 from offloadprobe.engine.model import audit
 from offloadprobe.engine.model.builder import ProbeModel, build_probe_model
@@ -31,7 +33,7 @@ from offloadprobe.engine.runtime import Runtime, open_runtime
 from offloadprobe.engine.strategies import MODEL_STRATEGIES, make_model_strategy
 from offloadprobe.engine.strategies.user import is_user_spec
 from offloadprobe.measure.meter import PhaseMeter
-from offloadprobe.measure.summary import summarise
+from offloadprobe.measure.summary import LOADS, OFFLOADS, summarise
 
 PhaseCallback = Callable[[PhaseRecord], None]
 
@@ -46,7 +48,8 @@ class Hooks:
 
 def phases_per_run(cfg: RunConfig) -> int:
     """How many phases a run records (for progress bars)."""
-    return cfg.cycles * (4 if cfg.rollout_claim_bytes else 3)
+    per_cycle = 3 + bool(cfg.rollout_claim_bytes) + 2 * (cfg.optimizer_strategy != "none")
+    return cfg.cycles * per_cycle
 
 
 def describe(spec: str) -> str:
@@ -70,6 +73,10 @@ def _close(strategy: Any) -> int:
     return registered
 
 
+class _Stopped(Exception):
+    """A strategy raised inside a phase; the record says where and why."""
+
+
 class _Cycles:
     """One run's moving parts and what it has recorded so far."""
 
@@ -90,13 +97,18 @@ class _Cycles:
             device_in_host=(lambda: device_bytes(self.model)) if runtime.emulated else None,
         )
         moves_params = getattr(self.strategy, "moves_params", True)
+        self.moves_optimizer = cfg.optimizer_strategy != "none"
         self.payload = self.model.payload_bytes
         self.param_moved = self.payload if moves_params else 0
         self.optimizer_bytes = 0
         self.optimizer_moved = 0
         self.phases: list[PhaseRecord] = []
         self.problems: list[str] = []
+        self.not_offloaded: list[str] = []
         self.failure: str | None = None
+        self.failure_kind: str | None = None
+        self.failure_cycle: int | None = None
+        self.failure_phase: str | None = None
         self.residents: list[audit.ResidentTensor] = []
         self.registered = 0
 
@@ -110,31 +122,74 @@ class _Cycles:
         try:
             rec, result = self.meter.measure(cycle, name, action, bytes_moved=moved)
         except DeviceOutOfMemory as exc:
-            self.failure = f"device out of memory in cycle {cycle}, phase {name}: {exc}"
+            self.stop("out of memory", cycle, name, str(exc))
             raise
-        if name == "offload":
-            rec = self.audited(rec)
+        except torch.OutOfMemoryError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else "torch.OutOfMemoryError"
+            self.stop("out of memory", cycle, name, f"CUDA out of memory: {first}")
+            raise DeviceOutOfMemory(self.failure) from None
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            self.stop("crashed", cycle, name, f"{type(exc).__name__}: {exc}".splitlines()[0])
+            raise _Stopped from None
         self.phases.append(rec)
         if self.hooks.on_phase is not None:
             self.hooks.on_phase(rec)
         return result
 
-    def audited(self, rec: PhaseRecord) -> PhaseRecord:
-        """Attach the residency audit; count the optimizer bytes that left the device."""
+    def stop(self, kind: str, cycle: int, phase: str, message: str) -> None:
+        self.failure_kind, self.failure_cycle, self.failure_phase = kind, cycle, phase
+        self.failure = f"{message} (cycle {cycle}, phase {phase})"
+
+    def audit(self) -> None:
+        """After both offloads: attach the residency audit to the parameter offload's record
+        and count the optimizer bytes that left the device."""
         self.residents = audit.audit(self.model, self.runtime, self.snapshot)
         left = audit.bytes_by_key(self.residents)
         left_optimizer = sum(v for k, v in left.items() if k not in ("param_data", "grad_data"))
         self.optimizer_moved = max(0, self.optimizer_bytes - left_optimizer)
-        moved = self.param_moved + self.optimizer_moved
-        return dataclasses.replace(
-            rec, left_on_device=left, bytes_moved=moved, gbps=gbps(moved, rec.seconds)
-        )
+        index = max(i for i, p in enumerate(self.phases) if p.phase == "offload")
+        self.phases[index] = dataclasses.replace(self.phases[index], left_on_device=left)
+        for i, rec in enumerate(self.phases):
+            if rec.phase == "offload optimizer" and rec.cycle == self.phases[index].cycle:
+                self.phases[i] = dataclasses.replace(
+                    rec,
+                    bytes_moved=self.optimizer_moved,
+                    gbps=gbps(self.optimizer_moved, rec.seconds),
+                )
+        self.judge_residency(left)
 
-    def transfer(self, model_action: Callable, optimizer_action: Callable) -> Callable[[], None]:
+    def judge_residency(self, left: dict[str, int]) -> None:
+        """A strategy that should move something and left all of it behind did not offload."""
+        lines = []
+        if self.param_moved and left.get("param_data", 0):
+            lines.append(
+                f"param_data {format_bytes(left['param_data'])} of "
+                f"{format_bytes(self.param_moved)} still on the device after offload"
+            )
+        if self.moves_optimizer and self.optimizer_bytes and not self.optimizer_moved:
+            lines.append(
+                f"optimizer state {format_bytes(self.optimizer_bytes)}: none of it left the device"
+            )
+        for line in lines:
+            if line not in self.not_offloaded:
+                self.not_offloaded.append(line)
+
+    def moves(self, offload: bool) -> list[tuple[str, Callable[[], None]]]:
+        """The cycle's parameter and optimizer moves, in the configured order."""
+        verb = "offload" if offload else "load"
+        params = getattr(self.strategy, verb)
+        steps = [(verb, lambda: params(self.model.chunks))]
+        if self.moves_optimizer:
+            optimizer = getattr(self.optimizer_strategy, verb)
+            step = (f"{verb} optimizer", lambda: optimizer([self.model.optimizer]))
+            steps.insert(0 if self.cfg.optimizer_first else 1, step)
+        return steps
+
+    def transfer(self, action: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
             with self.runtime.transfers():
-                model_action(self.model.chunks)
-                optimizer_action([self.model.optimizer])
+                action()
 
         return run
 
@@ -149,16 +204,19 @@ class _Cycles:
         self.check_step(f"cycle {cycle} train step", cycle, Checkpoint(loss, before))
         self.snapshot = audit.snapshot_device_storage(model)
         self.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model).values())
-        offload = self.transfer(self.strategy.offload, self.optimizer_strategy.offload)
-        self.phase(cycle, "offload", offload, self.param_moved)
+        for name, action in self.moves(offload=True):
+            moved = self.param_moved if name == "offload" else 0
+            self.phase(cycle, name, self.transfer(action), moved)
+        self.audit()
         if cfg.rollout_claim_bytes:
             resident = device_bytes(model) if self.runtime.emulated else 0
             self.phase(cycle, "rollout", lambda: claim(
                 self.runtime, cfg.rollout_claim_bytes, resident=resident,
                 limit=cfg.gpu_limit_bytes,
             ))  # fmt: skip
-        load = self.transfer(self.strategy.load, self.optimizer_strategy.load)
-        self.phase(cycle, "load", load, self.param_moved + self.optimizer_moved)
+        for name, action in self.moves(offload=False):
+            moved = self.param_moved if name == "load" else self.optimizer_moved
+            self.phase(cycle, name, self.transfer(action), moved)
         self.problems += verify_round_trip(
             model.chunks, before, cycle, grads_zeroed=bool(self.param_moved)
         )
@@ -174,7 +232,7 @@ class _Cycles:
                     after = checkpoint(self.model, self.cfg.train_steps)
                     self.problems += differences("train step after the last load", after,
                                                  self.reference[self.cfg.cycles])  # fmt: skip
-        except DeviceOutOfMemory:
+        except (DeviceOutOfMemory, _Stopped):
             pass
         finally:
             self.registered = _close(self.strategy) + _close(self.optimizer_strategy)
@@ -185,10 +243,10 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
     state = _Cycles(cfg, runtime, hooks or Hooks())
     state.run()
     phases = state.phases
-    offloads = [p for p in phases if p.phase == "offload"]
+    offloads = [p for p in phases if p.phase in OFFLOADS]
     baseline = offloads[0].host.host_rss_before if offloads else 0
     summary = None
-    if offloads and any(p.phase == "load" for p in phases):
+    if offloads and any(p.phase in LOADS for p in phases):
         summary = summarise(
             phases,
             payload_bytes=state.payload,
@@ -197,6 +255,8 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
             registered_bytes=state.registered,
             integrity_ok=not state.problems,
             optimizer_state_bytes=state.optimizer_bytes,
+            param_bytes_to_move=state.param_moved,
+            optimizer_bytes_to_move=state.optimizer_moved if state.moves_optimizer else 0,
         )
     notes = [runtime.note] if runtime.note else []
     if any(p.host.method != "vmhwm" for p in phases):
@@ -216,6 +276,10 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
         integrity=state.problems,
         notes=notes,
         failure=state.failure,
+        failure_kind=state.failure_kind,
+        failure_cycle=state.failure_cycle,
+        failure_phase=state.failure_phase,
+        not_offloaded=state.not_offloaded,
         optimizer_strategy=cfg.optimizer_strategy,
         optimizer=state.model.optimizer_name,
         left_after_offload=[asdict(r) for r in state.residents],
@@ -244,6 +308,7 @@ def run(cfg: RunConfig, hooks: Hooks | None = None) -> Report:
                 "rollout_claim_bytes": cfg.rollout_claim_bytes,
                 "gpu_limit_bytes": cfg.gpu_limit_bytes,
                 "reference_check": cfg.reference_check,
+                "optimizer_first": cfg.optimizer_first,
             },
             runs=[record],
         )

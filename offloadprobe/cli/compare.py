@@ -51,6 +51,7 @@ def compare_command(
     exp_avg_sq_dtype: opt.ExpAvgSqDtype = "fp32",
     store_param_remainders: opt.Remainders = False,
     reference_check: opt.ReferenceCheck = True,
+    optimizer_first: opt.OptimizerFirst = False,
     child_timeout: Annotated[
         float | None, typer.Option("--child-timeout", help="Seconds each child may run.")
     ] = None,
@@ -89,16 +90,12 @@ def compare_command(
     )
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     items = candidates(strategies, optimizer_strategy or [], alloc_conf or [])
-    labels = [c.label for c in items]
-    base = baseline or labels[0]
-    if base not in labels:
-        raise UsageError(
-            f"--baseline {base!r} is not one of the compared rows: {', '.join(labels)}"
-        )
+    base = _baseline(baseline, items)
     common = [
         "--device", device, "--cycles", str(cycles), "--train-steps", str(train_steps),
         "--seed", str(seed), *model_args(model), *opt.optimizer_args(choice),
         "--reference-check" if reference_check else "--no-reference-check",
+        "--optimizer-first" if optimizer_first else "--params-first",
     ]  # fmt: skip
     err = Console(file=sys.stderr)
 
@@ -109,16 +106,59 @@ def compare_command(
             highlight=False,
         )
 
-    comparison = compare(items, common, baseline=base, timeout_s=child_timeout, on_start=started)
+    comparison = compare(
+        items,
+        common,
+        baseline=base,
+        budgets=budgets,
+        environment=_own_environment(model, device, cycles, train_steps, seed),
+        timeout_s=child_timeout,
+        on_start=started,
+    )
     render_comparison(comparison, Console())
-    environment = _environment(comparison.to_dict())
+    doc = comparison.to_dict()
     if json_path is not None:
         from offloadprobe.report.json_report import write_document
 
-        write_document(comparison.to_dict(), json_path)
+        write_document(doc, json_path)
     if markdown is not None:
-        write_markdown(comparison, markdown, environment=environment)
-    enforce(budgets, [row.run for row in comparison.rows if row.run is not None])
+        write_markdown(comparison, markdown, environment=_environment(doc))
+    enforce([(r.candidate.label, r.verdict, r.breaches) for r in comparison.rows])
+
+
+def _baseline(requested: str | None, items: list[Candidate]) -> str:
+    """The row ratios are taken against: a full label, or a strategy naming one row."""
+    labels = [c.label for c in items]
+    if requested is None:
+        return labels[0]
+    if requested in labels:
+        return requested
+    named = [c.label for c in items if requested in (c.strategy, c.label.split(" [")[0])]
+    if len(named) == 1:
+        return named[0]
+    raise UsageError(f"--baseline {requested!r} is not one of the compared rows: "
+                     f"{', '.join(labels)}")  # fmt: skip
+
+
+def _own_environment(model, device: str, cycles: int, train_steps: int, seed: int) -> dict:
+    """The stable keys from this process, so the JSON has them even if every child died."""
+    from dataclasses import asdict
+
+    from offloadprobe.engine import environment
+    from offloadprobe.plan.probe import probe_payload
+
+    resolved = resolve_device(device)
+    emulated = resolved == "cpu"
+    return {
+        "device": resolved,
+        "emulated": emulated,
+        "emulation_note": "CPU emulation" if emulated else None,
+        "payload_bytes": probe_payload(model),
+        "versions": environment.versions(),
+        "machine": environment.machine(),
+        "model": asdict(model),
+        "settings": {"cycles": cycles, "train_steps": train_steps, "seed": seed},
+    }
 
 
 def _environment(doc: dict) -> str:

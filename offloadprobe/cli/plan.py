@@ -12,7 +12,7 @@ from rich.console import Console
 
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
-from offloadprobe.core.errors import UsageError
+from offloadprobe.core.errors import ExpectationMismatch, UsageError
 from offloadprobe.plan.probe import probe_payload, probe_projection
 from offloadprobe.plan.scenario_plan import project_scenario
 from offloadprobe.report.plan_table import render_plan, render_probe
@@ -48,12 +48,18 @@ def plan_command(
     strategy, and GPU bytes left per device for every optimizer strategy, against the
     scenario's limits. Every number is printed with its terms."""
     console = Console()
+    mismatches: list[str] = []
     if probe == (scenario is not None):
         raise UsageError("give a scenario file or --probe, not both and not neither")
     if scenario is not None:
         plan = project_scenario(load_scenario(scenario))
         render_plan(plan, console, terms=terms)
         doc = plan.to_dict()
+        mismatches = [
+            f"{row.strategy} projected {row.outcome}, the scenario expects {row.expected}"
+            for row in plan.strategies
+            if row.expected is not None and row.expected != row.outcome
+        ]
     else:
         if device not in ("cuda", "cpu"):
             raise UsageError(f"--device must be cuda or cpu for --probe, got {device!r}")
@@ -79,3 +85,5 @@ def plan_command(
         }
     if json_path is not None:
         json_path.write_text(json.dumps(doc, indent=2) + "\n")
+    if mismatches:
+        raise ExpectationMismatch(f"{scenario}: " + "; ".join(mismatches))

@@ -120,13 +120,13 @@ def parse_host_peak(text: str) -> HostPeakBudget:
     if re.match(r"^\s*[0-9.]+\s*$", text):
         raise UsageError(
             f"--max-host-peak {text!r} has no unit: write {text.strip()}x for a multiple of "
-            f"the payload or {text.strip()}GiB for a size"
+            f"the bytes moved or {text.strip()}GiB for a size"
         )
     try:
         return HostPeakBudget(limit_bytes=parse_size(text, what="--max-host-peak"))
     except UsageError:
         raise UsageError(
-            f"cannot parse --max-host-peak {text!r}: give a multiple of the payload like 1.1x "
+            f"cannot parse --max-host-peak {text!r}: give a multiple of the bytes moved like 1.1x "
             "or a size like 6GiB"
         ) from None
 

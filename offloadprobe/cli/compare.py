@@ -12,6 +12,7 @@ from rich.console import Console
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
+from offloadprobe.cli.fit import check_fits
 from offloadprobe.compare.comparison import Candidate, candidates, compare, model_args
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
@@ -52,6 +53,7 @@ def compare_command(
     store_param_remainders: opt.Remainders = False,
     reference_check: opt.ReferenceCheck = True,
     optimizer_first: opt.OptimizerFirst = False,
+    force: opt.Force = False,
     child_timeout: Annotated[
         float | None, typer.Option("--child-timeout", help="Seconds each child may run.")
     ] = None,
@@ -90,12 +92,16 @@ def compare_command(
     )
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     items = candidates(strategies, optimizer_strategy or [], alloc_conf or [])
+    pairs = [(c.strategy, c.optimizer_strategy or "none") for c in items]
+    check_fits(model, strategies=pairs, optimizer=choice, device=resolve_device(device),
+               force=force)  # fmt: skip
     base = _baseline(baseline, items)
     common = [
         "--device", device, "--cycles", str(cycles), "--train-steps", str(train_steps),
         "--seed", str(seed), *model_args(model), *opt.optimizer_args(choice),
         "--reference-check" if reference_check else "--no-reference-check",
         "--optimizer-first" if optimizer_first else "--params-first",
+        *(["--force"] if force else []),
     ]  # fmt: skip
     err = Console(file=sys.stderr)
 

@@ -106,6 +106,13 @@ Remainders = Annotated[
         help="Precision-aware: keep int16 remainders of the fp32 master weights.",
     ),
 ]
+Force = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Run even when the estimated host memory exceeds what this process may use.",
+    ),
+]
 OptimizerFirst = Annotated[
     bool,
     typer.Option(

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
+from offloadprobe.cli.fit import check_fits
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.records import Report
@@ -73,6 +74,7 @@ def run_command(
         str | None,
         typer.Option("--gpu-limit", help="Cap the device memory this run may allocate."),
     ] = None,
+    force: opt.Force = False,
     phase_log: Annotated[
         Path | None,
         typer.Option("--phase-log", hidden=True, help="Append phase start/end lines here."),
@@ -103,8 +105,9 @@ def run_command(
     )
     validate_model_strategy(strategy)
     validate_optimizer_strategy(optimizer_strategy)
-    resolve_device(device)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
+    check_fits(model, strategies=[(strategy, optimizer_strategy)], optimizer=cfg.optimizer,
+               device=resolve_device(device), force=force)  # fmt: skip
     report = _run_with_progress(cfg, show=progress, phase_log=phase_log)
     judged = [(run.label, *judge(run, budgets)) for run in report.runs]
     report = dataclasses.replace(report, verdicts=[verdict for _, verdict, _ in judged])

@@ -61,8 +61,14 @@ class Registry(Generic[T]):
         self._discover()
         if name not in self._entries:
             valid = ", ".join(self._entries)
+            module, dot, obj = name.rpartition(".")
+            hint = (
+                f" (did you mean {module}:{obj}? a colon separates the module from the object)"
+                if dot and module and obj
+                else ""
+            )
             raise StrategyError(
                 f"unknown {self.kind} {name!r}: choose one of {valid}, "
-                "or give your own as package.module:object"
+                f"or give your own as package.module:object{hint}"
             )
         return self._entries[name]

@@ -126,7 +126,9 @@ class _Cycles:
             raise
         except torch.OutOfMemoryError as exc:
             first = str(exc).splitlines()[0] if str(exc) else "torch.OutOfMemoryError"
-            self.stop("out of memory", cycle, name, f"CUDA out of memory: {first}")
+            if "out of memory" not in first.lower():
+                first = f"CUDA out of memory: {first}"
+            self.stop("out of memory", cycle, name, first)
             raise DeviceOutOfMemory(self.failure) from None
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)

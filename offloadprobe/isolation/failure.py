@@ -17,7 +17,7 @@ def failure_of(outcome: ChildOutcome) -> ChildFailure | None:
     elif code < 0:
         kind, message = "killed", text.removeprefix("killed by ")
         if "out of memory" in message and "cgroup oom_kill" in message:
-            message = message.replace(": out of memory (cgroup", ", cgroup OOM (")
+            message = message.replace(": out of memory (cgroup ", ", cgroup OOM (")
     elif code == 2:
         kind, message = "bad input", text
     else:

@@ -21,7 +21,6 @@ most the scaled headroom. The limit is raised to the calibration's peak where th
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,12 +28,12 @@ from offloadprobe.core.records import RunRecord
 from offloadprobe.core.units import format_bytes
 from offloadprobe.isolation.child import ChildSpec, run_child
 from offloadprobe.layout.terms import Term
+from offloadprobe.measure.summary import OFFLOADS
 from offloadprobe.repro.children import child_run, killed_at
 from offloadprobe.repro.records import ReproOutcome
 from offloadprobe.repro.scaling import GpuScaling
 from offloadprobe.scenarios.schema import Scenario
 
-_FAILURE = re.compile(r"device out of memory in cycle (\d+), phase (\w+)")
 STATE_DTYPE_FLAGS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8": "uint8"}
 """Scenario dtype names -> ``run --exp-avg-dtype`` values (uint8 holds FP8 E4M3 + a scale)."""
 
@@ -57,8 +56,8 @@ def optimizer_flags(s: Scenario) -> list[str]:
 
 def residue(run: RunRecord) -> int:
     """Device bytes the run still held after its last offload (emulated ones in emulation)."""
-    offloads = [p for p in run.phases if p.phase == "offload"]
-    last = offloads[-1]
+    offloads = [p for p in run.phases if p.phase in OFFLOADS]
+    last = offloads[-1]  # parameters and optimizer state move as separate phases
     if last.gpu is not None:
         return last.gpu.allocated_after
     return last.host.device_in_host_after
@@ -163,9 +162,8 @@ def run_gpu_job(
     )
     run = child_run(outcome)
     failure = run.failure if run is not None else None
-    match = _FAILURE.search(failure or "")
-    if match is not None:
-        cycle, phase = int(match.group(1)), match.group(2)
+    if run is not None and run.failure_kind == "out of memory" and run.failure_phase:
+        cycle, phase = run.failure_cycle, run.failure_phase
         if phase != "rollout":
             return ReproOutcome(
                 observed="error",
@@ -175,7 +173,7 @@ def run_gpu_job(
                 phase=phase,
                 **base,
             )
-        why = (failure or "").split(": ", 1)[-1]
+        why = (failure or "").removesuffix(f" (cycle {cycle}, phase {phase})")
         return ReproOutcome(
             observed="oom",
             detail=f"OOM reproduced: device out of memory at cycle {cycle}, phase rollout ({why})",

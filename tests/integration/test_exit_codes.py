@@ -207,3 +207,67 @@ def test_dot_instead_of_colon_gets_a_hint(invoke):
     rc, _, stderr = invoke("run", "--strategy", "mymod.Offload", "--device", "cpu")
     assert rc == 2
     assert "did you mean mymod:Offload?" in stderr
+
+
+# -- repro: the scenario's expectation against what was observed ------------------------
+
+
+@pytest.mark.parametrize(
+    ("observed", "code"),
+    [(("oom", "ok"), 0), (("ok", "ok"), 1), (("oom", "error"), 1), (("error", "ok"), 1)],
+)  # fmt: skip
+def test_repro_exit_code(invoke, monkeypatch, observed, code):
+    from offloadprobe.cli import repro as repro_cli
+    from offloadprobe.repro.records import Repro, ReproOutcome
+    from tests.conftest import ROOT
+
+    outcomes = [
+        ReproOutcome(strategy=s, kind="params", expected=e, observed=o, detail=o, method="fake")
+        for s, e, o in zip(("naive", "lazy"), ("oom", "ok"), observed, strict=True)
+    ]
+    fake = Repro(scenario="ci-small", path="ci-small.toml", device="cpu", emulated=True,
+                 model={}, scale="1", outcomes=outcomes)  # fmt: skip
+    monkeypatch.setattr(repro_cli, "reproduce", lambda *a, **k: fake)
+    rc, _, stderr = invoke("repro", str(ROOT / "scenarios/ci-small.toml"), "--device", "cpu")
+    assert rc == code, stderr
+
+
+# -- the pytest plugin: the same verdicts fail the test -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("outcome", "words"),
+    [
+        (_killed("lazy"), "lazy + none: killed: SIGKILL, cgroup OOM"),
+        (_ok("lazy", not_offloaded=["param_data 1 GiB still on the device"]),
+         "lazy + none: not offloaded: param_data 1 GiB"),
+        (_ok("lazy", integrity=["param_data differs"]), "lazy + none: corrupted: param_data"),
+        (_ok("lazy", summary=None, failure="RuntimeError: boom (cycle 0, phase load)",
+             failure_kind="crashed", failure_cycle=0, failure_phase="load"),
+         "lazy + none: crashed: RuntimeError: boom (cycle 0, phase load)"),
+        (_ok("lazy", summary=fake_run(peak_x=3.0).summary),
+         "lazy + none: over budget: host peak 3.00x > 1.10x"),
+    ],
+)  # fmt: skip
+def test_plugin_fails_on_every_verdict_but_ok(monkeypatch, outcome, words):
+    from offloadprobe.isolation import child
+    from offloadprobe.pytest_plugin.plugin import probe
+
+    monkeypatch.setattr(child, "run_child", lambda spec: outcome)
+    try:
+        _, failure = probe(strategy="lazy", max_host_peak="1.1x")
+    except pytest.fail.Exception as exc:
+        reason = str(exc)
+    else:
+        assert failure is not None
+        reason = failure.reason
+    assert reason.startswith(words)
+
+
+def test_plugin_passes_an_ok_row(monkeypatch):
+    from offloadprobe.isolation import child
+    from offloadprobe.pytest_plugin.plugin import probe
+
+    monkeypatch.setattr(child, "run_child", lambda spec: _ok("lazy"))
+    run, failure = probe(strategy="lazy", max_host_peak="1.1x")
+    assert failure is None and run.summary.host_peak_x == 1.0

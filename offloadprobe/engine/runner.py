@@ -242,7 +242,10 @@ class _Cycles:
 
 def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> RunRecord:
     """Build the model, then train/offload/load ``cfg.cycles`` times, measuring each phase."""
-    state = _Cycles(cfg, runtime, hooks or Hooks())
+    try:
+        state = _Cycles(cfg, runtime, hooks or Hooks())
+    except (torch.OutOfMemoryError, DeviceOutOfMemory) as exc:
+        return _setup_failed(cfg, exc)
     state.run()
     phases = state.phases
     offloads = [p for p in phases if p.phase in OFFLOADS]
@@ -285,6 +288,26 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
         optimizer_strategy=cfg.optimizer_strategy,
         optimizer=state.model.optimizer_name,
         left_after_offload=[asdict(r) for r in state.residents],
+    )
+
+
+def _setup_failed(cfg: RunConfig, exc: BaseException) -> RunRecord:
+    """The device ran out of memory before the first phase (building the model or the
+    no-offload reference run): a record that says so, never a traceback."""
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return RunRecord(
+        strategy=cfg.strategy,
+        description=describe(cfg.strategy),
+        payload_bytes=0,
+        grad_bytes=0,
+        baseline_host_bytes=0,
+        gpu_baseline_bytes=None,
+        phases=[],
+        summary=None,
+        failure=f"{first} (phase setup)",
+        failure_kind="out of memory",
+        failure_phase="setup",
+        optimizer_strategy=cfg.optimizer_strategy,
     )
 
 

@@ -15,28 +15,10 @@ import pytest
 
 from offloadprobe.core.records import Report
 from offloadprobe.isolation.child import ChildOutcome
+from tests.conftest import TINY
 from tests.unit.test_budgets import run as fake_run
 
-TINY = ["--device", "cpu", "--layers", "1", "--hidden", "256", "--heads", "4", "--vocab",
-        "1024", "--seq-length", "32", "--micro-batch", "1", "--cycles", "1",
-        "--no-reference-check"]  # fmt: skip
 USER = "tests.integration.user_strategies:"
-
-
-@pytest.fixture
-def invoke(capsys, monkeypatch):
-    """Run the CLI in this process; return (exit code, stdout, stderr)."""
-    from offloadprobe.cli import main
-
-    monkeypatch.setenv("COLUMNS", "200")
-
-    def go(*args: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exc:
-            main(list(args))
-        out = capsys.readouterr()
-        return exc.value.code, out.out, out.err
-
-    return go
 
 
 @pytest.mark.parametrize(

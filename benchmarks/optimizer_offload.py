@@ -41,7 +41,10 @@ def one(mode: str, strategy: str, payload: str, tmp: Path, device: str = "cuda")
     opt_bytes = s["optimizer_state_bytes"]
     per_cycle = []
     for cycle in run["cycles"]:
-        off = next(p for p in cycle["phases"] if p["phase"] == "offload")
+        # parameters and optimizer state move as separate phases (schema 2): read the
+        # host and GPU after the cycle's last offload, the residency from the audited one
+        offs = [p for p in cycle["phases"] if p["phase"] in ("offload", "offload optimizer")]
+        off, audited = offs[-1], next(p for p in offs if p["phase"] == "offload")
         host = off["host"]["rss_after"] - off["host"]["device_in_host_after"]
         host -= run["baseline_host_bytes"]
         per_cycle.append({
@@ -50,9 +53,10 @@ def one(mode: str, strategy: str, payload: str, tmp: Path, device: str = "cuda")
             "optimizer_host_bytes": host - run["payload_bytes"],
             "optimizer_host_x": round((host - run["payload_bytes"]) / opt_bytes, 4),
             "gpu_allocated_after_offload_bytes": (off["gpu"] or {}).get("allocated_after"),
-            "left_on_gpu_by_key": off["left_on_device"],
+            "left_on_gpu_by_key": audited["left_on_device"],
             "pinned_reserved_bytes": (off["pinned"] or {}).get("reserved_after"),
             "offload_gbps": off["gbps"],
+            "optimizer_part": s.get("optimizer"),
         })  # fmt: skip
     return {
         "mode": mode, "strategy": strategy, "exit_code": proc.returncode,

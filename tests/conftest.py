@@ -13,8 +13,29 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# A tiny model (2.5 MiB of parameters) for in-process tests of verdicts and exit codes.
+TINY = ["--device", "cpu", "--layers", "1", "--hidden", "256", "--heads", "4", "--vocab",
+        "1024", "--seq-length", "32", "--micro-batch", "1", "--cycles", "1",
+        "--no-reference-check"]  # fmt: skip
 # A small model that still moves tens of MiB, so host effects stand far above noise.
 SMALL_MODEL = ["--layers", "2", "--payload", "48MiB", "--seq-length", "32", "--micro-batch", "1"]
+
+
+@pytest.fixture
+def invoke(capsys, monkeypatch):
+    """Run the CLI in this process (``offloadprobe.cli.main``); return (exit code, stdout,
+    stderr). For tests of verdicts and exit codes, where process isolation is not the point."""
+    from offloadprobe.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def go(*args: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exc:
+            main(list(args))
+        out = capsys.readouterr()
+        return exc.value.code, out.out, out.err
+
+    return go
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

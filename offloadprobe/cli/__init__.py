@@ -31,7 +31,7 @@ def _register() -> None:
     from offloadprobe.cli import compare, plan, repro, run  # noqa: F401  (each verb registers)
 
 
-def fail(message: str, code: int, kind: str = "usage") -> None:
+def fail(message: str, code: int, kind: str = "bad input") -> None:
     """Print one line to stderr, leave it for a parent as data, and exit."""
     print(f"offloadprobe: error: {message}", file=sys.stderr)
     _tell_parent(kind, message)
@@ -83,6 +83,6 @@ def main(argv: list[str] | None = None) -> None:
             ctx = getattr(exc, "ctx", None)
             hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
             fail(exc.format_message().replace("\n", " ") + hint, exc.exit_code)
-        _tell_parent("crash", f"{kind}: {exc}")
+        _tell_parent("crashed", f"{kind}: {exc}")
         raise
     raise SystemExit(code if isinstance(code, int) else 0)

@@ -12,6 +12,8 @@ from rich.console import Console
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
+from offloadprobe.cli.fit import check_fits
+from offloadprobe.compare.comparison import Candidate
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import UsageError
@@ -48,6 +50,8 @@ def compare_command(
     exp_avg_sq_dtype: opt.ExpAvgSqDtype = "fp32",
     store_param_remainders: opt.Remainders = False,
     reference_check: opt.ReferenceCheck = True,
+    optimizer_first: opt.OptimizerFirst = False,
+    force: opt.Force = False,
     child_timeout: Annotated[
         float | None, typer.Option("--child-timeout", help="Seconds each child may run.")
     ] = None,
@@ -101,6 +105,7 @@ def compare_command(
         seed=seed,
         optimizer=choice,
         reference_check=reference_check,
+        optimizer_first=optimizer_first,
     )
     resolve_device(device)
     for strategy in strategies:
@@ -109,12 +114,10 @@ def compare_command(
         optimizer_info(spec)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     items = candidates(strategies, optimizer_strategy or [], alloc_conf or [])
-    labels = [c.label for c in items]
-    base = baseline or labels[0]
-    if base not in labels:
-        raise UsageError(
-            f"--baseline {base!r} is not one of the compared rows: {', '.join(labels)}"
-        )
+    pairs = [(c.strategy, c.optimizer_strategy or "none") for c in items]
+    check_fits(model, strategies=pairs, optimizer=choice, device=resolve_device(device),
+               force=force)  # fmt: skip
+    base = _baseline(baseline, items)
     err = Console(file=sys.stderr)
 
     def started(index: int, item: Any) -> None:
@@ -125,15 +128,58 @@ def compare_command(
         )
 
     comparison = compare(
-        items, base_config, baseline=base, timeout_s=child_timeout, on_start=started
+        items,
+        base_config,
+        baseline=base,
+        budgets=budgets,
+        environment=_own_environment(model, device, cycles, train_steps, seed),
+        timeout_s=child_timeout,
+        on_start=started,
     )
     render_comparison(comparison, Console())
-    environment = _environment(comparison.to_dict())
+    doc = comparison.to_dict()
     if json_path is not None:
-        write_json(comparison.to_dict(), json_path)
+        write_json(doc, json_path)
     if markdown is not None:
-        write_text(comparison_markdown(comparison, environment=environment), markdown, "--markdown")
-    enforce(budgets, [row.run for row in comparison.rows if row.run is not None])
+        text = comparison_markdown(comparison, environment=_environment(doc))
+        write_text(text, markdown, "--markdown")
+    enforce([(r.candidate.label, r.verdict, r.breaches) for r in comparison.rows])
+
+
+def _baseline(requested: str | None, items: list[Candidate]) -> str:
+    """The row ratios are taken against: a full label, or a strategy naming one row."""
+    labels = [c.label for c in items]
+    if requested is None:
+        return labels[0]
+    if requested in labels:
+        return requested
+    named = [c.label for c in items if requested in (c.strategy, c.label.split(" [")[0])]
+    if len(named) == 1:
+        return named[0]
+    raise UsageError(f"--baseline {requested!r} is not one of the compared rows: "
+                     f"{', '.join(labels)}")  # fmt: skip
+
+
+def _own_environment(model, device: str, cycles: int, train_steps: int, seed: int) -> dict:
+    """The stable keys from this process, so the JSON has them even if every child died."""
+    from dataclasses import asdict
+
+    from offloadprobe.engine import environment
+    from offloadprobe.engine.runtime.session import resolve_device
+    from offloadprobe.plan.probe import probe_payload
+
+    resolved = resolve_device(device)
+    emulated = resolved == "cpu"
+    return {
+        "device": resolved,
+        "emulated": emulated,
+        "emulation_note": "CPU emulation" if emulated else None,
+        "payload_bytes": probe_payload(model),
+        "versions": environment.versions(),
+        "machine": environment.machine(),
+        "model": asdict(model),
+        "settings": {"cycles": cycles, "train_steps": train_steps, "seed": seed},
+    }
 
 
 def _environment(doc: dict) -> str:

@@ -104,6 +104,22 @@ Remainders = Annotated[
         help="Precision-aware: keep int16 remainders of the fp32 master weights.",
     ),
 ]
+Force = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Run even when the estimated host memory exceeds what this process may use.",
+    ),
+]
+OptimizerFirst = Annotated[
+    bool,
+    typer.Option(
+        "--optimizer-first/--params-first",
+        help="Order of the moves within a cycle: optimizer state before parameters in both "
+        "offload and load (megatron-core's own optimizer offload needs it under "
+        "--precision-aware), or parameters first (verl's order, the default).",
+    ),
+]
 ReferenceCheck = Annotated[
     bool,
     typer.Option(

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
-from offloadprobe.core.errors import UsageError
+from offloadprobe.core.errors import ExpectationMismatch, UsageError
 from offloadprobe.report.output import check_writable, write_json
 from offloadprobe.report.plan_table import render_plan, render_probe
 from offloadprobe.scenarios import load_scenario
@@ -49,12 +49,18 @@ def plan_command(
 
     check_writable(json_path, "--json")
     console = Console()
+    mismatches: list[str] = []
     if probe == (scenario is not None):
         raise UsageError("give a scenario file or --probe, not both and not neither")
     if scenario is not None:
         plan = project_scenario(load_scenario(scenario))
         render_plan(plan, console, terms=terms)
         doc = plan.to_dict()
+        mismatches = [
+            f"{row.strategy} projected {row.outcome}, the scenario expects {row.expected}"
+            for row in plan.strategies
+            if row.expected is not None and row.expected != row.outcome
+        ]
     else:
         if device not in ("cuda", "cpu"):
             raise UsageError(f"--device must be cuda or cpu for --probe, got {device!r}")
@@ -87,3 +93,5 @@ def plan_command(
         ).to_dict()
     if json_path is not None:
         write_json(doc, json_path)
+    if mismatches:
+        raise ExpectationMismatch(f"{scenario}: " + "; ".join(mismatches))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -14,10 +15,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
+from offloadprobe.cli.fit import check_fits
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
-from offloadprobe.core.errors import DeviceOutOfMemory, IntegrityError, NotOffloaded, UsageError
+from offloadprobe.core.errors import UsageError
 from offloadprobe.core.units import parse_size
+from offloadprobe.core.verdicts import judge
 from offloadprobe.measure.phase_log import PhaseLog
 from offloadprobe.report.output import check_writable, write_json
 from offloadprobe.report.table import render_report
@@ -42,6 +45,7 @@ def run_command(
     exp_avg_sq_dtype: opt.ExpAvgSqDtype = "fp32",
     store_param_remainders: opt.Remainders = False,
     reference_check: opt.ReferenceCheck = True,
+    optimizer_first: opt.OptimizerFirst = False,
     cycles: opt.Cycles = 3,
     train_steps: opt.TrainSteps = 1,
     device: opt.Device = "auto",
@@ -70,6 +74,7 @@ def run_command(
         str | None,
         typer.Option("--gpu-limit", help="Cap the device memory this run may allocate."),
     ] = None,
+    force: opt.Force = False,
     phase_log: Annotated[
         Path | None,
         typer.Option("--phase-log", hidden=True, help="Append phase start/end lines here."),
@@ -117,27 +122,23 @@ def run_command(
                 remainders=store_param_remainders,
             ),
             reference_check=reference_check,
+            optimizer_first=optimizer_first,
         )
     model_strategy(cfg.strategy)
     optimizer_strategy(cfg.optimizer_strategy)
-    resolve_device(cfg.device)
+    resolved = resolve_device(cfg.device)
+    if config is None:  # a child's parent has checked the fit already
+        pairs = [(cfg.strategy, cfg.optimizer_strategy)]
+        check_fits(cfg.model, strategies=pairs, optimizer=cfg.optimizer, device=resolved,
+                   force=force)  # fmt: skip
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     report = _run_with_progress(cfg, show=progress, phase_log=phase_log)
+    judged = [(run.label, *judge(run, budgets)) for run in report.runs]
+    report = dataclasses.replace(report, verdicts=[verdict for _, verdict, _ in judged])
     render_report(report, Console())
     if json_path is not None:
         write_json(report.to_dict(), json_path)
-    problems = [line for r in report.runs for line in r.integrity]
-    if problems:
-        raise IntegrityError(
-            f"strategy {cfg.strategy!r} corrupted data: " + "; ".join(problems[:3])
-        )
-    verdicts = [r.not_offloaded for r in report.runs if r.not_offloaded]
-    if verdicts:
-        raise NotOffloaded(f"strategy {cfg.strategy!r} {verdicts[0]}")
-    failures = [r.failure for r in report.runs if r.failure]
-    if failures:
-        raise DeviceOutOfMemory(failures[0])
-    enforce(budgets, report.runs)
+    enforce(judged)
 
 
 def _read_config(path: Path) -> RunConfig:
@@ -172,10 +173,11 @@ def _run_with_progress(cfg: RunConfig, *, show: bool, phase_log: Path | None) ->
         transient=True,
         disable=not show,
     ) as bar:
-        task = bar.add_task(f"{cfg.strategy}: building model", total=phases_per_run(cfg))
+        name = f"{cfg.strategy} + {cfg.optimizer_strategy}"
+        task = bar.add_task(f"{name}: building model", total=phases_per_run(cfg))
 
         def advance(rec) -> None:
-            label = f"{cfg.strategy}: cycle {rec.cycle} {rec.phase}"
+            label = f"{name}: cycle {rec.cycle} {rec.phase}"
             bar.update(task, advance=1, description=label)
 
         log = PhaseLog(phase_log) if phase_log else None

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from itertools import product
 from typing import Any
 
+from offloadprobe.core.budgets import Breach, Budget
 from offloadprobe.core.config import RunConfig
-from offloadprobe.core.records import RunRecord, RunSummary
+from offloadprobe.core.records import SCHEMA_VERSION, RunRecord, RunSummary, Verdict
+from offloadprobe.core.verdicts import judge
 from offloadprobe.isolation.child import ChildOutcome, ChildSpec, alloc_conf_env, run_child
+from offloadprobe.isolation.failure import failure_of
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -22,9 +25,8 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        label = self.strategy
-        if self.optimizer_strategy:
-            label += f"+{self.optimizer_strategy}"
+        """Both strategies, always: ``lazy + legacy``, ``naive + none``."""
+        label = f"{self.strategy} + {self.optimizer_strategy or 'none'}"
         if self.alloc_conf:
             label += f" [{self.alloc_conf}]"
         return label
@@ -37,10 +39,12 @@ class ComparisonRow:
     candidate: Candidate
     outcome: ChildOutcome
     run: RunRecord | None
+    verdict: Verdict
+    breaches: list[Breach] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.outcome.verdict == "ok" and self.run is not None
+        return self.verdict.ok
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -49,6 +53,9 @@ class Comparison:
 
     rows: list[ComparisonRow]
     baseline: str
+    environment: dict[str, Any] = field(default_factory=dict)
+    """The parent's own device, versions, machine, model, payload: the JSON's stable keys
+    even when every child died."""
 
     def baseline_summary(self) -> RunSummary | None:
         row = next((r for r in self.rows if r.candidate.label == self.baseline), None)
@@ -56,12 +63,14 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``run`` JSON schema with one ``runs`` entry per candidate."""
-        doc: dict[str, Any] | None = None
+        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, **self.environment}
+        child = next((r.outcome.report for r in self.rows if r.outcome.report), None)
+        if child is not None:
+            doc.update({k: v for k, v in child.items() if k != "runs"})
+            doc["schema_version"] = SCHEMA_VERSION
         runs = []
         for row in self.rows:
             report = row.outcome.report
-            if report is not None and doc is None:
-                doc = {k: v for k, v in report.items() if k != "runs"}
             entry = (
                 dict(report["runs"][0])
                 if report and report.get("runs")
@@ -69,14 +78,14 @@ class Comparison:
             )
             entry.update(
                 label=row.candidate.label,
-                optimizer_strategy=row.candidate.optimizer_strategy,
+                optimizer_strategy=row.candidate.optimizer_strategy or "none",
                 alloc_conf=row.candidate.alloc_conf,
-                verdict=row.outcome.verdict,
+                verdict=row.verdict.line(),
+                outcome=asdict(row.verdict),
                 exit_code=row.outcome.exit_code,
                 failure=asdict(row.outcome.failure) if row.outcome.failure else None,
             )
             runs.append(entry)
-        doc = doc or {"schema_version": 1}
         settings = {k: v for k, v in (doc.get("settings") or {}).items() if k != "strategy"}
         doc["settings"] = {**settings, "labels": [r.candidate.label for r in self.rows]}
         doc["runs"] = runs
@@ -99,6 +108,8 @@ def compare(
     base: RunConfig,
     *,
     baseline: str,
+    budgets: list[Budget] | None = None,
+    environment: dict[str, Any] | None = None,
     timeout_s: float | None = None,
     on_start: Callable[[int, Candidate], None] | None = None,
 ) -> Comparison:
@@ -119,5 +130,11 @@ def compare(
             timeout_s=timeout_s,
         )
         outcome = run_child(spec)
-        rows.append(ComparisonRow(candidate=item, outcome=outcome, run=outcome.run))
-    return Comparison(rows=rows, baseline=baseline)
+        run = outcome.run
+        verdict, breaches = judge(run, budgets or [], failure=failure_of(outcome))
+        rows.append(
+            ComparisonRow(
+                candidate=item, outcome=outcome, run=run, verdict=verdict, breaches=breaches
+            )
+        )
+    return Comparison(rows=rows, baseline=baseline, environment=environment or {})

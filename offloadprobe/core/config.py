@@ -167,6 +167,10 @@ class RunConfig:
     """Classic or precision-aware optimizer, and its state dtypes."""
     reference_check: bool = True
     """Compare every train step after a load with a run that never offloaded."""
+    optimizer_first: bool = False
+    """Move the optimizer state before the parameters in both offload and load (verl's
+    order, the default, is parameters first). megatron-core's own optimizer offload needs
+    it under the precision-aware optimizer, whose params view the DDP param buffer."""
 
     def __post_init__(self) -> None:
         if self.cycles <= 0:

@@ -12,14 +12,14 @@ class OffloadProbeError(Exception):
     """Root of every error offloadprobe raises on purpose."""
 
     exit_code = 1
-    kind = "error"
-    """What a child process's failure is called in a row's verdict and the JSON."""
+    kind = "crashed"
+    """The verdict kind (``core.records.VERDICT_KINDS``) a child that raised it gets."""
 
 
 class UsageError(OffloadProbeError):
     """Bad input: a flag value, a scenario, a missing device, a user plug-in."""
 
-    kind = "usage"
+    kind = "bad input"
 
     exit_code = 2
 
@@ -35,26 +35,35 @@ class StrategyError(UsageError):
 class IntegrityError(OffloadProbeError):
     """A round trip changed data: the strategy lost or corrupted bytes."""
 
-    kind = "integrity"
+    kind = "corrupted"
 
 
 class NotOffloaded(OffloadProbeError):
     """A model strategy's offload left ``param_data`` storage on the device."""
 
+    kind = "not offloaded"
+
 
 class DeviceOutOfMemory(OffloadProbeError):
     """A phase ran out of device memory (real, or judged in CPU emulation)."""
 
-    kind = "oom"
+    kind = "out of memory"
 
 
 class BudgetExceeded(OffloadProbeError):
     """At least one measured value broke a memory or bandwidth budget."""
 
-    kind = "budget"
+    kind = "over budget"
 
 
 class ExpectationMismatch(OffloadProbeError):
     """A scenario's outcome differs from what the scenario file expects."""
 
-    kind = "expectation"
+    kind = "crashed"
+
+
+class RowsFailed(OffloadProbeError):
+    """At least one row's verdict is not ok (crashed, killed, corrupted, not offloaded,
+    out of memory, over budget); each row's verdict says which."""
+
+    kind = "crashed"

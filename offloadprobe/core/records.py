@@ -9,7 +9,83 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added: per-run ``label``, ``verdict``/``outcome``, ``summary.params``,
+``summary.optimizer``, ``summary.moved_bytes``, ``failure_kind``/``failure_cycle``/
+``failure_phase``, ``not_offloaded``. Keys are only ever added."""
+
+VERDICT_KINDS = (
+    "ok",
+    "over budget",
+    "corrupted",
+    "not offloaded",
+    "out of memory",
+    "killed",
+    "crashed",
+    "timed out",
+    "bad input",
+)
+"""Every outcome a row can have; only ``ok`` exits 0, ``bad input`` exits 2, the rest 1."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Verdict:
+    """One row's outcome: its kind, what broke, and where (phase and cycle) when known."""
+
+    kind: str
+    detail: str = ""
+    cycle: int | None = None
+    phase: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in VERDICT_KINDS:
+            raise ValueError(f"unknown verdict kind {self.kind!r}")
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "ok"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 2 if self.kind == "bad input" else 1
+
+    @property
+    def where(self) -> str:
+        """``cycle 1, phase offload`` (empty when not tied to a phase)."""
+        parts = []
+        if self.cycle is not None:
+            parts.append(f"cycle {self.cycle}")
+        if self.phase is not None:
+            parts.append(f"phase {self.phase}")
+        return ", ".join(parts)
+
+    def line(self) -> str:
+        """``over budget: host peak 4.20x > 1.70x``: the kind, then the detail."""
+        detail = self.detail
+        if self.where and self.where not in detail:
+            detail = f"{detail} ({self.where})" if detail else self.where
+        return f"{self.kind}: {detail}" if detail else self.kind
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChildFailure:
+    """How a child ``offloadprobe run`` ended when it produced no usable record."""
+
+    kind: str
+    """A ``VERDICT_KINDS`` entry: ``killed``, ``timed out``, ``crashed``, ``bad input``..."""
+    message: str
+    exit_code: int
+    cycle: int | None = None
+    phase: str | None = None
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict(kind=self.kind, detail=self.message, cycle=self.cycle, phase=self.phase)
+
+    @property
+    def where(self) -> str:
+        """``" at cycle 0, phase offload"`` or empty."""
+        return f" at cycle {self.cycle}, phase {self.phase}" if self.phase else ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,6 +200,20 @@ class PhaseRecord:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PartSummary:
+    """One part of an offload (parameters or optimizer state) over its own bytes."""
+
+    moved_bytes: int
+    """Bytes this part's offload must move: the denominator of its ``_x`` figures."""
+    host_peak_bytes: int
+    host_peak_x: float
+    steady_host_bytes: int
+    steady_host_x: float
+    offload_gbps: float | None
+    load_gbps: float | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunSummary:
     """One strategy's figures of merit (see README for each definition)."""
 
@@ -144,6 +234,12 @@ class RunSummary:
     """Bytes the optimizer holds on the device before offload (the optimizer payload)."""
     steady_host_x_optimizer_state: float | None = None
     """Steady host footprint over the optimizer-state bytes."""
+    params: PartSummary | None = None
+    """The parameter move alone, over the bytes it moves (None when nothing moved)."""
+    optimizer: PartSummary | None = None
+    """The optimizer-state move alone, over the bytes it moves (None when nothing moved)."""
+    moved_bytes: int | None = None
+    """Bytes the whole offload moves: the denominator of ``host_peak_x``/``steady_host_x``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -171,9 +267,17 @@ class RunRecord:
     """The optimizer that computed the steps, in words."""
     left_after_offload: list[dict[str, Any]] = field(default_factory=list)
     """The last offload's residency audit: owner, parameter name, dtype, bytes per tensor."""
-    not_offloaded: str | None = None
-    """Verdict when a model strategy other than ``none`` left ``param_data`` on the device
-    after an offload ("did not offload: param_data 128.36 MiB still on device")."""
+    failure_kind: str | None = None
+    """``out of memory`` or ``crashed`` when ``failure`` is set."""
+    failure_cycle: int | None = None
+    failure_phase: str | None = None
+    not_offloaded: list[str] = field(default_factory=list)
+    """What a strategy should have moved off the device and did not, one line each."""
+
+    @property
+    def label(self) -> str:
+        """Both strategies, ``lazy + legacy``: every output names the pair."""
+        return f"{self.strategy} + {self.optimizer_strategy}"
 
     def cycles(self) -> list[dict[str, Any]]:
         """Phases grouped per cycle, the JSON's ``cycles`` list."""
@@ -197,6 +301,8 @@ class Report:
     settings: dict[str, Any]
     runs: list[RunRecord]
     schema_version: int = SCHEMA_VERSION
+    verdicts: list[Verdict] = field(default_factory=list)
+    """One per run, in run order, when the invocation judged them (budgets included)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The stable JSON document (keys only ever get added)."""
@@ -216,7 +322,11 @@ class Report:
             entry = asdict(run)
             entry.pop("phases")
             entry["cycles"] = run.cycles()
+            entry["label"] = run.label
             doc["runs"].append(entry)
+        for entry, verdict in zip(doc["runs"], self.verdicts, strict=False):
+            entry["verdict"] = verdict.line()
+            entry["outcome"] = asdict(verdict)
         return doc
 
 
@@ -248,7 +358,7 @@ def run_from_dict(entry: dict[str, Any]) -> RunRecord:
     phases = [_build(PhaseRecord, p) for c in entry["cycles"] for p in c["phases"]]
     fields = {k: v for k, v in entry.items() if k not in ("cycles", "phases")}
     fields["phases"] = phases
-    fields["summary"] = _build(RunSummary, entry["summary"])
+    fields["summary"] = _build(RunSummary, entry.get("summary"))
     known = {f for f in RunRecord.__dataclass_fields__}
     return RunRecord(**{k: v for k, v in fields.items() if k in known})
 
@@ -260,26 +370,3 @@ def report_from_dict(doc: dict[str, Any]) -> Report:
         runs=[run_from_dict(r) for r in doc["runs"]],
         **{k: v for k, v in doc.items() if k in known},
     )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ChildFailure:
-    """How a child ``offloadprobe run`` failed, as data (never parsed from its text)."""
-
-    kind: str
-    """``usage``, ``integrity``, ``oom``, ``not-offloaded``, ``budget``, ``expectation``,
-    ``error`` (another offloadprobe error), ``crash`` (an unexpected exception), ``killed``
-    (a signal) or ``timeout``."""
-    exit_code: int
-    """The child's exit status; negative: the signal that killed it."""
-    message: str
-    """One line: the child's own error message, or how it died."""
-    cycle: int | None = None
-    """The cycle of the phase that had started and not ended, if any."""
-    phase: str | None = None
-    """That phase (``train``, ``offload``, ``rollout``, ``load``...)."""
-
-    @property
-    def where(self) -> str:
-        """``" at cycle 0, phase offload"`` or empty."""
-        return f" at cycle {self.cycle}, phase {self.phase}" if self.phase else ""

@@ -79,9 +79,15 @@ class Registry(Generic[T]):
                 ) from None
         else:
             valid = ", ".join(self.names())
+            module, dot, obj = name.rpartition(".")
+            hint = (
+                f" (did you mean {module}:{obj}? a colon separates the module from the object)"
+                if dot and module and obj
+                else ""
+            )
             raise StrategyError(
                 f"unknown {self.kind} {name!r}: choose one of {valid}, "
-                "or give your own as package.module:object"
+                f"or give your own as package.module:object{hint}"
             )
         self._loaded[name] = found
         return found

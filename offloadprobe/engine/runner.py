@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -32,7 +34,7 @@ from offloadprobe.engine.runtime.emulation import on_device
 from offloadprobe.engine.strategies import model_strategy
 from offloadprobe.engine.strategies.base import close, ddp_buffers, registered_bytes
 from offloadprobe.measure.meter import PhaseMeter
-from offloadprobe.measure.summary import summarise
+from offloadprobe.measure.summary import LOADS, OFFLOADS, summarise
 
 PhaseCallback = Callable[[PhaseRecord], None]
 
@@ -45,9 +47,17 @@ class Hooks:
     on_start: Callable[[int, str], None] | None = None
 
 
+def moves_optimizer(cfg: RunConfig) -> bool:
+    """Whether the optimizer strategy moves anything (its own phases), by its descriptor;
+    a strategy that does not declare its keys (the user's) is taken to move."""
+    info = optimizer_strategy(cfg.optimizer_strategy)
+    return info.moved_keys is None or bool(info.moved_keys(cfg.optimizer.precision_aware))
+
+
 def phases_per_run(cfg: RunConfig) -> int:
     """How many phases a run records (for progress bars)."""
-    return cfg.cycles * (4 if cfg.rollout_claim_bytes else 3)
+    per_cycle = 3 + bool(cfg.rollout_claim_bytes) + 2 * moves_optimizer(cfg)
+    return cfg.cycles * per_cycle
 
 
 def _train(model: ProbeModel, steps: int) -> float | None:
@@ -61,6 +71,10 @@ def _close(strategy: Any) -> int:
     registered = registered_bytes(strategy)
     close(strategy)
     return registered
+
+
+class _Stopped(Exception):
+    """A strategy raised inside a phase; the record says where and why."""
 
 
 class _Cycles:
@@ -88,13 +102,19 @@ class _Cycles:
             else None,
         )
         self.payload = self.model.payload_bytes
+        self.param_to_move = self.payload if self.info.moves_params else 0
+        self.moves_optimizer = moves_optimizer(cfg)
         self.optimizer_bytes = 0
+        self.optimizer_moved = 0
         self.grads_freed = False
-        self.not_offloaded: str | None = None
+        self.not_offloaded: list[str] = []
         self.moved_nothing: set[str] = set()
         self.phases: list[PhaseRecord] = []
         self.problems: list[str] = []
         self.failure: str | None = None
+        self.failure_kind: str | None = None
+        self.failure_cycle: int | None = None
+        self.failure_phase: str | None = None
         self.residents: list[audit.ResidentTensor] = []
         self.registered = 0
 
@@ -109,23 +129,36 @@ class _Cycles:
         try:
             rec, result = self.meter.measure(cycle, name, action)
         except DeviceOutOfMemory as exc:
-            self.failure = f"device out of memory in cycle {cycle}, phase {name}: {exc}"
+            self.stop("out of memory", cycle, name, str(exc))
             raise
-        if name in ("offload", "load"):
+        except torch.OutOfMemoryError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else "torch.OutOfMemoryError"
+            if "out of memory" not in first.lower():
+                first = f"CUDA out of memory: {first}"
+            self.stop("out of memory", cycle, name, first)
+            raise DeviceOutOfMemory(self.failure) from None
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            self.stop("crashed", cycle, name, f"{type(exc).__name__}: {exc}".splitlines()[0])
+            raise _Stopped from None
+        if name in OFFLOADS or name in LOADS:
             rec = self.measured_transfer(rec, grads_before, _grad_device_bytes(self.model))
-        if name == "offload":
-            rec = self.audited(rec)
         self.phases.append(rec)
         if self.hooks.on_phase is not None:
             self.hooks.on_phase(rec)
         return result
 
+    def stop(self, kind: str, cycle: int, phase: str, message: str) -> None:
+        self.failure_kind, self.failure_cycle, self.failure_phase = kind, cycle, phase
+        self.failure = f"{message} (cycle {cycle}, phase {phase})"
+
     def measured_transfer(self, rec: PhaseRecord, grads_before: int, grads_after: int) -> Any:
-        """Bytes moved = device bytes the phase really freed (offload) or restored (load),
+        """Bytes moved = device bytes the phase really freed (offloads) or restored (loads),
         less ``grad_data`` (discarded on offload, zeroed on load: nothing is copied)."""
-        if rec.phase == "offload":
+        if rec.phase in OFFLOADS:
             device, grads = rec.device_freed_bytes, max(0, grads_before - grads_after)
-            self.grads_freed = grads > 0
+            if rec.phase == "offload":
+                self.grads_freed = grads > 0
         else:
             device, grads = rec.device_allocated_bytes, max(0, grads_after - grads_before)
         moved = max(0, (device or 0) - grads)
@@ -133,23 +166,42 @@ class _Cycles:
             self.moved_nothing.add(rec.phase)
         return dataclasses.replace(rec, bytes_moved=moved, gbps=gbps(moved, rec.seconds))
 
-    def audited(self, rec: PhaseRecord) -> PhaseRecord:
-        """Attach the residency audit; a model strategy that left param_data fails the run."""
+    def audit(self) -> None:
+        """After every offload phase of a cycle: attach the residency audit to the parameter
+        offload's record, count the optimizer bytes that left the device, and judge."""
         self.residents = audit.audit(self.model, self.runtime, self.snapshot)
         left = audit.bytes_by_key(self.residents)
-        params_left = left.get("param_data", 0)
-        if self.info.moves_params and params_left and self.not_offloaded is None:
-            self.not_offloaded = (
-                f"did not offload: param_data {format_bytes(params_left)} still on device"
+        left_optimizer = sum(v for k, v in left.items() if k not in ("param_data", "grad_data"))
+        self.optimizer_moved = max(0, self.optimizer_bytes - left_optimizer)
+        index = max(i for i, p in enumerate(self.phases) if p.phase == "offload")
+        self.phases[index] = dataclasses.replace(self.phases[index], left_on_device=left)
+        self.judge_residency(left)
+
+    def judge_residency(self, left: dict[str, int]) -> None:
+        """A strategy that should move something and left it on the device did not offload."""
+        lines = []
+        if self.param_to_move and left.get("param_data", 0):
+            lines.append(
+                f"param_data {format_bytes(left['param_data'])} still on device after offload"
             )
-        return dataclasses.replace(rec, left_on_device=left)
+        if self.moves_optimizer and self.optimizer_bytes and not self.optimizer_moved:
+            lines.append(
+                f"optimizer state {format_bytes(self.optimizer_bytes)}: none of it left the device"
+            )
+        for line in lines:
+            if line not in self.not_offloaded:
+                self.not_offloaded.append(line)
 
-    def transfer(self, model_action: Callable, optimizer_action: Callable) -> Callable[[], None]:
-        def run() -> None:
-            model_action(self.model.chunks)
-            optimizer_action([self.model.optimizer])
-
-        return run
+    def moves(self, offload: bool) -> list[tuple[str, Callable[[], None]]]:
+        """The cycle's parameter and optimizer moves, in the configured order."""
+        verb = "offload" if offload else "load"
+        params = getattr(self.strategy, verb)
+        steps = [(verb, lambda: params(self.model.chunks))]
+        if self.moves_optimizer:
+            optimizer = getattr(self.optimizer_strategy, verb)
+            step = (f"{verb} optimizer", lambda: optimizer([self.model.optimizer]))
+            steps.insert(0 if self.cfg.optimizer_first else 1, step)
+        return steps
 
     def check_step(self, label: str, index: int, got: Checkpoint) -> None:
         if self.reference:
@@ -162,16 +214,17 @@ class _Cycles:
         self.check_step(f"cycle {cycle} train step", cycle, Checkpoint(loss, before.buffers))
         self.snapshot = audit.snapshot_device_storage(model)
         self.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model).values())
-        offload = self.transfer(self.strategy.offload, self.optimizer_strategy.offload)
-        self.phase(cycle, "offload", offload)
+        for name, action in self.moves(offload=True):
+            self.phase(cycle, name, action)
+        self.audit()
         if cfg.rollout_claim_bytes:
             resident = device_bytes(model) if self.runtime.emulated else 0
             self.phase(cycle, "rollout", lambda: claim(
                 self.runtime, cfg.rollout_claim_bytes, resident=resident,
                 limit=cfg.gpu_limit_bytes,
             ))  # fmt: skip
-        load = self.transfer(self.strategy.load, self.optimizer_strategy.load)
-        self.phase(cycle, "load", load)
+        for name, action in self.moves(offload=False):
+            self.phase(cycle, name, action)
         self.problems += verify_round_trip(model, before, cycle, grads_zeroed=self.grads_freed)
 
     def run(self) -> None:
@@ -185,13 +238,10 @@ class _Cycles:
                     after = checkpoint(self.model, self.cfg.train_steps)
                     self.problems += differences("train step after the last load", after,
                                                  self.reference[self.cfg.cycles])  # fmt: skip
-        except DeviceOutOfMemory:
+        except (DeviceOutOfMemory, _Stopped):
             pass
         finally:
             self.registered = _close(self.strategy) + _close(self.optimizer_strategy)
-
-
-_VERB = {"offload": "freed", "load": "restored"}
 
 
 def _grad_device_bytes(model: ProbeModel) -> int:
@@ -206,13 +256,16 @@ def _grad_device_bytes(model: ProbeModel) -> int:
 
 def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> RunRecord:
     """Build the model, then train/offload/load ``cfg.cycles`` times, measuring each phase."""
-    state = _Cycles(cfg, runtime, hooks or Hooks())
+    try:
+        state = _Cycles(cfg, runtime, hooks or Hooks())
+    except (torch.OutOfMemoryError, DeviceOutOfMemory) as exc:
+        return _setup_failed(cfg, exc)
     state.run()
     phases = state.phases
-    offloads = [p for p in phases if p.phase == "offload"]
+    offloads = [p for p in phases if p.phase in OFFLOADS]
     baseline = offloads[0].host.host_rss_before if offloads else 0
     summary = None
-    if offloads and any(p.phase == "load" for p in phases):
+    if offloads and any(p.phase in LOADS for p in phases):
         summary = summarise(
             phases,
             payload_bytes=state.payload,
@@ -221,10 +274,13 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
             registered_bytes=state.registered,
             integrity_ok=not state.problems,
             optimizer_state_bytes=state.optimizer_bytes,
+            param_bytes_to_move=state.param_to_move,
+            optimizer_bytes_to_move=state.optimizer_bytes if state.moves_optimizer else 0,
         )
     notes = [runtime.note] if runtime.note else []
     for phase in sorted(state.moved_nothing):
-        notes.append(f"{phase} moved nothing: no device memory was {_VERB[phase]} in some cycle")
+        verb = "freed" if phase in OFFLOADS else "restored"
+        notes.append(f"{phase} moved nothing: no device memory was {verb} in some cycle")
     if any(p.host.method != "vmhwm" for p in phases):
         notes.append("host peak sampled with psutil (clear_refs refused): may miss short peaks")
     notes.append(f"optimizer: {state.model.optimizer_name}")
@@ -242,10 +298,33 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
         integrity=state.problems,
         notes=notes,
         failure=state.failure,
+        failure_kind=state.failure_kind,
+        failure_cycle=state.failure_cycle,
+        failure_phase=state.failure_phase,
         optimizer_strategy=cfg.optimizer_strategy,
         optimizer=state.model.optimizer_name,
         left_after_offload=[asdict(r) for r in state.residents],
         not_offloaded=state.not_offloaded,
+    )
+
+
+def _setup_failed(cfg: RunConfig, exc: BaseException) -> RunRecord:
+    """The device ran out of memory before the first phase (building the model or the
+    no-offload reference run): a record that says so, never a traceback."""
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return RunRecord(
+        strategy=cfg.strategy,
+        description=model_strategy(cfg.strategy).summary,
+        payload_bytes=0,
+        grad_bytes=0,
+        baseline_host_bytes=0,
+        gpu_baseline_bytes=None,
+        phases=[],
+        summary=None,
+        failure=f"{first} (phase setup)",
+        failure_kind="out of memory",
+        failure_phase="setup",
+        optimizer_strategy=cfg.optimizer_strategy,
     )
 
 
@@ -271,6 +350,7 @@ def run(cfg: RunConfig, hooks: Hooks | None = None) -> Report:
                 "rollout_claim_bytes": cfg.rollout_claim_bytes,
                 "gpu_limit_bytes": cfg.gpu_limit_bytes,
                 "reference_check": cfg.reference_check,
+                "optimizer_first": cfg.optimizer_first,
             },
             runs=[record],
         )

@@ -62,7 +62,7 @@ class ChildOutcome:
         """``ok``, or the failure in one line (its kind's own words)."""
         if self.failure is None:
             return "ok"
-        return f"{self.failure.message}{self.failure.where}"
+        return f"{self.failure.kind}: {self.failure.message}{self.failure.where}"
 
     @property
     def run(self) -> RunRecord | None:
@@ -101,11 +101,11 @@ def _signal_message(signum: int, oom_before: int | None) -> str:
     oom_after = oom_kills()
     if signum == signal.SIGKILL and oom_before is not None and oom_after is not None:
         if oom_after > oom_before:
-            return f"killed by {name}: out of memory (cgroup oom_kill {oom_before} -> {oom_after})"
-        return f"killed by {name} (no OOM kill recorded by the cgroup)"
+            return f"{name}, cgroup OOM (oom_kill {oom_before} -> {oom_after})"
+        return f"{name} (no OOM kill recorded by the cgroup)"
     if signum == signal.SIGKILL:
-        return f"killed by {name}: probably out of memory (no cgroup counter to confirm)"
-    return f"killed by {name}"
+        return f"{name}, probably out of memory (no cgroup counter to confirm)"
+    return name
 
 
 def _joiner(procs: Path | None):
@@ -133,7 +133,7 @@ def _failure(code: int, error_file: Path, log: Path, oom_before: int | None, tai
         said = json.loads(error_file.read_text())
     except (OSError, ValueError):
         last = tail.splitlines()[-1] if tail else f"exit code {code}"
-        said = {"kind": "crash", "message": last}
+        said = {"kind": "crashed", "message": last}
     return ChildFailure(
         kind=str(said["kind"]),
         exit_code=code,
@@ -166,7 +166,7 @@ def run_child(spec: ChildSpec, *, python: str = sys.executable) -> ChildOutcome:
         except subprocess.TimeoutExpired:
             where = last_started(log)
             failure = ChildFailure(
-                kind="timeout",
+                kind="timed out",
                 exit_code=124,
                 message=f"timed out after {spec.timeout_s:g} s",
                 cycle=where[0] if where else None,

@@ -4,21 +4,79 @@ from __future__ import annotations
 
 from statistics import median
 
-from offloadprobe.core.records import PhaseRecord, RunSummary
+from offloadprobe.core.records import PartSummary, PhaseRecord, RunSummary
+
+PARAM_PHASES = ("offload", "load")
+"""The parameter move: ``offload`` then ``load`` (names kept from schema 1)."""
+OPTIMIZER_PHASES = ("offload optimizer", "load optimizer")
+"""The optimizer-state move, measured as its own phases within a cycle."""
+OFFLOADS = ("offload", "offload optimizer")
+LOADS = ("load", "load optimizer")
 
 
 def _ratio(value: int, payload: int) -> float:
     return value / payload if payload else 0.0
 
 
-def _rates(phases: list[PhaseRecord], name: str) -> tuple[float | None, float | None]:
+def _steady_rate(rates: list[float | None]) -> tuple[float | None, float | None]:
     """(first-cycle rate, steady rate = median of the later cycles, or the first)."""
-    rates = [p.gbps for p in phases if p.phase == name]
     if not rates:
         return None, None
     later = [r for r in rates[1:] if r is not None]
-    steady = median(later) if later else rates[0]
-    return rates[0], steady
+    return rates[0], (median(later) if later else rates[0])
+
+
+def _cycle_rates(phases: list[PhaseRecord], names: tuple[str, ...]) -> list[float | None]:
+    """Per cycle: bytes moved by the named phases over their summed seconds (GB/s)."""
+    by_cycle: dict[int, tuple[int, float]] = {}
+    for p in phases:
+        if p.phase in names:
+            moved, seconds = by_cycle.get(p.cycle, (0, 0.0))
+            by_cycle[p.cycle] = (moved + p.bytes_moved, seconds + p.seconds)
+    return [
+        (moved / seconds / 1e9 if seconds > 0 and moved else None)
+        for _, (moved, seconds) in sorted(by_cycle.items())
+    ]
+
+
+def _ledger(phases: list[PhaseRecord]) -> dict[str, tuple[int, int]]:
+    """Each part's (host peak, steady host) by a ledger over the phases in order.
+
+    Every change of host RSS during one part's phase is that part's: its footprint at
+    a moment is what it held at the phase start plus the phase's rise to its peak.
+    Train phases belong to neither (the framework's, not a strategy's). Steady is what
+    the part held right after its last offload.
+    """
+    held = {"params": 0, "optimizer": 0}
+    peak = {"params": 0, "optimizer": 0}
+    steady = {"params": 0, "optimizer": 0}
+    for p in phases:
+        part = "params" if p.phase in PARAM_PHASES else "optimizer"
+        if p.phase not in PARAM_PHASES + OPTIMIZER_PHASES:
+            continue
+        host = p.host
+        peak[part] = max(peak[part], held[part] + host.host_peak - host.host_rss_before)
+        held[part] += host.host_rss_after - host.host_rss_before
+        if p.phase in OFFLOADS:
+            steady[part] = held[part]
+    return {k: (peak[k], steady[k]) for k in held}
+
+
+def _part(
+    phases: list[PhaseRecord], names: tuple[str, ...], figures: tuple[int, int], moved: int
+) -> PartSummary:
+    peak, steady = figures
+    _, offload = _steady_rate(_cycle_rates(phases, names[:1]))
+    _, load = _steady_rate(_cycle_rates(phases, names[1:]))
+    return PartSummary(
+        moved_bytes=moved,
+        host_peak_bytes=peak,
+        host_peak_x=_ratio(peak, moved),
+        steady_host_bytes=steady,
+        steady_host_x=_ratio(steady, moved),
+        offload_gbps=offload,
+        load_gbps=load,
+    )
 
 
 def summarise(
@@ -30,6 +88,8 @@ def summarise(
     registered_bytes: int,
     integrity_ok: bool,
     optimizer_state_bytes: int | None = None,
+    param_bytes_to_move: int | None = None,
+    optimizer_bytes_to_move: int = 0,
 ) -> RunSummary:
     """Summarise offload/load cycles.
 
@@ -38,27 +98,38 @@ def summarise(
       their host use is the framework's, not the strategy's). In CPU emulation the
       emulated device bytes are taken out of every host figure first;
     - steady host: host RSS after the last offload, over that same baseline;
+    - both as multiples of the bytes the offload moves: the parameter payload (when
+      the strategy moves parameters) plus the optimizer-state bytes that left the
+      device (the residency audit; what a strategy leaves behind shows as GPU left,
+      and leaving everything behind is a "not offloaded" verdict). ``params`` and
+      ``optimizer`` give each part over its own bytes;
     - pinned reserved: pinned bytes PyTorch's allocator owns after the last offload,
       plus bytes the strategy page-locked itself (cudaHostRegister);
     - GPU left: bytes still allocated after the last offload, over the allocation
       before the model existed.
     """
-    moving = [p for p in phases if p.phase in ("offload", "load")]
-    offloads = [p for p in phases if p.phase == "offload"]
+    params_moved = payload_bytes if param_bytes_to_move is None else param_bytes_to_move
+    moved = params_moved + optimizer_bytes_to_move
+    moving = [p for p in phases if p.phase in PARAM_PHASES + OPTIMIZER_PHASES]
+    last_cycle = max(p.cycle for p in phases if p.phase in OFFLOADS)
+    last_offloads = [p for p in phases if p.phase in OFFLOADS and p.cycle == last_cycle]
+    last = last_offloads[-1]
+    audited = next((p for p in last_offloads if p.left_on_device is not None), last)
     peak = max(p.host.host_peak for p in moving) - baseline_host_bytes
-    last = offloads[-1]
     steady = last.host.host_rss_after - baseline_host_bytes
     pinned = None if last.pinned is None else last.pinned.reserved_after + registered_bytes
     gpu_left = None
     if last.gpu is not None and gpu_baseline_bytes is not None:
         gpu_left = last.gpu.allocated_after - gpu_baseline_bytes
-    first_offload, offload = _rates(phases, "offload")
-    first_load, load = _rates(phases, "load")
+    first_offload, offload = _steady_rate(_cycle_rates(phases, OFFLOADS))
+    first_load, load = _steady_rate(_cycle_rates(phases, LOADS))
+    ledger = _ledger(phases)
+    has_optimizer = any(p.phase in OPTIMIZER_PHASES for p in phases)
     return RunSummary(
         host_peak_bytes=peak,
-        host_peak_x=_ratio(peak, payload_bytes),
+        host_peak_x=_ratio(peak, moved),
         steady_host_bytes=steady,
-        steady_host_x=_ratio(steady, payload_bytes),
+        steady_host_x=_ratio(steady, moved),
         pinned_reserved_bytes=pinned,
         gpu_left_after_offload_bytes=gpu_left,
         offload_gbps=offload,
@@ -66,9 +137,18 @@ def summarise(
         first_offload_gbps=first_offload,
         first_load_gbps=first_load,
         integrity_ok=integrity_ok,
-        left_after_offload_bytes_by_key=last.left_on_device,
+        left_after_offload_bytes_by_key=audited.left_on_device,
         optimizer_state_bytes=optimizer_state_bytes,
         steady_host_x_optimizer_state=(
             steady / optimizer_state_bytes if optimizer_state_bytes else None
         ),
+        params=(
+            _part(phases, PARAM_PHASES, ledger["params"], params_moved) if params_moved else None
+        ),
+        optimizer=(
+            _part(phases, OPTIMIZER_PHASES, ledger["optimizer"], optimizer_bytes_to_move)
+            if has_optimizer and optimizer_bytes_to_move
+            else None
+        ),
+        moved_bytes=moved,
     )

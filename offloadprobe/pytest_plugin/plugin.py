@@ -1,21 +1,27 @@
 """The ``offload_budget`` marker and the ``offload_run`` / ``offload_probe`` fixtures.
 
-Example (paste into a test file; the strategy may be your own ``module:object``)::
+Example (paste into a test file; either strategy may be your own ``module:object``)::
 
     import pytest
 
-    @pytest.mark.offload_budget(strategy="lazy", max_host_peak="1.1x", payload="64MiB")
-    def test_param_offload_stays_within_budget(offload_run):
+    @pytest.mark.offload_budget(
+        strategy="lazy", optimizer_strategy="complete", precision_aware=True,
+        max_host_peak="1.1x", max_gpu_residual="0", payload="16MiB",
+    )
+    def test_offload_stays_within_budget(offload_run):
         assert offload_run.summary.integrity_ok
 
-Each marked test runs the strategy on the probe model in a fresh process (so no
-pinned cache carries over), then fails with a one-line reason such as
-``host peak 2.61x payload > limit 1.10x`` when a budget breaks; the full phase
-table is attached to the report as the "offloadprobe" section.
+Each marked test runs the pair of strategies on the probe model in a fresh process (so
+no pinned cache carries over), then fails with the row's one-line verdict, such as
+``naive + complete: over budget: host peak (parameters) 2.00x > 1.10x``, when anything
+is not ok (a broken budget, corrupted data, a crash, an OOM, nothing offloaded); the full
+phase table is attached to the report as the "offloadprobe" section. A misspelt keyword
+or an unparsable budget is a ``pytest.UsageError`` that names the keyword.
 """
 
 from __future__ import annotations
 
+import difflib
 import io
 from typing import Any
 
@@ -24,9 +30,12 @@ import pytest
 MARKER = "offload_budget"
 _BUDGET_KEYS = ("max_host_peak", "max_gpu_residual", "min_offload_bandwidth")
 _MODEL_KEYS = ("payload", "layers", "hidden", "heads", "vocab", "seq_length", "micro_batch")
-_RUN_KEYS = ("cycles", "device", "train_steps", "seed", "optimizer_strategy")
+_RUN_KEYS = ("cycles", "device", "train_steps", "seed", "optimizer_strategy", "optimizer_first")
 _OPTIMIZER_KEYS = ("precision_aware", "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders")
 _RESULT = pytest.StashKey[Any]()
+KEYWORDS = frozenset(
+    {*_MODEL_KEYS, *_RUN_KEYS, *_OPTIMIZER_KEYS, *_BUDGET_KEYS, "strategy", "timeout"}
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,16 +49,36 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class OffloadBudgetFailure:
-    """What a marked test measured and which budgets it broke."""
+    """What a marked test measured and its verdict when that is not ok."""
 
-    def __init__(self, run: Any, breaches: list[Any], table: str) -> None:
+    def __init__(self, run: Any, reason: str, table: str) -> None:
         self.run = run
-        self.breaches = breaches
+        self.reason = reason
         self.table = table
 
-    @property
-    def reason(self) -> str:
-        return "; ".join(b.message for b in self.breaches)
+
+def check_options(options: dict[str, Any], *, where: str = MARKER) -> list[Any]:
+    """Every keyword known and every budget parsable, else a ``pytest.UsageError`` that
+    names the keyword (and the nearest valid one); returns the budgets."""
+    from offloadprobe.core.budgets import budgets_from_flags
+    from offloadprobe.core.errors import UsageError
+
+    for key in sorted(set(options) - KEYWORDS):
+        near = difflib.get_close_matches(key, sorted(KEYWORDS), n=1)
+        hint = f"; did you mean {near[0]}=?" if near else ""
+        valid = ", ".join(sorted(KEYWORDS))
+        raise pytest.UsageError(f"{where}: unknown keyword {key}={hint} (valid: {valid})")
+    values = {k: options.get(k) for k in _BUDGET_KEYS}
+    for key, value in values.items():
+        if value is not None and not isinstance(value, str):
+            raise pytest.UsageError(f"{where}: {key}= takes a string like '1.1x', got {value!r}")
+    try:
+        return budgets_from_flags(*values.values())
+    except UsageError as exc:
+        message = str(exc)
+        for key in _BUDGET_KEYS:
+            message = message.replace("--" + key.replace("_", "-"), f"{key}=")
+        raise pytest.UsageError(f"{where}: {message}") from None
 
 
 def _config(options: dict[str, Any]) -> Any:
@@ -92,27 +121,38 @@ def _render(run: Any, emulated: bool) -> str:
 
 
 def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
-    """Run one strategy in a child process; return its record and any budget failure."""
-    from offloadprobe.core.budgets import budgets_from_flags, check_all
+    """Run one pair of strategies in a child process; return its record and, when the
+    row's verdict is not ok, why."""
+    from offloadprobe.core.errors import UsageError
+    from offloadprobe.core.verdicts import judge
     from offloadprobe.isolation.child import ChildSpec, run_child
+    from offloadprobe.isolation.failure import failure_of
 
-    known = {*_MODEL_KEYS, *_RUN_KEYS, *_OPTIMIZER_KEYS, *_BUDGET_KEYS, "strategy", "timeout"}
-    unknown = set(options) - known
-    if unknown:
-        raise pytest.UsageError(f"{MARKER}: unknown option(s) {', '.join(sorted(unknown))}")
-    budgets = budgets_from_flags(*(options.get(k) for k in _BUDGET_KEYS))
-    config = _config(options)
-    spec = ChildSpec(label=config.strategy, config=config, timeout_s=options.get("timeout"))
+    budgets = check_options(options)
+    try:
+        config = _config(options)
+    except UsageError as exc:
+        raise pytest.UsageError(f"{MARKER}: {exc}") from None
+    label = f"{config.strategy} + {config.optimizer_strategy}"
+    spec = ChildSpec(label=label, config=config, timeout_s=options.get("timeout"))
     outcome = run_child(spec)
     run = outcome.run
-    if run is None or outcome.verdict != "ok":
-        pytest.fail(f"offloadprobe run failed: {outcome.verdict}\n{outcome.stderr_tail}",
-                    pytrace=False)  # fmt: skip
-    breaches = check_all(budgets, [run])
-    failure = None
-    if breaches:
-        failure = OffloadBudgetFailure(run, breaches, _render(run, outcome.report["emulated"]))
-    return run, failure
+    verdict, _ = judge(run, budgets, failure=failure_of(outcome))
+    if run is None or verdict.ok:
+        if not verdict.ok:
+            pytest.fail(f"{label}: {verdict.line()}\n{outcome.stderr_tail}", pytrace=False)
+        return run, None
+    table = _render(run, outcome.report.get("emulated", False))
+    return run, OffloadBudgetFailure(run, f"{label}: {verdict.line()}", table)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Check every marker's keywords before anything runs."""
+    for item in items:
+        marker = item.get_closest_marker(MARKER)
+        if marker is not None:
+            check_options(marker.kwargs, where=f"{item.nodeid}: {MARKER}")
 
 
 @pytest.fixture(autouse=True)
@@ -135,6 +175,14 @@ def offload_probe(request: pytest.FixtureRequest):
     """Call ``offload_probe(strategy=..., max_host_peak=..., payload=...)`` in a test."""
 
     def run(**options: Any) -> Any:
+        __tracebackhide__ = True
+        problem = None
+        try:
+            check_options(options, where="offload_probe")
+        except pytest.UsageError as exc:  # misuse inside a test: one line, no traceback
+            problem = f"UsageError: {exc}"
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
         record, failure = probe(**options)
         if failure is not None:
             request.node.add_report_section("call", "offloadprobe", failure.table)

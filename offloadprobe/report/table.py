@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from offloadprobe.core.records import PhaseRecord, Report, RunRecord
+from offloadprobe.core.records import PartSummary, PhaseRecord, Report, RunRecord, Verdict
 from offloadprobe.core.units import format_bytes, format_gbps, format_ratio
 
 
@@ -21,7 +21,7 @@ def _delta(value: int | None, base: int, payload: int) -> str:
 def phase_table(run: RunRecord, *, gpu: bool) -> Table:
     """One row per cycle and phase; host figures are over the pre-offload baseline."""
     table = Table(
-        title=escape(f"{run.strategy}: {run.description}"),
+        title=escape(f"{run.label}: {run.description}"),
         caption=(
             f"x = multiple of the payload, {format_bytes(run.payload_bytes)} of param_data; "
             f"host figures over the host RSS before the first offload "
@@ -46,7 +46,7 @@ def residency_table(run: RunRecord, *, gpu: bool) -> Table | None:
     if not offloads:
         return None
     where = "GPU" if gpu else "device (emulated)"
-    table = Table(title=f"{run.strategy}: left on {where} after offload", title_justify="left")
+    table = Table(title=f"{run.label}: left on {where} after offload", title_justify="left")
     table.add_column("cycle", justify="right")
     for key in keys:
         table.add_column(key, justify="right")
@@ -86,27 +86,46 @@ def _phase_cells(rec: PhaseRecord, base: int, payload: int, gpu: bool) -> list[s
     return cells
 
 
-def summary_line(run: RunRecord) -> Text:
-    """The one-line verdict per strategy."""
+def _part_line(name: str, part: PartSummary) -> str:
+    return (
+        f"  {name} ({format_bytes(part.moved_bytes)} moved): host peak "
+        f"{format_ratio(part.host_peak_x)}, steady {format_ratio(part.steady_host_x)}, "
+        f"offload {format_gbps(part.offload_gbps)}, load {format_gbps(part.load_gbps)}\n"
+    )
+
+
+def summary_line(run: RunRecord, verdict: Verdict | None = None) -> Text:
+    """Per run: its verdict, then each part over its own bytes, then the whole."""
     s = run.summary
     text = Text()
-    text.append(f"{run.strategy}: ", style="bold")
-    if run.not_offloaded:
-        text.append(f"{run.not_offloaded}, ", style="bold red")
+    text.append(f"{run.label}: ", style="bold")
+    if verdict is not None:
+        text.append(verdict.line(), style="green" if verdict.ok else "bold red")
+        text.append("\n")
     if s is None:
-        text.append(f"stopped early: {run.failure or 'no offload/load completed'}", style="red")
+        if verdict is None:
+            text.append(f"stopped early: {run.failure or 'no offload/load completed'}", style="red")
         return text
+    if verdict is None:
+        text.append("\n")
+    parts = [("parameters", s.params), ("optimizer state", s.optimizer)]
+    for name, part in parts:
+        if part is not None:
+            text.append(_part_line(name, part))
+    moved = s.moved_bytes if s.moved_bytes is not None else run.payload_bytes
     text.append(
-        f"host peak {format_ratio(s.host_peak_x)} payload ({format_bytes(s.host_peak_bytes)}), "
-        f"steady host {format_ratio(s.steady_host_x)} ({format_bytes(s.steady_host_bytes)}), "
-        f"pinned reserved {format_bytes(s.pinned_reserved_bytes)}, "
-        f"GPU left after offload {format_bytes(s.gpu_left_after_offload_bytes)}, "
-        f"offload {format_gbps(s.offload_gbps)}, load {format_gbps(s.load_gbps)}, "
+        f"  whole ({format_bytes(moved)} moved): host peak {format_ratio(s.host_peak_x)} "
+        f"({format_bytes(s.host_peak_bytes)}), steady {format_ratio(s.steady_host_x)} "
+        f"({format_bytes(s.steady_host_bytes)}), pinned reserved "
+        f"{format_bytes(s.pinned_reserved_bytes)}, GPU left after offload "
+        f"{format_bytes(s.gpu_left_after_offload_bytes)}, offload {format_gbps(s.offload_gbps)}, "
+        f"load {format_gbps(s.load_gbps)}\n"
     )
     left = s.left_after_offload_bytes_by_key
     if left is not None:
         listed = ", ".join(f"{k} {format_bytes(v)}" for k, v in left.items() if v) or "nothing"
-        text.append(f"left on device after offload: {listed}, ")
+        text.append(f"  left on device after offload: {listed}\n")
+    text.append("  ")
     if s.integrity_ok:
         text.append("round trip bit-exact", style="green")
     else:
@@ -125,5 +144,6 @@ def render_report(report: Report, console: Console) -> None:
     versions = ", ".join(f"{k} {v}" for k, v in report.versions.items() if v)
     lines = [Text(f"device {report.device}; {versions}", style="dim")]
     lines += [Text(note, style="yellow") for note in notes]
-    lines += [summary_line(run) for run in report.runs]
+    verdicts = report.verdicts or [None] * len(report.runs)
+    lines += [summary_line(run, v) for run, v in zip(report.runs, verdicts, strict=True)]
     console.print(Group(*lines))

@@ -29,6 +29,7 @@ from offloadprobe.core.records import RunRecord
 from offloadprobe.core.units import format_bytes
 from offloadprobe.isolation.child import ChildSpec, run_child
 from offloadprobe.layout.terms import Term
+from offloadprobe.measure.summary import OFFLOADS
 from offloadprobe.plan.projection import PAIRED_MODEL_STRATEGY, PAIRED_OPTIMIZER_STRATEGY
 from offloadprobe.repro.children import child_run, killed_at
 from offloadprobe.repro.records import ReproOutcome
@@ -54,8 +55,8 @@ def optimizer_choice(s: Scenario) -> OptimizerChoice:
 
 def residue(run: RunRecord) -> int:
     """Device bytes the run still held after its last offload (emulated ones in emulation)."""
-    offloads = [p for p in run.phases if p.phase == "offload"]
-    last = offloads[-1]
+    offloads = [p for p in run.phases if p.phase in OFFLOADS]
+    last = offloads[-1]  # parameters and optimizer state move as separate phases
     if last.gpu is not None:
         return last.gpu.allocated_after
     return sum((last.left_on_device or {}).values())
@@ -164,9 +165,9 @@ def run_gpu_job(
         stderr_tail=outcome.stderr_tail,
     )
     run = child_run(outcome)
-    failure = outcome.failure
-    if failure is not None and failure.kind == "oom" and failure.phase is not None:
-        cycle, phase = failure.cycle, failure.phase
+    failure = run.failure if run is not None else None
+    if run is not None and run.failure_kind == "out of memory" and run.failure_phase:
+        cycle, phase = run.failure_cycle, run.failure_phase
         if phase != "rollout":
             return ReproOutcome(
                 observed="error",
@@ -176,7 +177,7 @@ def run_gpu_job(
                 phase=phase,
                 **base,
             )
-        why = failure.message.split(": ", 1)[-1]
+        why = (failure or "").removesuffix(f" (cycle {cycle}, phase {phase})")
         return ReproOutcome(
             observed="oom",
             detail=f"OOM reproduced: device out of memory at cycle {cycle}, phase rollout ({why})",

@@ -34,7 +34,7 @@ from offloadprobe.repro.cgroup import CgroupUnavailable, MemoryGroup, create_gro
 from offloadprobe.repro.children import GateKeeper, child_run, killed_at
 from offloadprobe.repro.records import ReproOutcome
 
-MOVING = ("offload", "load")
+MOVING = ("offload", "load", "offload optimizer", "load optimizer")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

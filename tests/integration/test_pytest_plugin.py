@@ -44,8 +44,8 @@ def test_lazy(offload_run):
     )
     result.assert_outcomes(passed=1, failed=1)
     # the failure's whole explanation is one line, the breached budget
-    result.stdout.re_match_lines([r"^host peak \d\.\d\dx payload > limit 1\.50x$"])
-    result.stdout.fnmatch_lines(["FAILED test_offload.py::test_naive - Failed: host peak *"])
+    result.stdout.re_match_lines([r"^naive \+ none: over budget: host peak \d\.\d\dx > 1\.50x$"])
+    result.stdout.fnmatch_lines(["FAILED test_offload.py::test_naive - Failed: naive + none: *"])
     result.stdout.fnmatch_lines(["*Captured offloadprobe call*", "*cycle*phase*host peak*"])
 
 
@@ -70,4 +70,58 @@ def test_broken(offload_probe):
 """
     )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*offloadprobe run failed*corrupted data*"])
+    result.stdout.fnmatch_lines(["*FlipsOneBit + none: corrupted: *param_data differs*"])
+
+
+def _readme_example() -> str:
+    import re
+
+    from tests.conftest import ROOT
+
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    return next(b for b in blocks if "offload_budget" in b)
+
+
+def test_readme_example_passes_for_a_correct_pair_fails_for_naive_or_legacy(pytester, monkeypatch):
+    from tests.conftest import ROOT
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    source = _readme_example()
+    naive = source.replace('strategy="lazy"', 'strategy="naive"')
+    legacy = source.replace('optimizer_strategy="complete"', 'optimizer_strategy="legacy"')
+    assert naive != source and legacy != source
+    pytester.makepyfile(test_ok=source, test_naive=naive, test_legacy=legacy)
+    result = pytester.runpytest_subprocess(*_plugin_args(), "-q", "-rf", "--tb=short")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(["FAILED test_legacy.py::*", "FAILED test_naive.py::*"])
+    result.stdout.re_match_lines([r"^lazy \+ legacy: over budget: left on device .* > 0 B$"])
+    result.stdout.re_match_lines(
+        [r"^naive \+ complete: over budget: host peak \(parameters\) \d\.\d\dx > 1\.10x$"]
+    )
+
+
+def test_misspelt_marker_keyword_is_a_usage_error_naming_it(run_plugin):
+    result = run_plugin(
+        """
+import pytest
+
+@pytest.mark.offload_budget(strategy="lazy", max_host_peek="1.1x")
+def test_typo():
+    pass
+"""
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown keyword max_host_peek=; did you mean max_host_peak=?*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_budget_without_unit_in_the_fixture_is_one_line(run_plugin):
+    result = run_plugin(
+        """
+def test_no_unit(offload_probe):
+    offload_probe(strategy="lazy", max_host_peak="1.1")
+"""
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*UsageError: offload_probe: max_host_peak= '1.1' has no unit*"])
+    assert "plugin.py" not in result.stdout.str()

@@ -28,12 +28,13 @@ def reports(tmp_path_factory):
 
 def test_json_schema_is_stable(reports):
     doc, _ = reports["lazy"]
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["device"] == "cpu" and doc["emulated"] is True
     assert doc["payload_bytes"] > 40 * 2**20
     assert {"torch", "megatron_core", "cuda"} <= set(doc["versions"])
     (run,) = doc["runs"]
-    assert run["strategy"] == "lazy"
+    assert run["strategy"] == "lazy" and run["label"] == "lazy + none"
+    assert run["verdict"] == "ok" and run["outcome"]["kind"] == "ok"
     assert set(run["summary"]) >= SUMMARY_KEYS
     assert [c["cycle"] for c in run["cycles"]] == [0, 1, 2]
     assert [p["phase"] for p in run["cycles"][0]["phases"]] == ["train", "offload", "load"]
@@ -64,7 +65,7 @@ def test_every_round_trip_is_bit_exact(reports):
 def test_output_says_what_is_emulated(reports):
     _, stdout = reports["lazy"]
     assert "CPU emulation" in stdout and "no pinned memory" in stdout
-    assert "lazy: host peak" in stdout
+    assert "lazy + none: ok" in stdout and "host peak" in stdout
 
 
 def test_user_strategy_is_plugged_in(run_json):
@@ -93,6 +94,6 @@ def test_corrupting_strategy_fails_loudly(cli):
         *SMALL_MODEL,
     )
     assert proc.returncode == 1
-    assert "corrupted data" in proc.stderr
+    assert "user_strategies:FlipsOneBit + none: corrupted: " in proc.stderr
     assert "param_data differs" in proc.stderr
     assert "ROUND TRIP CORRUPTED" in proc.stdout

@@ -66,3 +66,13 @@ class VerlOffloadPreFix:
 
     def load(self, optimizers):
         load_megatron_optimizer(optimizers, keys=("exp_avg", "exp_avg_sq"))
+
+
+class Nothing:
+    """An optimizer strategy that moves nothing (so nothing can look cheap)."""
+
+    def offload(self, optimizers):
+        pass
+
+    def load(self, optimizers):
+        pass

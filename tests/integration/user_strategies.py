@@ -47,3 +47,29 @@ class KillsItself(KeepOnHost):
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class SkipsOffload(KeepOnHost):
+    """A strategy written to fool the gate: it moves nothing, so the host never grows
+    (and it zeroes the grads on load, so the round trip alone cannot catch it)."""
+
+    def offload(self, models):
+        pass
+
+    def load(self, models):
+        for buf in self._buffers(models):
+            buf.grad_data.zero_()
+
+
+class OutOfMemoryInOffload(KeepOnHost):
+    """A strategy whose offload hits PyTorch's device OOM, as a real one would on CUDA."""
+
+    def offload(self, models):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+class RaisesInLoad(KeepOnHost):
+    """A strategy with a bug: load raises."""
+
+    def load(self, models):
+        raise RuntimeError("load lost its host copy")

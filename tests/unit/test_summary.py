@@ -64,3 +64,25 @@ def test_pinned_adds_registered_bytes():
         integrity_ok=True,
     )
     assert s.pinned_reserved_bytes == 9 * P
+
+
+def test_parameters_and_optimizer_state_each_over_their_own_bytes():
+    """Params (P) move first and stay on the host; the optimizer state (S = 4P) moves next
+    with a 1.5x transient. Each part is over its own bytes, the whole over P + S."""
+    base, S = 1000 * MiB, 4 * P
+    phases = [
+        phase(0, "offload", before=base, after=base + P, peak=base + P),
+        phase(0, "offload optimizer", before=base + P, after=base + P + S,
+              peak=base + P + S + S // 2),
+        phase(0, "load", before=base + P + S, after=base + P + S, peak=base + P + S),
+        phase(0, "load optimizer", before=base + P + S, after=base + P, peak=base + P + S),
+    ]  # fmt: skip
+    s = summarise(
+        phases, payload_bytes=P, baseline_host_bytes=base, gpu_baseline_bytes=None,
+        registered_bytes=0, integrity_ok=True, optimizer_bytes_to_move=S,
+    )  # fmt: skip
+    assert (s.params.host_peak_x, s.params.steady_host_x) == (1.0, 1.0)
+    assert (s.optimizer.host_peak_x, s.optimizer.steady_host_x) == (1.5, 1.0)
+    assert s.moved_bytes == P + S
+    assert s.host_peak_bytes == P + S + S // 2 and s.host_peak_x == (P + 1.5 * S) / (P + S)
+    assert s.steady_host_x == 1.0

@@ -1,0 +1,80 @@
+"""Refuse a run that cannot fit in host memory, before anything is built (``--force``
+overrides)."""
+
+from __future__ import annotations
+
+import psutil
+
+from offloadprobe.core.config import ModelConfig, OptimizerChoice
+from offloadprobe.core.errors import UsageError
+from offloadprobe.core.units import format_bytes
+from offloadprobe.measure.probes.cgroup import locate
+from offloadprobe.plan.footprint import Footprint, estimate
+
+_NO_LIMIT = 1 << 60
+
+
+def _cgroup_limit() -> tuple[int, int] | None:
+    """(limit, usage) of this process's memory cgroup, or None without a limit."""
+    files = locate()
+    if files is None:
+        return None
+    base = files.current.parent
+    for name in ("memory.max", "memory.limit_in_bytes"):
+        try:
+            text = (base / name).read_text().strip()
+        except OSError:
+            continue
+        if text == "max" or int(text) >= _NO_LIMIT:
+            return None
+        try:
+            return int(text), int(files.current.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+    return None
+
+
+def available_host_bytes() -> tuple[int, str]:
+    """Host bytes a run in this process may still use, and where the figure comes from.
+
+    The process's own RSS is added back: the estimate counts the process itself.
+    """
+    own = psutil.Process().memory_info().rss
+    mem_available = psutil.virtual_memory().available
+    cgroup = _cgroup_limit()
+    if cgroup is not None:
+        limit, usage = cgroup
+        free = min(limit - usage, mem_available)
+        return free + own, f"cgroup limit {format_bytes(limit)}, {format_bytes(usage)} in use"
+    return mem_available + own, "MemAvailable"
+
+
+def check_fits(
+    model: ModelConfig,
+    *,
+    strategies: list[tuple[str, str]],
+    optimizer: OptimizerChoice,
+    device: str,
+    force: bool,
+) -> Footprint:
+    """The largest footprint of the (strategy, optimizer strategy) pairs; ``UsageError``
+    when it exceeds what this process may use, unless ``force``."""
+    worst = max(
+        (estimate(model, strategy=s, optimizer_strategy=o, optimizer=optimizer, device=device)
+         for s, o in strategies),
+        key=lambda f: f.total_bytes,
+    )  # fmt: skip
+    if force:
+        return worst
+    available, source = available_host_bytes()
+    if worst.total_bytes <= available:
+        return worst
+    where = "CPU emulation: the emulated device is host memory too" if device == "cpu" else device
+    shown = ", ".join(f"{t.label} {format_bytes(t.value)}" for t in worst.terms[:-1] if t.value)
+    largest = worst.largest_payload(available, device=device)
+    raise UsageError(
+        f"this run needs about {format_bytes(worst.total_bytes)} of host memory ({where}: "
+        f"{shown}) but this process may use {format_bytes(available)} ({source}); the largest "
+        f"payload that fits is about {format_bytes(largest)}: lower --payload, or pass --force "
+        "to run anyway"
+    )

@@ -1,0 +1,255 @@
+"""Exit codes mean one thing in every verb: 0 only when every row is ok and within
+budget, 1 when any row crashed, was killed, corrupted data, did not offload, ran out of
+memory, broke a budget or contradicted a scenario, 2 for bad input.
+
+In process (``offloadprobe.cli.main``) on a tiny model: what is tested here is the
+verdict and the exit code, not process isolation (test_compare_cpu covers real children).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from offloadprobe.core.records import Report
+from offloadprobe.isolation.child import ChildOutcome
+from tests.conftest import TINY
+from tests.unit.test_budgets import run as fake_run
+
+USER = "tests.integration.user_strategies:"
+
+
+@pytest.mark.parametrize(
+    ("strategy", "budget", "code", "kind", "words"),
+    [
+        ("lazy", "1.5x", 0, "ok", "ok"),
+        ("naive", "1.5x", 1, "over budget", "over budget: host peak "),
+        (USER + "FlipsOneBit", None, 1, "corrupted", "param_data differs"),
+        (USER + "SkipsOffload", None, 1, "not offloaded", "param_data 2.52 MiB of 2.52 MiB"),
+        (USER + "RaisesInLoad", None, 1, "crashed", "RuntimeError: load lost its host copy"),
+        (USER + "OutOfMemoryInOffload", None, 1, "out of memory", "Tried to allocate 2.00 GiB"),
+    ],
+)  # fmt: skip
+def test_run_exit_code_and_verdict(invoke, tmp_path, strategy, budget, code, kind, words):
+    out = tmp_path / "r.json"
+    args = ["run", "--strategy", strategy, *TINY, "--no-progress", "--json", str(out)]
+    rc, stdout, stderr = invoke(*args, *(["--max-host-peak", budget] if budget else []))
+    assert rc == code, stderr
+    # the JSON is written in every outcome, with the row's verdict and the stable keys
+    doc = json.loads(out.read_text())
+    assert {"schema_version", "device", "emulated", "payload_bytes", "versions"} <= set(doc)
+    (entry,) = doc["runs"]
+    assert entry["outcome"]["kind"] == kind and words in entry["verdict"]
+    assert f"{entry['label']}: {entry['verdict']}" in stdout.replace("\n", " ").replace("  ", " ")
+    if code:
+        assert stderr.strip().splitlines()[-1].startswith(f"offloadprobe: error: {strategy} + ")
+
+
+def test_oom_in_a_phase_names_phase_and_cycle(invoke, tmp_path):
+    out = tmp_path / "oom.json"
+    rc, _, _ = invoke("run", "--strategy", USER + "OutOfMemoryInOffload", *TINY,
+                      "--no-progress", "--json", str(out))  # fmt: skip
+    outcome = json.loads(out.read_text())["runs"][0]["outcome"]
+    assert rc == 1 and (outcome["phase"], outcome["cycle"]) == ("offload", 0)
+
+
+def test_judged_rollout_oom_is_a_verdict(invoke, tmp_path):
+    out = tmp_path / "rollout.json"
+    rc, _, stderr = invoke("run", "--strategy", "none", *TINY, "--no-progress",
+                           "--rollout-claim", "1GiB", "--gpu-limit", "1GiB",
+                           "--json", str(out))  # fmt: skip
+    outcome = json.loads(out.read_text())["runs"][0]["outcome"]
+    assert rc == 1, stderr
+    assert (outcome["kind"], outcome["phase"]) == ("out of memory", "rollout")
+
+
+def test_a_run_that_cannot_fit_is_refused_before_it_starts(invoke, monkeypatch):
+    from offloadprobe.cli import fit
+
+    monkeypatch.setattr(fit, "available_host_bytes", lambda: (2 * 2**30, "fake cgroup limit"))
+    rc, stdout, stderr = invoke("run", "--payload", "1GiB", "--device", "cpu")
+    assert rc == 2 and stdout == ""
+    (line,) = stderr.strip().splitlines()
+    assert "needs about 12." in line and "GiB of host memory" in line
+    assert "fake cgroup limit" in line and "--force" in line
+    largest = line.split("the largest payload that fits is about ")[1].split(":")[0]
+    assert largest.endswith("MiB") and 50 < float(largest.split()[0]) < 100
+
+
+def test_force_runs_anyway(invoke, monkeypatch):
+    from offloadprobe.cli import fit
+
+    monkeypatch.setattr(fit, "available_host_bytes", lambda: (1, "fake"))
+    rc, _, stderr = invoke("run", "--strategy", "lazy", *TINY, "--no-progress", "--force")
+    assert rc == 0, stderr
+
+
+# -- compare: the parent's judgement over canned children ----------------------------
+
+
+def _report(record) -> dict:
+    report = Report(device="cpu", emulated=True, emulation_note="CPU emulation",
+                    payload_bytes=record.payload_bytes, versions={"torch": "x"}, machine={},
+                    model={}, settings={"strategy": record.strategy}, runs=[record])  # fmt: skip
+    return report.to_dict()
+
+
+def _children(monkeypatch, outcomes: dict[str, ChildOutcome]) -> None:
+    from offloadprobe.compare import comparison
+
+    monkeypatch.setattr(comparison, "run_child", lambda spec: outcomes[spec.args[1]])
+
+
+def _killed(strategy: str) -> ChildOutcome:
+    verdict = "killed by SIGKILL: out of memory (cgroup oom_kill 0 -> 1)"
+    return ChildOutcome(label=strategy, exit_code=-9, report=None, stderr_tail="", verdict=verdict)
+
+
+def _ok(strategy: str, **changes) -> ChildOutcome:
+    record = dataclasses.replace(fake_run(strategy, peak_x=1.0), **changes)
+    return ChildOutcome(label=strategy, exit_code=0, verdict="ok", report=_report(record),
+                        stderr_tail="")  # fmt: skip
+
+
+COMPARE = ["compare", "--device", "cpu", "--payload", "16MiB", "--force"]
+
+
+def test_compare_every_child_killed_exits_1_with_stable_json(invoke, monkeypatch, tmp_path):
+    _children(monkeypatch, {s: _killed(s) for s in ("naive", "lazy")})
+    out = tmp_path / "c.json"
+    rc, _, stderr = invoke(*COMPARE, "naive", "lazy", "--max-host-peak", "1.7x",
+                           "--json", str(out))  # fmt: skip
+    assert rc == 1
+    assert "2 of 2 rows failed: naive + none (killed), lazy + none (killed)" in stderr
+    doc = json.loads(out.read_text())
+    assert doc["schema_version"] == 2 and doc["device"] == "cpu" and doc["emulated"] is True
+    assert doc["payload_bytes"] > 15 * 2**20 and doc["versions"]["torch"]
+    killed = "killed: SIGKILL, cgroup OOM (oom_kill 0 -> 1)"
+    assert [r["verdict"] for r in doc["runs"]] == [killed, killed]
+
+
+@pytest.mark.parametrize(
+    ("changes", "kind", "words"),
+    [
+        ({}, "ok", "ok"),
+        ({"integrity": ["cycle 0, buffer 0: param_data differs"]}, "corrupted", "differs"),
+        ({"not_offloaded": ["param_data 1 GiB still on the device"]}, "not offloaded", "still"),
+        ({"summary": None, "failure": "CUDA out of memory (cycle 1, phase load)",
+          "failure_kind": "out of memory", "failure_cycle": 1, "failure_phase": "load"},
+         "out of memory", "cycle 1, phase load"),
+    ],
+)  # fmt: skip
+def test_compare_row_verdicts(invoke, monkeypatch, tmp_path, changes, kind, words):
+    _children(monkeypatch, {"lazy": _ok("lazy"), "registered": _ok("registered", **changes)})
+    md = tmp_path / "c.md"
+    rc, _, stderr = invoke(*COMPARE, "lazy", "registered", "--markdown", str(md))
+    assert rc == (0 if kind == "ok" else 1), stderr
+    row = next(line for line in md.read_text().splitlines() if "registered + none" in line)
+    verdict = row.rstrip(" |").rsplit("| ", 1)[1]
+    assert verdict.startswith(kind) and words in verdict
+
+
+def test_compare_over_budget_names_the_row(invoke, monkeypatch, tmp_path):
+    naive = ChildOutcome(label="naive", exit_code=0, verdict="ok", stderr_tail="",
+                         report=_report(fake_run("naive", peak_x=4.2)))  # fmt: skip
+    _children(monkeypatch, {"naive": naive, "lazy": _ok("lazy")})
+    md = tmp_path / "c.md"
+    rc, _, stderr = invoke(*COMPARE, "naive", "lazy", "--max-host-peak", "1.7x",
+                           "--markdown", str(md))  # fmt: skip
+    assert rc == 1
+    assert "budget exceeded: naive + none: --max-host-peak: host peak 4.20x > 1.70x" in stderr
+    assert "| over budget: host peak 4.20x > 1.70x |" in md.read_text()
+    assert "| lazy + none |" in md.read_text() and md.read_text().count("| ok |") == 1
+
+
+# -- plan and the strategy spec --------------------------------------------------------
+
+
+def test_plan_contradicting_the_scenario_exits_1(invoke, tmp_path):
+    from tests.conftest import ROOT
+
+    text = (ROOT / "scenarios/ci-small.toml").read_text().replace('naive = "oom"', 'naive = "ok"')
+    scenario = tmp_path / "wrong.toml"
+    scenario.write_text(text)
+    rc, stdout, stderr = invoke("plan", str(scenario), "--no-terms")
+    assert rc == 1 and "(EXPECTED ok)" in stdout
+    assert "naive projected oom, the scenario expects ok" in stderr
+
+
+def test_plan_agreeing_with_the_scenario_exits_0(invoke):
+    from tests.conftest import ROOT
+
+    rc, _, stderr = invoke("plan", str(ROOT / "scenarios/ci-small.toml"), "--no-terms")
+    assert rc == 0, stderr
+
+
+def test_dot_instead_of_colon_gets_a_hint(invoke):
+    rc, _, stderr = invoke("run", "--strategy", "mymod.Offload", "--device", "cpu")
+    assert rc == 2
+    assert "did you mean mymod:Offload?" in stderr
+
+
+# -- repro: the scenario's expectation against what was observed ------------------------
+
+
+@pytest.mark.parametrize(
+    ("observed", "code"),
+    [(("oom", "ok"), 0), (("ok", "ok"), 1), (("oom", "error"), 1), (("error", "ok"), 1)],
+)  # fmt: skip
+def test_repro_exit_code(invoke, monkeypatch, observed, code):
+    from offloadprobe.cli import repro as repro_cli
+    from offloadprobe.repro.records import Repro, ReproOutcome
+    from tests.conftest import ROOT
+
+    outcomes = [
+        ReproOutcome(strategy=s, kind="params", expected=e, observed=o, detail=o, method="fake")
+        for s, e, o in zip(("naive", "lazy"), ("oom", "ok"), observed, strict=True)
+    ]
+    fake = Repro(scenario="ci-small", path="ci-small.toml", device="cpu", emulated=True,
+                 model={}, scale="1", outcomes=outcomes)  # fmt: skip
+    monkeypatch.setattr(repro_cli, "reproduce", lambda *a, **k: fake)
+    rc, _, stderr = invoke("repro", str(ROOT / "scenarios/ci-small.toml"), "--device", "cpu")
+    assert rc == code, stderr
+
+
+# -- the pytest plugin: the same verdicts fail the test -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("outcome", "words"),
+    [
+        (_killed("lazy"), "lazy + none: killed: SIGKILL, cgroup OOM"),
+        (_ok("lazy", not_offloaded=["param_data 1 GiB still on the device"]),
+         "lazy + none: not offloaded: param_data 1 GiB"),
+        (_ok("lazy", integrity=["param_data differs"]), "lazy + none: corrupted: param_data"),
+        (_ok("lazy", summary=None, failure="RuntimeError: boom (cycle 0, phase load)",
+             failure_kind="crashed", failure_cycle=0, failure_phase="load"),
+         "lazy + none: crashed: RuntimeError: boom (cycle 0, phase load)"),
+        (_ok("lazy", summary=fake_run(peak_x=3.0).summary),
+         "lazy + none: over budget: host peak 3.00x > 1.10x"),
+    ],
+)  # fmt: skip
+def test_plugin_fails_on_every_verdict_but_ok(monkeypatch, outcome, words):
+    from offloadprobe.isolation import child
+    from offloadprobe.pytest_plugin.plugin import probe
+
+    monkeypatch.setattr(child, "run_child", lambda spec: outcome)
+    try:
+        _, failure = probe(strategy="lazy", max_host_peak="1.1x")
+    except pytest.fail.Exception as exc:
+        reason = str(exc)
+    else:
+        assert failure is not None
+        reason = failure.reason
+    assert reason.startswith(words)
+
+
+def test_plugin_passes_an_ok_row(monkeypatch):
+    from offloadprobe.isolation import child
+    from offloadprobe.pytest_plugin.plugin import probe
+
+    monkeypatch.setattr(child, "run_child", lambda spec: _ok("lazy"))
+    run, failure = probe(strategy="lazy", max_host_peak="1.1x")
+    assert failure is None and run.summary.host_peak_x == 1.0

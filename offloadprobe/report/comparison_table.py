@@ -1,27 +1,46 @@
-"""Rich side-by-side table of a comparison."""
+"""Rich side-by-side tables of a comparison: host figures and verdicts, then device and rates."""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.console import Console, RenderableType
+from rich.text import Text
 
 from offloadprobe.compare.comparison import Comparison
-from offloadprobe.report.comparison_cells import HEADERS, caption, comparison_cells
+from offloadprobe.report.comparison_cells import (
+    DEVICE_COLUMNS,
+    HOST_COLUMNS,
+    caption,
+    rows,
+    verdict_notes,
+)
+from offloadprobe.report.tables import column_table
 
 
-def comparison_table(comparison: Comparison) -> Table:
-    table = Table(title="offloadprobe compare", caption=caption(comparison), title_justify="left")
-    for name in HEADERS:
-        table.add_column(name, justify="left" if name in ("strategy", "verdict") else "right")
-    for cells, row in zip(comparison_cells(comparison), comparison.rows, strict=True):
-        style = None if row.ok else "red"
-        table.add_row(*(escape(c) for c in cells), style=style)
-    return table
+def comparison_table(comparison: Comparison) -> RenderableType:
+    """Host peak, vs base, steady host and a one-phrase verdict per row."""
+    return column_table(
+        HOST_COLUMNS,
+        rows(comparison),
+        title="offloadprobe compare",
+        caption=caption(comparison),
+        style=lambda c: None if c.row.ok else "red",
+    )
+
+
+def device_table(comparison: Comparison) -> RenderableType:
+    """Pinned and GPU bytes after the last offload, and first / steady rates."""
+    return column_table(
+        DEVICE_COLUMNS,
+        rows(comparison),
+        caption="GB/s: first cycle / steady (median of the later cycles)",
+    )
 
 
 def render_comparison(comparison: Comparison, console: Console) -> None:
     console.print(comparison_table(comparison))
+    for line in verdict_notes(comparison):
+        console.print(Text(line, style="red"))
+    console.print(device_table(comparison))
     notes = sorted({n for r in comparison.rows if r.run for n in r.run.notes})
     for note in notes:
-        console.print(escape(note), style="yellow")
+        console.print(Text(note, style="yellow"))

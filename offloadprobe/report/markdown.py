@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from offloadprobe.compare.comparison import Comparison
-from offloadprobe.report.comparison_cells import HEADERS, caption, comparison_cells
+from offloadprobe.report.comparison_cells import MARKDOWN_COLUMNS, caption, rows
 
 
 def comparison_markdown(comparison: Comparison, *, environment: str = "") -> str:
+    """Every column in one table, each row's full verdict, and the caption below."""
+
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
-    out = [line(HEADERS), line(["---"] * len(HEADERS))]
-    out += [line(cells) for cells in comparison_cells(comparison)]
+    out = [line([c.header for c in MARKDOWN_COLUMNS]), line(["---"] * len(MARKDOWN_COLUMNS))]
+    out += [line([c.cell(r) for c in MARKDOWN_COLUMNS]) for r in rows(comparison)]
     out.append("")
     out.append(caption(comparison) + (f"; {environment}" if environment else "") + ".")
     return "\n".join(out) + "\n"

@@ -1,0 +1,121 @@
+"""The block ``run`` leads with: its verdict, then one row per part, then rates.
+
+Everything here is rendered from a ``RunRecord``; the figures per part come from
+:func:`offloadprobe.report.run_parts.parts`.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from offloadprobe.core.records import RunRecord
+from offloadprobe.core.units import format_bytes, format_ratio
+from offloadprobe.report.run_parts import Part, left_owners, parts
+from offloadprobe.report.tables import NOT_MEASURED, Column, Left, column_table
+
+
+def label(run: RunRecord) -> str:
+    """Both strategies, always: ``lazy + legacy``."""
+    return f"{run.strategy} + {run.optimizer_strategy}"
+
+
+def verdict(run: RunRecord) -> str:
+    """One line: ``ok`` or what went wrong, never longer than the reason itself."""
+    if run.summary is None:
+        return f"stopped early: {run.failure or 'no offload/load completed'}"
+    if not run.summary.integrity_ok:
+        return "ROUND TRIP CORRUPTED"
+    if run.failure:
+        return run.failure
+    return "ok, round trip bit-exact"
+
+
+def _x_bytes(x: float | None, nbytes: int | None) -> str:
+    if nbytes is None:
+        return "in 'both'"
+    if x is None:
+        return format_bytes(nbytes)
+    return f"{format_ratio(x)} {format_bytes(nbytes)}"
+
+
+def _left(part: Part) -> str:
+    if part.left is None:
+        return NOT_MEASURED
+    if not part.left:
+        return "0 B"
+    return format_bytes(part.left) + (" (kept)" if part.left_expected else " LEFT")
+
+
+def _moves(part: Part) -> str:
+    if part.moves == 0:
+        return "not moved"
+    return format_bytes(part.moves)
+
+
+PART_COLUMNS: list[Column[Part]] = [
+    Left("part", lambda p: p.name),
+    Column("moves", _moves),
+    Column("host peak", lambda p: _x_bytes(p.host_peak_x, p.host_peak) if p.moves else "-"),
+    Column("steady host", lambda p: _x_bytes(p.steady_x, p.steady) if p.moves else "-"),
+    Column("left on device", _left),
+]
+
+
+def parts_table(run: RunRecord) -> RenderableType:
+    """One row per part; x = a multiple of the bytes that part moves."""
+    return column_table(
+        PART_COLUMNS,
+        parts(run),
+        caption="x = multiple of the bytes the part moves; host over the RSS before the "
+        "first offload, in offload and load phases",
+    )
+
+
+def _rate(first: float | None, steady: float | None) -> str:
+    if steady is None:
+        return NOT_MEASURED
+    first_text = "" if first is None else f" (first cycle {first:.1f})"
+    return f"{steady:.1f} GB/s{first_text}"
+
+
+def detail_lines(run: RunRecord) -> list[str]:
+    """Sentences under the summary table: rates, pinned, GPU, what is left and why."""
+    s = run.summary
+    if s is None:
+        return []
+    lines = [
+        f"bandwidth: offload {_rate(s.first_offload_gbps, s.offload_gbps)}, "
+        f"load {_rate(s.first_load_gbps, s.load_gbps)}"
+    ]
+    if s.pinned_reserved_bytes is not None:
+        lines.append(
+            f"pinned reserved after the last offload: {format_bytes(s.pinned_reserved_bytes)}"
+        )
+    if s.gpu_left_after_offload_bytes is not None:
+        lines.append(
+            "GPU allocated after the last offload, over the pre-model baseline: "
+            f"{format_bytes(s.gpu_left_after_offload_bytes)}"
+        )
+    for part in parts(run):
+        if part.note:
+            lines.append(part.note)
+    for model, who in ((True, run.strategy), (False, run.optimizer_strategy)):
+        owners = left_owners(run, model=model)
+        expected = who == "none"
+        if owners and not expected:
+            lines.append(f"{who} left on the device: {', '.join(owners)}")
+    return lines
+
+
+def summary_block(run: RunRecord) -> Group:
+    """Verdict line, the parts table, then the detail sentences."""
+    head = Text()
+    head.append(f"{label(run)}: ", style="bold")
+    text = verdict(run)
+    head.append(text, style="green" if text.startswith("ok") else "bold red")
+    items: list = [head]
+    if run.summary is not None:
+        items.append(parts_table(run))
+        items += [Text(line) for line in detail_lines(run)]
+    return Group(*items)

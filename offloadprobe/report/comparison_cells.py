@@ -9,6 +9,7 @@ table as a numbered line.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from offloadprobe.compare.comparison import Comparison, ComparisonRow
 from offloadprobe.core.records import RunSummary
@@ -35,7 +36,11 @@ class Cmp:
 
 
 def full_verdict(row: ComparisonRow) -> str:
-    """The row's verdict in words: the child's, or a corruption its report shows."""
+    """The row's verdict in words: the judged one where the row carries it, else the
+    child's, or a corruption its report shows."""
+    judged = getattr(row, "verdict", None)
+    if judged is not None and hasattr(judged, "line"):
+        return judged.line()
     s = row.run.summary if row.run is not None else None
     if s is not None and not s.integrity_ok:
         return "ROUND TRIP CORRUPTED"
@@ -43,8 +48,10 @@ def full_verdict(row: ComparisonRow) -> str:
 
 
 def short_verdict(row: ComparisonRow) -> str:
-    """The verdict's first phrase (before a colon), at most a few words."""
-    text = full_verdict(row).split(":")[0].strip()
+    """The verdict's kind, or its first phrase (before a colon), at most a few words."""
+    judged = getattr(row, "verdict", None)
+    kind = getattr(judged, "kind", None)
+    text = kind if kind is not None else full_verdict(row).split(":")[0].strip()
     if len(text) > SHORT_VERDICT:
         text = " ".join(text.split()[:2])
     return text[:SHORT_VERDICT]
@@ -100,7 +107,7 @@ HOST_COLUMNS: list[Column[Cmp]] = [
     Column("host peak", lambda c: _fig(c, "peak")),
     Column("vs base", _vs),
     Column("steady host", lambda c: _fig(c, "steady")),
-    Left("verdict", _verdict_cell),
+    Column("verdict", _verdict_cell, justify="left", drop_if_unmeasured=False),
 ]
 
 DEVICE_COLUMNS: list[Column[Cmp]] = [
@@ -110,6 +117,59 @@ DEVICE_COLUMNS: list[Column[Cmp]] = [
     Column("offload GB/s", lambda c: _rates(c, "offload")),
     Column("load GB/s", lambda c: _rates(c, "load")),
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class PartRow:
+    """One part (parameters or optimizer state) of one comparison row."""
+
+    label: str
+    name: str
+    part: Any
+    """A ``PartSummary`` (moved_bytes, host_peak_x, ...) or None when the part did not move."""
+    base: Any
+
+
+def _part_x(p: PartRow, which: str) -> str:
+    if p.part is None:
+        return NO_RUN
+    x = p.part.host_peak_x if which == "peak" else p.part.steady_host_x
+    nbytes = p.part.host_peak_bytes if which == "peak" else p.part.steady_host_bytes
+    return f"{format_ratio(x)} {format_bytes(nbytes)}"
+
+
+def _part_vs(p: PartRow) -> str:
+    if p.part is None:
+        return NO_RUN
+    if p.base is None or p.base.host_peak_x <= 0:
+        return NOT_MEASURED
+    return f"{p.part.host_peak_x / p.base.host_peak_x:.2f}x"
+
+
+PART_COLUMNS: list[Column[PartRow]] = [
+    Left("strategy", lambda p: p.label),
+    Left("part", lambda p: p.name),
+    Column("moves", lambda p: NO_RUN if p.part is None else format_bytes(p.part.moved_bytes)),
+    Column("host peak", lambda p: _part_x(p, "peak")),
+    Column("vs base", _part_vs),
+    Column("steady host", lambda p: _part_x(p, "steady")),
+]
+
+
+def part_rows(comparison: Comparison) -> list[PartRow]:
+    """Each row's parts over their own bytes, 'vs base' against the baseline's same part;
+    empty unless some row measured its optimizer state in a phase of its own."""
+    summaries = [r.run.summary if r.run else None for r in comparison.rows]
+    if not any(getattr(s, "optimizer", None) is not None for s in summaries):
+        return []
+    base = comparison.baseline_summary()
+    out = []
+    for row, s in zip(comparison.rows, summaries, strict=True):
+        for attr, name in (("params", "parameters"), ("optimizer", "optimizer")):
+            part = getattr(s, attr, None)
+            out.append(PartRow(row.candidate.label, name, part, getattr(base, attr, None)))
+    return out
+
 
 MARKDOWN_COLUMNS: list[Column[Cmp]] = [
     *HOST_COLUMNS[:-1],

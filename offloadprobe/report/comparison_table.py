@@ -9,7 +9,9 @@ from offloadprobe.compare.comparison import Comparison
 from offloadprobe.report.comparison_cells import (
     DEVICE_COLUMNS,
     HOST_COLUMNS,
+    PART_COLUMNS,
     caption,
+    part_rows,
     rows,
     verdict_notes,
 )
@@ -36,10 +38,28 @@ def device_table(comparison: Comparison) -> RenderableType:
     )
 
 
+def parts_table(comparison: Comparison) -> RenderableType | None:
+    """Parameters and optimizer state, each over its own bytes; None when no row moved
+    optimizer state in a phase of its own."""
+    rows = part_rows(comparison)
+    if not rows:
+        return None
+    return column_table(
+        PART_COLUMNS,
+        rows,
+        title="each part over its own bytes",
+        caption=f"'vs base' = the part's host peak / {comparison.baseline}'s same part",
+        sections=lambda p: p.label,
+    )
+
+
 def render_comparison(comparison: Comparison, console: Console) -> None:
     console.print(comparison_table(comparison))
     for line in verdict_notes(comparison):
         console.print(Text(line, style="red"))
+    parts = parts_table(comparison)
+    if parts is not None:
+        console.print(parts)
     console.print(device_table(comparison))
     notes = sorted({n for r in comparison.rows if r.run for n in r.run.notes})
     for note in notes:

@@ -6,6 +6,8 @@ Everything here is rendered from a ``RunRecord``; the figures per part come from
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -20,8 +22,13 @@ def label(run: RunRecord) -> str:
     return f"{run.strategy} + {run.optimizer_strategy}"
 
 
-def verdict(run: RunRecord) -> str:
-    """One line: ``ok`` or what went wrong, never longer than the reason itself."""
+def verdict(run: RunRecord, judged: Any = None) -> str:
+    """One line: ``ok`` or what went wrong. ``judged`` is the invocation's verdict for the
+    run (anything with ``line()``), which also knows the budgets; without one the record
+    alone decides."""
+    if judged is not None:
+        text = judged.line()
+        return "ok, round trip bit-exact" if text == "ok" else text
     if run.summary is None:
         return f"stopped early: {run.failure or 'no offload/load completed'}"
     if not run.summary.integrity_ok:
@@ -88,6 +95,13 @@ def detail_lines(run: RunRecord) -> list[str]:
         f"bandwidth: offload {_rate(s.first_offload_gbps, s.offload_gbps)}, "
         f"load {_rate(s.first_load_gbps, s.load_gbps)}"
     ]
+    moving = [p for p in parts(run) if p.moves and p.offload_gbps is not None]
+    moving = [p for p in moving if p.name in ("parameters", "optimizer")]
+    if len(moving) > 1:
+        lines += [
+            f"  {p.name}: offload {_rate(None, p.offload_gbps)}, load {_rate(None, p.load_gbps)}"
+            for p in moving
+        ]
     if s.pinned_reserved_bytes is not None:
         lines.append(
             f"pinned reserved after the last offload: {format_bytes(s.pinned_reserved_bytes)}"
@@ -108,11 +122,11 @@ def detail_lines(run: RunRecord) -> list[str]:
     return lines
 
 
-def summary_block(run: RunRecord) -> Group:
+def summary_block(run: RunRecord, judged: Any = None) -> Group:
     """Verdict line, the parts table, then the detail sentences."""
     head = Text()
     head.append(f"{label(run)}: ", style="bold")
-    text = verdict(run)
+    text = verdict(run, judged)
     head.append(text, style="green" if text.startswith("ok") else "bold red")
     items: list = [head]
     if run.summary is not None:

@@ -158,8 +158,10 @@ def summary_line(run: RunRecord) -> Text:
 def render_report(report: Report, console: Console) -> None:
     """Per run: the summary block, the phase tables, what was left; then the environment."""
     gpu = not report.emulated
-    for run in report.runs:
-        console.print(summary_block(run))
+    judged = list(getattr(report, "verdicts", None) or [])
+    judged += [None] * (len(report.runs) - len(judged))
+    for run, verdict_of_run in zip(report.runs, judged, strict=False):
+        console.print(summary_block(run, verdict_of_run))
         if report.emulation_note:
             console.print(Text(report.emulation_note, style="yellow"))
         console.print()

@@ -32,11 +32,13 @@ class Column(Generic[R]):
     justify: Literal["left", "right"] = "right"
     drop_if_unmeasured: bool = True
     """Leave the column out when every cell reads ``n/a`` (not measurable on this host)."""
+    no_wrap: bool = True
+    """Numbers never wrap; where the width runs short, text columns wrap instead."""
 
 
 def Left(header: str, cell: Callable[[R], str]) -> Column[R]:
     """A left-aligned text column that stays even when empty."""
-    return Column(header, cell, justify="left", drop_if_unmeasured=False)
+    return Column(header, cell, justify="left", drop_if_unmeasured=False, no_wrap=False)
 
 
 def compact_table() -> Table:
@@ -72,7 +74,13 @@ def column_table(
     ]
     table = compact_table()
     for i in keep:
-        table.add_column(columns[i].header, justify=columns[i].justify)
+        c = columns[i]
+        table.add_column(
+            c.header,
+            justify=c.justify,
+            no_wrap=c.no_wrap,
+            overflow="ellipsis" if c.no_wrap else "fold",
+        )
     previous: object = None
     for index, (row, row_cells) in enumerate(zip(rows, cells, strict=True)):
         if sections is not None:

@@ -101,4 +101,5 @@ def test_compare_verdict_cells_are_one_line_with_detail_below() -> None:
     lines = render("compare", 80).splitlines()
     killed = [ln for ln in lines if ln.startswith("registered")]
     assert "killed by SIGKILL (2)" in killed[0]
-    assert "(2) registered: killed by SIGKILL: out of memory (cgroup oom_kill 0 -> 1)" in lines
+    notes = [ln for ln in lines if ln.startswith("(2) registered")]
+    assert notes and "killed by SIGKILL: out of memory" in " ".join(lines[lines.index(notes[0]) :])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from offloadprobe.compare.comparison import Candidate, Comparison, ComparisonRow
 from offloadprobe.core.records import (
     GpuReading,
@@ -242,6 +244,28 @@ def comparison() -> Comparison:
 
 
 PIN = 16 * GiB
+
+
+def cpu_comparison() -> Comparison:
+    """naive and lazy in CPU emulation: nothing pinned, no GPU readings to show."""
+    rows = []
+    for name, peak_x in (("naive", 3.0), ("lazy", 1.01)):
+        run = cpu_run(name)
+        summary = replace(
+            run.summary,
+            host_peak_x=peak_x,
+            host_peak_bytes=int(peak_x * run.payload_bytes),
+        )
+        run = replace(run, summary=summary)
+        outcome = ChildOutcome(
+            label=name,
+            exit_code=0,
+            verdict="ok",
+            report=report(run, emulated=True).to_dict(),
+            stderr_tail="",
+        )
+        rows.append(ComparisonRow(candidate=Candidate(strategy=name), outcome=outcome, run=run))
+    return Comparison(rows=rows, baseline="naive")
 
 
 def scenario_plan() -> ScenarioPlan:

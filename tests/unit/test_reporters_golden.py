@@ -39,6 +39,7 @@ RENDERERS: dict[str, Callable[[Console], None]] = {
     "run-gpu": lambda c: render_report(fake.report(fake.gpu_run(), emulated=False), c),
     "residency": _residency,
     "compare": lambda c: render_comparison(fake.comparison(), c),
+    "compare-cpu": lambda c: render_comparison(fake.cpu_comparison(), c),
     "plan": lambda c: render_plan(fake.scenario_plan(), c, terms=True),
     "plan-probe": lambda c: render_probe(fake.probe_rows(), c, title="probe model: 1000 MiB"),
     "repro": lambda c: render_repro(fake.repro(), c),
@@ -95,6 +96,13 @@ def test_state_left_behind_by_a_moving_strategy_is_flagged() -> None:
     text = render("run-gpu", 80)
     assert "legacy left on the device: master_param" in text
     assert "master_param" in render("residency", 80)
+
+
+def test_columns_that_cannot_be_measured_here_are_dropped() -> None:
+    cpu = render("compare-cpu", 80)
+    assert "pinned reserved" not in cpu and "GPU left" not in cpu
+    assert "pinned reserved" in render("compare", 80)
+    assert "GPU peak" not in render("run-cpu", 80) and "GPU peak" in render("run-gpu", 80)
 
 
 def test_compare_verdict_cells_are_one_line_with_detail_below() -> None:

@@ -22,20 +22,31 @@ def label(run: RunRecord) -> str:
     return f"{run.strategy} + {run.optimizer_strategy}"
 
 
-def verdict(run: RunRecord, judged: Any = None) -> str:
-    """One line: ``ok`` or what went wrong. ``judged`` is the invocation's verdict for the
-    run (anything with ``line()``), which also knows the budgets; without one the record
-    alone decides."""
+def verdict_parts(run: RunRecord, judged: Any = None) -> tuple[str, str | None]:
+    """The verdict as a short phrase for the head line, and its detail (None if none).
+
+    ``judged`` is the invocation's verdict for the run (``kind``, ``ok``, ``line()``),
+    which also knows the budgets; without one the record alone decides.
+    """
     if judged is not None:
-        text = judged.line()
-        return "ok, round trip bit-exact" if text == "ok" else text
+        if judged.ok:
+            return "ok, round trip bit-exact", None
+        return judged.kind, judged.line()
     if run.summary is None:
-        return f"stopped early: {run.failure or 'no offload/load completed'}"
+        return "stopped early", run.failure or "no offload/load pair completed"
     if not run.summary.integrity_ok:
-        return "ROUND TRIP CORRUPTED"
+        return "ROUND TRIP CORRUPTED", "; ".join(run.integrity[:3]) or None
     if run.failure:
-        return run.failure
-    return "ok, round trip bit-exact"
+        return "stopped early", run.failure
+    return "ok, round trip bit-exact", None
+
+
+def verdict(run: RunRecord, judged: Any = None) -> str:
+    """The whole verdict on one line: the short phrase, or its detail where there is one."""
+    short, detail = verdict_parts(run, judged)
+    if detail is None:
+        return short
+    return detail if detail.startswith(short) else f"{short}: {detail}"
 
 
 def _x_bytes(x: float | None, nbytes: int | None) -> str:
@@ -126,9 +137,11 @@ def summary_block(run: RunRecord, judged: Any = None) -> Group:
     """Verdict line, the parts table, then the detail sentences."""
     head = Text()
     head.append(f"{label(run)}: ", style="bold")
-    text = verdict(run, judged)
-    head.append(text, style="green" if text.startswith("ok") else "bold red")
+    short, detail = verdict_parts(run, judged)
+    head.append(short, style="green" if short.startswith("ok") else "bold red")
     items: list = [head]
+    if detail is not None:
+        items.append(Text(detail, style="red"))
     if run.summary is not None:
         items.append(parts_table(run))
         items += [Text(line) for line in detail_lines(run)]

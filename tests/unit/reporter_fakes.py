@@ -95,6 +95,17 @@ def cpu_run(
     )
 
 
+def stopped_run() -> RunRecord:
+    """Out of device memory in the first load: phases so far, no summary."""
+    run = cpu_run("naive")
+    return replace(
+        run,
+        phases=run.phases[:2],
+        summary=None,
+        failure="device out of memory in cycle 0, phase load: CUDA out of memory claiming 1.38 GiB",
+    )
+
+
 def gpu_run() -> RunRecord:
     """registered + legacy on a GPU, precision-aware: master_param stays behind."""
     payload = GiB

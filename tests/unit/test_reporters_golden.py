@@ -36,6 +36,7 @@ RENDERERS: dict[str, Callable[[Console], None]] = {
     "run-cpu-corrupted": lambda c: render_report(
         fake.report(fake.cpu_run(integrity=False), emulated=True), c
     ),
+    "run-stopped": lambda c: render_report(fake.report(fake.stopped_run(), emulated=True), c),
     "run-gpu": lambda c: render_report(fake.report(fake.gpu_run(), emulated=False), c),
     "residency": _residency,
     "compare": lambda c: render_comparison(fake.comparison(), c),

@@ -3,6 +3,10 @@
 The summary block of ``run`` has one row per part. This module is the only place that
 decides which figure of a ``RunSummary`` belongs to which part, so a new figure (or a new
 part) is one change here and one line in the column list.
+
+Whether a part stayed on the device by design is read from the record, never from a
+strategy's name: a part of which nothing moved (everything it holds is still on the
+device after the offload) was kept; a part that moved yet left bytes behind left them.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ MODEL_BUFFERS = ("param_data", "grad_data")
 """Residency owners that belong to the model's DDP buffers; every other owner is
 optimizer state."""
 
-NOT_OFFLOADED = "none"
-"""The strategy name (model or optimizer) that deliberately moves nothing."""
+PARAMETERS = "parameters"
+OPTIMIZER = "optimizer"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -26,14 +30,15 @@ class Part:
 
     name: str
     moves: int | None
-    """Bytes the part must move (its payload)."""
+    """Bytes the part moves (its payload); 0 when nothing of it moved."""
     host_peak: int | None = None
     host_peak_x: float | None = None
     steady: int | None = None
     steady_x: float | None = None
     left: int | None = None
     """Bytes of this part still on the device after the last offload."""
-    left_expected: bool = False
+    kept: bool = False
+    """Nothing of this part moved: its strategy keeps it on the device by design."""
     offload_gbps: float | None = None
     """Steady rate of this part's offload (median of the cycles after the first)."""
     load_gbps: float | None = None
@@ -41,18 +46,32 @@ class Part:
     """A sentence printed under the summary (why a part stays, how figures were taken)."""
 
 
+def is_model_owner(owner: str) -> bool:
+    """Whether a residency owner is a DDP buffer (parameters) rather than optimizer state."""
+    return owner in MODEL_BUFFERS
+
+
 def _left(run: RunRecord, *, model: bool) -> int | None:
     by_key = run.summary.left_after_offload_bytes_by_key if run.summary else None
     if by_key is None:
         return None
-    return sum(v for k, v in by_key.items() if (k in MODEL_BUFFERS) == model)
+    return sum(v for k, v in by_key.items() if is_model_owner(k) == model)
 
 
 def left_owners(run: RunRecord, *, model: bool) -> list[str]:
     """Owners of one part left on the device after the last offload, largest first."""
     by_key = (run.summary.left_after_offload_bytes_by_key if run.summary else None) or {}
-    owners = [(v, k) for k, v in by_key.items() if v and (k in MODEL_BUFFERS) == model]
+    owners = [(v, k) for k, v in by_key.items() if v and is_model_owner(k) == model]
     return [k for _, k in sorted(owners, reverse=True)]
+
+
+def _kept_note(run: RunRecord, name: str) -> str:
+    if name == PARAMETERS:
+        return f"parameters not offloaded (--strategy {run.strategy})"
+    return (
+        f"optimizer state not offloaded (--optimizer-strategy {run.optimizer_strategy}): "
+        "it stays on the device by design"
+    )
 
 
 def parts(run: RunRecord) -> list[Part]:
@@ -60,44 +79,30 @@ def parts(run: RunRecord) -> list[Part]:
     s = run.summary
     if s is None:
         return []
-    measured = {
-        "parameters": getattr(s, "params", None),
-        "optimizer": getattr(s, "optimizer", None),
-    }
+    measured = {PARAMETERS: getattr(s, "params", None), OPTIMIZER: getattr(s, "optimizer", None)}
     if any(m is not None for m in measured.values()):
         return _measured_parts(run, measured)
     return _shared_phase_parts(run)
 
 
-def _still(run: RunRecord, name: str) -> bool:
-    """Whether the part's strategy is ``none``: it stays on the device by design."""
-    who = run.strategy if name == "parameters" else run.optimizer_strategy
-    return who == NOT_OFFLOADED
-
-
-def _stays_note(run: RunRecord, name: str) -> str:
-    if not _still(run, name):
-        return ""
-    if name == "parameters":
-        return "parameters not offloaded (--strategy none)"
-    return (
-        "optimizer state not offloaded (--optimizer-strategy none): it stays on the device "
-        "by design"
-    )
+def kept_parts(run: RunRecord) -> set[str]:
+    """Names of the parts that stayed on the device by design."""
+    return {p.name for p in parts(run) if p.kept}
 
 
 def _measured_parts(run: RunRecord, measured: dict[str, Any]) -> list[Part]:
-    """Each part measured in its own phase, over its own bytes; the whole when both moved."""
+    """Each part moved in its own phase, over its own bytes; the whole when both moved."""
     s = run.summary
     out = []
     for name, m in measured.items():
-        model = name == "parameters"
+        left = _left(run, model=name == PARAMETERS)
+        kept = m is None and bool(left)
         part = Part(
             name=name,
             moves=0 if m is None else m.moved_bytes,
-            left=_left(run, model=model),
-            left_expected=_still(run, name),
-            note=_stays_note(run, name),
+            left=left,
+            kept=kept,
+            note=_kept_note(run, name) if kept else "",
         )
         if m is not None:
             part = replace(
@@ -128,26 +133,28 @@ def _measured_parts(run: RunRecord, measured: dict[str, Any]) -> list[Part]:
 def _shared_phase_parts(run: RunRecord) -> list[Part]:
     """Records from before per-part phases: one phase moved whatever moved."""
     s = run.summary
-    params_still = _still(run, "parameters")
-    optimizer_still = _still(run, "optimizer")
-    params = Part(
-        name="parameters",
-        moves=0 if params_still else run.payload_bytes,
-        left=_left(run, model=True),
-        left_expected=params_still,
-        note=_stays_note(run, "parameters"),
-    )
-    optimizer = Part(
-        name="optimizer",
-        moves=0 if optimizer_still else s.optimizer_state_bytes,
-        left=_left(run, model=False),
-        left_expected=optimizer_still,
-        note=_stays_note(run, "optimizer"),
-    )
-    if optimizer_still or params_still:
+    holds = {PARAMETERS: run.payload_bytes, OPTIMIZER: s.optimizer_state_bytes}
+    base = []
+    for name, size in holds.items():
+        left = _left(run, model=name == PARAMETERS)
+        kept = bool(size) and left is not None and left >= size
+        base.append(
+            Part(
+                name=name,
+                moves=0 if kept else size,
+                left=left,
+                kept=kept,
+                note=_kept_note(run, name) if kept else "",
+            )
+        )
+    params, optimizer = base
+    if params.kept and optimizer.kept:
+        return base
+    if params.kept or optimizer.kept:
         # One part moves alone: the run's host figures are that part's.
-        moving = optimizer if params_still else params
-        moving = replace(
+        index = 1 if params.kept else 0
+        moving = base[index]
+        base[index] = replace(
             moving,
             host_peak=s.host_peak_bytes,
             host_peak_x=_over(s.host_peak_bytes, moving.moves),
@@ -156,22 +163,20 @@ def _shared_phase_parts(run: RunRecord) -> list[Part]:
             offload_gbps=s.offload_gbps,
             load_gbps=s.load_gbps,
         )
-        return [moving, optimizer] if moving.name == "parameters" else [params, moving]
+        return base
+    moves = run.payload_bytes + (s.optimizer_state_bytes or 0)
     both = Part(
         name="both",
-        moves=run.payload_bytes + (s.optimizer_state_bytes or 0),
+        moves=moves,
         host_peak=s.host_peak_bytes,
+        host_peak_x=_over(s.host_peak_bytes, moves),
         steady=s.steady_host_bytes,
+        steady_x=_over(s.steady_host_bytes, moves),
         left=_total(s.left_after_offload_bytes_by_key),
         offload_gbps=s.offload_gbps,
         load_gbps=s.load_gbps,
         note="parameters and optimizer state move in one phase: their host figures are "
         "measured together (row 'both')",
-    )
-    both = replace(
-        both,
-        host_peak_x=_over(both.host_peak, both.moves),
-        steady_x=_over(both.steady, both.moves),
     )
     return [params, optimizer, both]
 

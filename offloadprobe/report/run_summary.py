@@ -13,7 +13,7 @@ from rich.text import Text
 
 from offloadprobe.core.records import RunRecord
 from offloadprobe.core.units import format_bytes, format_ratio
-from offloadprobe.report.run_parts import Part, left_owners, parts
+from offloadprobe.report.run_parts import OPTIMIZER, PARAMETERS, Part, left_owners, parts
 from offloadprobe.report.tables import NOT_MEASURED, Column, Left, column_table
 
 
@@ -62,7 +62,7 @@ def _left(part: Part) -> str:
         return NOT_MEASURED
     if not part.left:
         return "0 B"
-    return format_bytes(part.left) + (" (kept)" if part.left_expected else " LEFT")
+    return format_bytes(part.left) + (" (kept)" if part.kept else " LEFT")
 
 
 def _moves(part: Part) -> str:
@@ -107,7 +107,7 @@ def detail_lines(run: RunRecord) -> list[str]:
         f"load {_rate(s.first_load_gbps, s.load_gbps)}"
     ]
     moving = [p for p in parts(run) if p.moves and p.offload_gbps is not None]
-    moving = [p for p in moving if p.name in ("parameters", "optimizer")]
+    moving = [p for p in moving if p.name in (PARAMETERS, OPTIMIZER)]
     if len(moving) > 1:
         lines += [
             f"  {p.name}: offload {_rate(None, p.offload_gbps)}, load {_rate(None, p.load_gbps)}"
@@ -125,11 +125,12 @@ def detail_lines(run: RunRecord) -> list[str]:
     for part in parts(run):
         if part.note:
             lines.append(part.note)
-    for model, who in ((True, run.strategy), (False, run.optimizer_strategy)):
-        owners = left_owners(run, model=model)
-        expected = who == "none"
-        if owners and not expected:
-            lines.append(f"{who} left on the device: {', '.join(owners)}")
+    for part in parts(run):
+        if part.name not in (PARAMETERS, OPTIMIZER) or part.kept or not part.left:
+            continue
+        model = part.name == PARAMETERS
+        who = run.strategy if model else run.optimizer_strategy
+        lines.append(f"{who} left on the device: {', '.join(left_owners(run, model=model))}")
     return lines
 
 

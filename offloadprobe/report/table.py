@@ -15,7 +15,7 @@ from rich.text import Text
 
 from offloadprobe.core.records import PhaseRecord, Report, RunRecord
 from offloadprobe.core.units import format_bytes, format_ratio
-from offloadprobe.report.run_parts import MODEL_BUFFERS
+from offloadprobe.report.run_parts import OPTIMIZER, PARAMETERS, is_model_owner, kept_parts
 from offloadprobe.report.run_summary import label, summary_block, verdict
 from offloadprobe.report.tables import NOT_MEASURED, Column, Left, column_table
 
@@ -108,7 +108,7 @@ class _Owner:
 
 RESIDENCY_COLUMNS: list[Column[_Owner]] = [
     Left("owner", lambda o: o.name),
-    Left("part", lambda o: "parameters" if o.name in MODEL_BUFFERS else "optimizer"),
+    Left("part", lambda o: PARAMETERS if is_model_owner(o.name) else OPTIMIZER),
     Column("after first offload", lambda o: format_bytes(o.first)),
     Column("after last offload", lambda o: format_bytes(o.last)),
 ]
@@ -117,16 +117,17 @@ RESIDENCY_COLUMNS: list[Column[_Owner]] = [
 def residency_table(run: RunRecord, *, gpu: bool) -> RenderableType | None:
     """What each owner left on the device after an offload; None if nothing unexpected.
 
-    A part whose strategy is ``none`` stays on the device by design and is not listed:
-    the summary says so in words.
+    A part of which nothing moved stays on the device by design and is not listed: the
+    summary says so in words.
     """
     offloads = [rec.left_on_device for rec in run.phases if rec.left_on_device is not None]
-    if not offloads:
+    if not offloads or run.summary is None:  # a run that stopped early: its verdict says why
         return None
 
-    def expected(name: str) -> bool:
-        who = run.strategy if name in MODEL_BUFFERS else run.optimizer_strategy
-        return who == "none"
+    kept = kept_parts(run)
+
+    def expected(owner: str) -> bool:
+        return (PARAMETERS if is_model_owner(owner) else OPTIMIZER) in kept
 
     names = {k for left in offloads for k, v in left.items() if v and not expected(k)}
     if not names:

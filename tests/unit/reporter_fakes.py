@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
 
 from offloadprobe.compare.comparison import Candidate, Comparison, ComparisonRow
 from offloadprobe.core.records import (
@@ -178,6 +179,75 @@ def gpu_run() -> RunRecord:
         optimizer_strategy="legacy",
         optimizer="offloadprobe PrecisionAwareAdam",
     )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PartFake:
+    """The figures of one part moved in its own phase (the shape of ``PartSummary``)."""
+
+    moved_bytes: int
+    host_peak_bytes: int
+    host_peak_x: float
+    steady_host_bytes: int
+    steady_host_x: float
+    offload_gbps: float | None
+    load_gbps: float | None
+
+
+def part(moved: int, peak_x: float, steady_x: float, rate: float) -> PartFake:
+    return PartFake(
+        moved_bytes=moved,
+        host_peak_bytes=int(peak_x * moved),
+        host_peak_x=peak_x,
+        steady_host_bytes=int(steady_x * moved),
+        steady_host_x=steady_x,
+        offload_gbps=rate,
+        load_gbps=rate - 1,
+    )
+
+
+def with_parts(run: RunRecord, params: PartFake | None, optimizer: PartFake | None) -> RunRecord:
+    """``run`` whose summary also carries each part measured in a phase of its own."""
+    moved = sum(p.moved_bytes for p in (params, optimizer) if p is not None)
+    summary = SimpleNamespace(
+        **{f: getattr(run.summary, f) for f in RunSummary.__dataclass_fields__},
+        params=params,
+        optimizer=optimizer,
+        moved_bytes=moved,
+    )
+    return replace(run, summary=summary)
+
+
+def parts_run() -> RunRecord:
+    """lazy + complete on a GPU, each part over its own bytes."""
+    run = replace(gpu_run(), strategy="lazy", optimizer_strategy="complete")
+    phases = [p if p.left_on_device is None else replace(p, left_on_device={}) for p in run.phases]
+    summary = replace(
+        run.summary,
+        left_after_offload_bytes_by_key={},
+        host_peak_x=run.summary.host_peak_bytes / (7 * GiB),
+        steady_host_x=run.summary.steady_host_bytes / (7 * GiB),
+        gpu_left_after_offload_bytes=23 * 1024,
+    )
+    run = replace(run, phases=phases, summary=summary)
+    return with_parts(run, part(GiB, 1.6, 1.6, 55.1), part(6 * GiB, 1.0, 1.0, 50.2))
+
+
+def parts_comparison() -> Comparison:
+    """lazy + complete against naive + legacy, part by part."""
+    rows = []
+    for name, opt, params_x, opt_x in (
+        ("naive", "legacy", 4.2, 1.63),
+        ("lazy", "complete", 1.6, 1.0),
+    ):
+        run = replace(parts_run(), strategy=name, optimizer_strategy=opt)
+        run = with_parts(
+            run, part(GiB, params_x, params_x, 55.0), part(6 * GiB, opt_x, opt_x, 50.0)
+        )
+        outcome = ChildOutcome(label=name, exit_code=0, verdict="ok", report=None, stderr_tail="")
+        candidate = Candidate(strategy=name, optimizer_strategy=opt)
+        rows.append(ComparisonRow(candidate=candidate, outcome=outcome, run=run))
+    return Comparison(rows=rows, baseline=rows[0].candidate.label)
 
 
 def report(run: RunRecord, *, emulated: bool) -> Report:

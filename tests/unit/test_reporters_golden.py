@@ -38,6 +38,8 @@ RENDERERS: dict[str, Callable[[Console], None]] = {
     ),
     "run-stopped": lambda c: render_report(fake.report(fake.stopped_run(), emulated=True), c),
     "run-gpu": lambda c: render_report(fake.report(fake.gpu_run(), emulated=False), c),
+    "run-parts": lambda c: render_report(fake.report(fake.parts_run(), emulated=False), c),
+    "compare-parts": lambda c: render_comparison(fake.parts_comparison(), c),
     "residency": _residency,
     "compare": lambda c: render_comparison(fake.comparison(), c),
     "compare-cpu": lambda c: render_comparison(fake.cpu_comparison(), c),

@@ -21,8 +21,8 @@ $(BIN)/offloadprobe: pyproject.toml
 env: $(BIN)/offloadprobe ## Create the virtual environment if it is missing
 
 .PHONY: run
-run: env ## Run the main job: the lazy strategy on the default model
-	$(BIN)/offloadprobe run --strategy lazy
+run: env ## Run the main job: the lazy strategy on a 32 MiB model, 2 cycles
+	$(BIN)/offloadprobe run --strategy lazy --payload 32MiB --cycles 2
 
 .PHONY: test
 test: env ## Run the whole test suite (GPU tests skip without CUDA)

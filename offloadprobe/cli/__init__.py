@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -19,16 +20,50 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from offloadprobe import __version__
+
+        print(f"offloadprobe {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     """Measure, compare and reproduce offload memory on real megatron-core buffers."""
 
 
 def _register() -> None:
-    from offloadprobe.cli import compare, plan, repro, run  # noqa: F401  (each verb registers)
+    from offloadprobe.cli import compare, plan, repro, run, scenarios  # noqa: F401  (each verb registers)
+
+
+def _plain_flags(command) -> None:
+    """A flag takes no value, so its help shows no type: typer prints ``<bool>`` otherwise."""
+    for param in getattr(command, "params", []):
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    make_help = command.get_help_option
+
+    def help_option(ctx, make=make_help):
+        option = make(ctx)
+        if option is not None and option.metavar is None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option
+    for sub in getattr(command, "commands", {}).values():
+        _plain_flags(sub)
 
 
 def fail(message: str, code: int, kind: str = "bad input") -> None:
@@ -48,13 +83,21 @@ def _tell_parent(kind: str, message: str) -> None:
             Path(path).write_text(json.dumps({"kind": kind, "message": message}))
 
 
+THIRD_PARTY = ("megatron", "transformer_engine", "apex", "torch.distributed")
+"""Packages whose import-time and construction-time chatter is not offloadprobe's output:
+megatron-core's deprecation banners (``GPTModel IS DEPRECATED``, logged by
+``megatron.core`` loggers) and optional-backend warnings (Transformer Engine, Apex,
+``warnings.warn`` in their modules). Our own notes say what was emulated or missing."""
+
+
 def _quiet_third_party_warnings() -> None:
-    """megatron-core and torch.distributed warn about optional backends on every import;
-    that is not offloadprobe's output. Our own notes say what was emulated or missing."""
+    """Silence warnings raised in, and log records below ERROR from, ``THIRD_PARTY``."""
+    import logging
     import warnings
 
-    for module in (r"megatron\.", r"torch\.distributed"):
-        warnings.filterwarnings("ignore", module=module)
+    for package in THIRD_PARTY:
+        warnings.filterwarnings("ignore", module=package.replace(".", r"\.") + r"(\.|$)")
+        logging.getLogger(package).setLevel(logging.ERROR)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -67,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     _register()
     args = sys.argv[1:] if argv is None else list(argv)
     command = typer.main.get_command(app)
+    _plain_flags(command)
     if not args:
         args = ["--help"]
     try:

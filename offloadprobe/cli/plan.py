@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,20 +13,30 @@ from offloadprobe.core.errors import ExpectationMismatch, UsageError
 from offloadprobe.report.output import check_writable, write_json
 from offloadprobe.report.plan_table import render_plan, render_probe
 from offloadprobe.scenarios import load_scenario
+from offloadprobe.scenarios.catalog import resolve
 
 
 @app.command("plan")
 def plan_command(
     scenario: Annotated[
-        Path | None, typer.Argument(help="A scenario file; leave out with --probe.")
+        str | None,
+        typer.Argument(
+            help="A scenario file, or a packaged scenario's name (verl-6193); leave out "
+            "with --probe. See offloadprobe scenarios."
+        ),
     ] = None,
     probe: Annotated[
         bool,
         typer.Option("--probe", help="Project offloadprobe's own probe model (see run's flags)."),
     ] = False,
     device: Annotated[
-        str, typer.Option("--device", help="--probe: cuda, or cpu for the CPU emulation.")
-    ] = "cuda",
+        str,
+        typer.Option(
+            "--device",
+            help="--probe: cuda, cpu (the CPU emulation) or auto (cuda where available, "
+            "as run does).",
+        ),
+    ] = "auto",
     cycles: Annotated[int, typer.Option("--cycles", help="--probe: offload cycles.")] = 3,
     payload: opt.Payload = None,
     layers: opt.Layers = opt.DEFAULT.num_layers,
@@ -53,7 +62,7 @@ def plan_command(
     if probe == (scenario is not None):
         raise UsageError("give a scenario file or --probe, not both and not neither")
     if scenario is not None:
-        plan = project_scenario(load_scenario(scenario))
+        plan = project_scenario(load_scenario(resolve(scenario)))
         render_plan(plan, console, terms=terms)
         doc = plan.to_dict()
         mismatches = [
@@ -62,8 +71,12 @@ def plan_command(
             if row.expected is not None and row.expected != row.outcome
         ]
     else:
-        if device not in ("cuda", "cpu"):
-            raise UsageError(f"--device must be cuda or cpu for --probe, got {device!r}")
+        if device not in ("cuda", "cpu", "auto"):
+            raise UsageError(f"--device must be cuda, cpu or auto for --probe, got {device!r}")
+        if device == "auto":
+            from offloadprobe.engine.runtime.session import resolve_device
+
+            device = resolve_device(device)
         if cycles < 1:
             raise UsageError(f"--cycles must be at least 1, got {cycles}")
         model = opt.model_config(

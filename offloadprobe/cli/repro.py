@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -16,12 +15,17 @@ from offloadprobe.core.units import parse_size
 from offloadprobe.report.output import check_writable, write_json
 from offloadprobe.report.repro_table import render_repro
 from offloadprobe.scenarios import load_scenario
+from offloadprobe.scenarios.catalog import resolve
 
 
 @app.command("repro")
 def repro_command(
     scenario: Annotated[
-        Path, typer.Argument(help="A scenario file, e.g. scenarios/ci-small.toml.")
+        str,
+        typer.Argument(
+            help="A scenario file, or a packaged scenario's name (ci-small); "
+            "see offloadprobe scenarios."
+        ),
     ],
     device: opt.Device = "auto",
     only: Annotated[
@@ -64,7 +68,7 @@ def repro_command(
     from offloadprobe.repro.reproduce import reproduce
 
     check_writable(json_path, "--json")
-    s = load_scenario(scenario)
+    s = load_scenario(resolve(scenario))
     status = Console(file=sys.stderr)
     repro = reproduce(
         s,

@@ -1,104 +1,202 @@
-"""The side-by-side comparison as plain cells, shared by the rich and Markdown reporters."""
+"""The side-by-side comparison as columns, shared by the rich and Markdown reporters.
+
+The rich output splits the columns in two tables that each fit 80 columns (host figures
+and the verdict; pinned, GPU and rates); Markdown, for pull requests, has them all in one.
+A verdict cell is one short phrase; the full verdict of a row that is not ok follows the
+table as a numbered line.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from offloadprobe.compare.comparison import Comparison, ComparisonRow
-from offloadprobe.core.records import PartSummary, RunSummary
+from offloadprobe.core.records import RunSummary
 from offloadprobe.core.units import format_bytes, format_ratio
+from offloadprobe.report.tables import NOT_MEASURED, Column, Left
 
-HEADERS = [
-    "strategy",
-    "host peak",
-    "vs base",
-    "steady host",
-    "pinned reserved",
-    "GPU left after offload",
-    "offload GB/s (first / steady)",
-    "load GB/s (first / steady)",
-    "verdict",
-]
+NO_RUN = "-"
+SHORT_VERDICT = 20
+"""Longest verdict phrase kept in a table cell; longer ones become a numbered note."""
 
 
-def _rate(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1f}"
+@dataclass(frozen=True, slots=True)
+class Cmp:
+    """One comparison row with what its cells are relative to."""
+
+    row: ComparisonRow
+    base: RunSummary | None
+    note: int | None = None
+    """Number of the line under the table that gives the full verdict."""
+
+    @property
+    def summary(self) -> RunSummary | None:
+        return self.row.run.summary if self.row.run is not None else None
 
 
-def _vs(value: float, base: float | None) -> str:
-    if base is None or base <= 0:
-        return "n/a"
-    return f"{value / base:.2f}x"
+def full_verdict(row: ComparisonRow) -> str:
+    """The row's judged verdict in words."""
+    return row.verdict.line()
 
 
-def row_cells(row: ComparisonRow, base: RunSummary | None) -> list[str]:
-    """One candidate's cells; a child that died shows only its verdict."""
-    s = row.run.summary if row.run is not None else None
+def short_verdict(row: ComparisonRow) -> str:
+    """The verdict's kind, or its first phrase (before a colon), at most a few words."""
+    text = row.verdict.kind
+    if len(text) > SHORT_VERDICT:
+        text = " ".join(text.split()[:2])
+    return text[:SHORT_VERDICT]
+
+
+def _fig(c: Cmp, which: str) -> str:
+    s = c.summary
     if s is None:
-        return [row.candidate.label, *["-"] * (len(HEADERS) - 2), row.verdict.line()]
-    return [
-        row.candidate.label,
-        f"{format_ratio(s.host_peak_x)} ({format_bytes(s.host_peak_bytes)})",
-        _vs(s.host_peak_x, base.host_peak_x if base else None),
-        f"{format_ratio(s.steady_host_x)} ({format_bytes(s.steady_host_bytes)})",
-        format_bytes(s.pinned_reserved_bytes),
-        format_bytes(s.gpu_left_after_offload_bytes),
-        f"{_rate(s.first_offload_gbps)} / {_rate(s.offload_gbps)}",
-        f"{_rate(s.first_load_gbps)} / {_rate(s.load_gbps)}",
-        row.verdict.line(),
-    ]
+        return NO_RUN
+    x, nbytes = (
+        (s.host_peak_x, s.host_peak_bytes)
+        if which == "peak"
+        else (s.steady_host_x, s.steady_host_bytes)
+    )
+    return f"{format_ratio(x)} {format_bytes(nbytes)}"
 
 
-PART_HEADERS = [
-    "strategy",
-    "params peak",
-    "params steady",
-    "params vs base",
-    "optimizer peak",
-    "optimizer steady",
-    "optimizer vs base",
+def _vs(c: Cmp) -> str:
+    if c.summary is None:
+        return NO_RUN
+    if c.base is None or c.base.host_peak_x <= 0:
+        return NOT_MEASURED
+    return f"{c.summary.host_peak_x / c.base.host_peak_x:.2f}x"
+
+
+def _rate(first: float | None, steady: float | None) -> str:
+    def one(x: float | None) -> str:
+        return NOT_MEASURED if x is None else f"{x:.1f}"
+
+    return NOT_MEASURED if steady is None else f"{one(first)} / {one(steady)}"
+
+
+def _bytes(c: Cmp, name: str) -> str:
+    s = c.summary
+    return NO_RUN if s is None else format_bytes(getattr(s, name))
+
+
+def _verdict_cell(c: Cmp) -> str:
+    return short_verdict(c.row) + (f" ({c.note})" if c.note is not None else "")
+
+
+def _rates(c: Cmp, kind: str) -> str:
+    s = c.summary
+    if s is None:
+        return NO_RUN
+    return _rate(getattr(s, f"first_{kind}_gbps"), getattr(s, f"{kind}_gbps"))
+
+
+LABEL: Column[Cmp] = Left("strategy", lambda c: c.row.candidate.label)
+
+HOST_COLUMNS: list[Column[Cmp]] = [
+    LABEL,
+    Column("host peak", lambda c: _fig(c, "peak")),
+    Column("vs base", _vs),
+    Column("steady host", lambda c: _fig(c, "steady")),
+    Column("verdict", _verdict_cell, justify="left", drop_if_unmeasured=False),
+]
+
+DEVICE_COLUMNS: list[Column[Cmp]] = [
+    LABEL,
+    Column("pinned reserved", lambda c: _bytes(c, "pinned_reserved_bytes")),
+    Column("GPU left", lambda c: _bytes(c, "gpu_left_after_offload_bytes")),
+    Column("offload GB/s", lambda c: _rates(c, "offload")),
+    Column("load GB/s", lambda c: _rates(c, "load")),
 ]
 
 
-def _part_cells(part: PartSummary | None, base: PartSummary | None) -> list[str]:
-    if part is None:
-        return ["-", "-", "-"]
-    return [
-        format_ratio(part.host_peak_x),
-        format_ratio(part.steady_host_x),
-        _vs(part.host_peak_x, base.host_peak_x if base else None),
-    ]
+@dataclass(frozen=True, slots=True)
+class PartRow:
+    """One part (parameters or optimizer state) of one comparison row."""
+
+    label: str
+    name: str
+    part: Any
+    """A ``PartSummary`` (moved_bytes, host_peak_x, ...) or None when the part did not move."""
+    base: Any
 
 
-def parts_cells(comparison: Comparison) -> list[list[str]] | None:
-    """Each part over its own bytes, "vs base" against the baseline's same part; None
-    when no row moved optimizer state (then the main table says it all)."""
-    runs = [r.run.summary if r.run else None for r in comparison.rows]
-    if not any(s is not None and s.optimizer is not None for s in runs):
-        return None
+def _part_x(p: PartRow, which: str) -> str:
+    if p.part is None:
+        return NO_RUN
+    x = p.part.host_peak_x if which == "peak" else p.part.steady_host_x
+    nbytes = p.part.host_peak_bytes if which == "peak" else p.part.steady_host_bytes
+    return f"{format_ratio(x)} {format_bytes(nbytes)}"
+
+
+def _part_vs(p: PartRow) -> str:
+    if p.part is None:
+        return NO_RUN
+    if p.base is None or p.base.host_peak_x <= 0:
+        return NOT_MEASURED
+    return f"{p.part.host_peak_x / p.base.host_peak_x:.2f}x"
+
+
+PART_COLUMNS: list[Column[PartRow]] = [
+    Left("strategy", lambda p: p.label),
+    Left("part", lambda p: p.name),
+    Column("moves", lambda p: NO_RUN if p.part is None else format_bytes(p.part.moved_bytes)),
+    Column("host peak", lambda p: _part_x(p, "peak")),
+    Column("vs base", _part_vs),
+    Column("steady host", lambda p: _part_x(p, "steady")),
+]
+
+
+def part_rows(comparison: Comparison) -> list[PartRow]:
+    """Each row's parts over their own bytes, 'vs base' against the baseline's same part;
+    empty unless some row measured its optimizer state in a phase of its own."""
+    summaries = [r.run.summary if r.run else None for r in comparison.rows]
+    if not any(s is not None and s.optimizer is not None for s in summaries):
+        return []
     base = comparison.baseline_summary()
     out = []
-    for row, s in zip(comparison.rows, runs, strict=True):
-        params = s.params if s else None
-        optimizer = s.optimizer if s else None
-        out.append([
-            row.candidate.label,
-            *_part_cells(params, base.params if base else None),
-            *_part_cells(optimizer, base.optimizer if base else None),
-        ])  # fmt: skip
+    for row, s in zip(comparison.rows, summaries, strict=True):
+        for attr, name in (("params", "parameters"), ("optimizer", "optimizer")):
+            part = getattr(s, attr, None)
+            out.append(PartRow(row.candidate.label, name, part, getattr(base, attr, None)))
     return out
 
 
-def comparison_cells(comparison: Comparison) -> list[list[str]]:
-    """Every row's cells, in run order."""
+MARKDOWN_COLUMNS: list[Column[Cmp]] = [
+    *HOST_COLUMNS[:-1],
+    *DEVICE_COLUMNS[1:],
+    Left("verdict", lambda c: full_verdict(c.row)),
+]
+
+
+def rows(comparison: Comparison) -> list[Cmp]:
+    """Every row in run order; rows that are not ok get a numbered note."""
     base = comparison.baseline_summary()
-    return [row_cells(row, base) for row in comparison.rows]
+    out, notes = [], 0
+    for row in comparison.rows:
+        note = None
+        if full_verdict(row) != short_verdict(row):
+            notes += 1
+            note = notes
+        out.append(Cmp(row, base, note))
+    return out
+
+
+def verdict_notes(comparison: Comparison) -> list[str]:
+    """``(n) label: full verdict`` for every row whose cell had to be shortened."""
+    return [
+        f"({c.note}) {c.row.candidate.label}: {full_verdict(c.row)}"
+        for c in rows(comparison)
+        if c.note is not None
+    ]
 
 
 def caption(comparison: Comparison) -> str:
     """What the numbers are over, and which settings all rows share."""
     first = next((r.run for r in comparison.rows if r.run is not None), None)
-    payload = format_bytes(first.payload_bytes) if first else "n/a"
+    payload = format_bytes(first.payload_bytes) if first else NOT_MEASURED
     return (
-        f"payload {payload}; x = multiple of the bytes each row moves (parameters plus "
-        f"optimizer state) over the host RSS before the first offload; 'vs base' = host peak "
-        f"x / {comparison.baseline}'s, part by part; each row ran in a fresh process"
+        f"payload {payload}; x = multiple of the payload over the host RSS before the first "
+        f"offload; 'vs base' = host peak / {comparison.baseline}'s; each row ran in a fresh "
+        "process"
     )

@@ -1,51 +1,66 @@
-"""Rich side-by-side table of a comparison."""
+"""Rich side-by-side tables of a comparison: host figures and verdicts, then device and rates."""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.console import Console, RenderableType
+from rich.text import Text
 
 from offloadprobe.compare.comparison import Comparison
 from offloadprobe.report.comparison_cells import (
-    HEADERS,
-    PART_HEADERS,
+    DEVICE_COLUMNS,
+    HOST_COLUMNS,
+    PART_COLUMNS,
     caption,
-    comparison_cells,
-    parts_cells,
+    part_rows,
+    rows,
+    verdict_notes,
 )
+from offloadprobe.report.tables import column_table
 
 
-def comparison_table(comparison: Comparison) -> Table:
-    table = Table(title="offloadprobe compare", caption=caption(comparison), title_justify="left")
-    for name in HEADERS:
-        table.add_column(name, justify="left" if name in ("strategy", "verdict") else "right")
-    for cells, row in zip(comparison_cells(comparison), comparison.rows, strict=True):
-        style = None if row.ok else "red"
-        table.add_row(*(escape(c) for c in cells), style=style)
-    return table
+def comparison_table(comparison: Comparison) -> RenderableType:
+    """Host peak, vs base, steady host and a one-phrase verdict per row."""
+    return column_table(
+        HOST_COLUMNS,
+        rows(comparison),
+        title="offloadprobe compare",
+        caption=caption(comparison),
+        style=lambda c: None if c.row.ok else "red",
+    )
 
 
-def parts_table(comparison: Comparison) -> Table | None:
-    rows = parts_cells(comparison)
-    if rows is None:
+def device_table(comparison: Comparison) -> RenderableType:
+    """Pinned and GPU bytes after the last offload, and first / steady rates."""
+    return column_table(
+        DEVICE_COLUMNS,
+        rows(comparison),
+        caption="GB/s: first cycle / steady (median of the later cycles)",
+    )
+
+
+def parts_table(comparison: Comparison) -> RenderableType | None:
+    """Parameters and optimizer state, each over its own bytes; None when no row moved
+    optimizer state in a phase of its own."""
+    rows = part_rows(comparison)
+    if not rows:
         return None
-    table = Table(
-        title="each part over its own bytes", title_justify="left",
-        caption=f"'vs base' = the part's host peak x / {comparison.baseline}'s same part",
-    )  # fmt: skip
-    for name in PART_HEADERS:
-        table.add_column(name, justify="left" if name == "strategy" else "right")
-    for cells in rows:
-        table.add_row(*(escape(c) for c in cells))
-    return table
+    return column_table(
+        PART_COLUMNS,
+        rows,
+        title="each part over its own bytes",
+        caption=f"'vs base' = the part's host peak / {comparison.baseline}'s same part",
+        sections=lambda p: p.label,
+    )
 
 
 def render_comparison(comparison: Comparison, console: Console) -> None:
     console.print(comparison_table(comparison))
+    for line in verdict_notes(comparison):
+        console.print(Text(line, style="red"))
     parts = parts_table(comparison)
     if parts is not None:
         console.print(parts)
+    console.print(device_table(comparison))
     notes = sorted({n for r in comparison.rows if r.run for n in r.run.notes})
     for note in notes:
-        console.print(escape(note), style="yellow")
+        console.print(Text(note, style="yellow"))

@@ -1,24 +1,29 @@
-"""Rich output of ``offloadprobe plan``, rendered from its records only."""
+"""Rich output of ``offloadprobe plan``, rendered from its records only.
+
+Each strategy kind gets a verdict table (figure vs limit, one-line verdict) and a per-rank
+table with the figures behind it; each fits 80 columns.
+"""
 
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
 from offloadprobe.core.units import format_bytes
 from offloadprobe.plan.projection import RankHost
 from offloadprobe.plan.scenario_plan import ScenarioPlan, StrategyPlan
+from offloadprobe.report.tables import Column, Left, column_table
 from offloadprobe.report.terms import terms_table
 
 
-def _verdict(row: StrategyPlan) -> str:
+def verdict(row: StrategyPlan) -> str:
+    """``OOM``/``ok``, and whether that is what the scenario expects."""
     text = "OOM" if row.outcome == "oom" else "ok"
     if row.expected is None:
         return text
-    return text + (
-        " (as expected)" if row.expected == row.outcome else f" (EXPECTED {row.expected})"
-    )
+    if row.expected == row.outcome:
+        return f"{text} (as expected)"
+    return f"{text}, EXPECTED {row.expected.upper() if row.expected == 'oom' else row.expected}"
 
 
 def _vs(value: int | None, limit: int | None) -> str:
@@ -29,99 +34,90 @@ def _vs(value: int | None, limit: int | None) -> str:
     return f"{format_bytes(value)} {'>' if value > limit else '<='} {format_bytes(limit)}"
 
 
-def params_table(plan: ScenarioPlan) -> Table:
-    table = Table(
-        title="model strategies (per rank: the worst node's largest rank)", title_justify="left"
-    )
-    for name in (
-        "strategy",
-        "host peak/rank",
-        "steady/rank",
-        "pinned/rank",
-        "optimizer/rank",
-        "host/node vs limit",
-        "verdict",
-    ):
-        table.add_column(name, justify="left" if name in ("strategy", "verdict") else "right")
-    for row in plan.strategies:
-        if row.kind != "params":
-            continue
-        r = row.per_rank
-        table.add_row(
-            row.strategy,
-            format_bytes(r["host peak"]),
-            format_bytes(r["steady host"]),
-            format_bytes(r["pinned"]),
-            format_bytes(r["optimizer on host"]),
-            _vs(row.host_per_node, row.host_limit),
-            _verdict(row),
-        )
-    return table
+def _rank(name: str) -> Column[StrategyPlan]:
+    return Column(name.replace(" after offload", ""), lambda r: format_bytes(r.per_rank[name]))
 
 
-def optimizer_table(plan: ScenarioPlan) -> Table:
-    table = Table(title="optimizer strategies (per device: the worst rank)", title_justify="left")
-    for name in (
-        "strategy",
-        "GPU left after offload",
-        "GPU/device vs limit",
-        "optimizer/rank on host",
-        "host/node vs limit",
-        "verdict",
-    ):
-        table.add_column(name, justify="left" if name in ("strategy", "verdict") else "right")
-    for row in plan.strategies:
-        if row.kind != "optimizer":
-            continue
-        table.add_row(
-            row.strategy,
-            format_bytes(row.per_rank["GPU left after offload"]),
-            _vs(row.gpu_per_device, row.gpu_limit),
-            format_bytes(row.per_rank["optimizer on host"]),
-            _vs(row.host_per_node, row.host_limit),
-            _verdict(row),
-        )
-    return table
+STRATEGY: Column[StrategyPlan] = Left("strategy", lambda r: r.strategy)
+VERDICT: Column[StrategyPlan] = Left("verdict", verdict)
+
+PARAMS_VERDICT = [
+    STRATEGY,
+    Column("host/node vs limit", lambda r: _vs(r.host_per_node, r.host_limit)),
+    VERDICT,
+]
+PARAMS_PER_RANK = [
+    STRATEGY,
+    *(_rank(k) for k in ("host peak", "steady host", "pinned", "optimizer on host")),
+]
+OPTIMIZER_VERDICT = [
+    STRATEGY,
+    Column("GPU/device vs limit", lambda r: _vs(r.gpu_per_device, r.gpu_limit)),
+    Column("host/node vs limit", lambda r: _vs(r.host_per_node, r.host_limit)),
+    VERDICT,
+]
+OPTIMIZER_PER_RANK = [
+    STRATEGY,
+    *(_rank(k) for k in ("GPU left after offload", "optimizer on host")),
+]
+
+STAGE_COLUMNS: list[Column[dict[str, int]]] = [
+    Column("stage", lambda st: str(st["pp_rank"])),
+    Column("layers", lambda st: str(st["layers"])),
+    Column("param_data", lambda st: format_bytes(st["param_bytes"])),
+    Column("grad_data", lambda st: format_bytes(st["grad_bytes"])),
+]
+
+
+def _of(plan: ScenarioPlan, kind: str) -> list[StrategyPlan]:
+    return [r for r in plan.strategies if r.kind == kind]
 
 
 def render_plan(plan: ScenarioPlan, console: Console, *, terms: bool = True) -> None:
-    """Summary tables first, then every strategy's terms."""
+    """Verdict tables first, then the per-rank figures, then every strategy's terms."""
     par = ", ".join(f"{k}={v}" for k, v in plan.parallelism.items())
     console.print(
-        f"scenario {escape(plan.path)}: {escape(plan.model)}; {par}; {plan.cycles} cycles"
+        Text(f"scenario {plan.path}: {plan.model}; {par}; {plan.cycles} cycles", style="bold")
     )
-    stages = Table(title="per-rank DDP buffers by pipeline stage", title_justify="left")
-    for name in ("stage", "layers", "param_data", "grad_data"):
-        stages.add_column(name, justify="right")
-    for st in plan.stages:
-        stages.add_row(
-            str(st["pp_rank"]),
-            str(st["layers"]),
-            format_bytes(st["param_bytes"]),
-            format_bytes(st["grad_bytes"]),
+    params = _of(plan, "params")
+    console.print(column_table(PARAMS_VERDICT, params, title="model strategies: host per node"))
+    optimizer = _of(plan, "optimizer")
+    if optimizer:
+        console.print(
+            column_table(OPTIMIZER_VERDICT, optimizer, title="optimizer strategies: worst device")
         )
-    console.print(stages)
-    console.print(params_table(plan))
-    if any(r.kind == "optimizer" for r in plan.strategies):
-        console.print(optimizer_table(plan))
+    console.print(
+        column_table(
+            PARAMS_PER_RANK, params, title="model strategies per rank (the worst node's largest)"
+        )
+    )
+    if optimizer:
+        console.print(
+            column_table(OPTIMIZER_PER_RANK, optimizer, title="optimizer strategies per rank")
+        )
+    console.print(
+        column_table(STAGE_COLUMNS, plan.stages, title="DDP buffers per rank, by pipeline stage")
+    )
     if terms:
         console.print(terms_table("buffers of the largest stage", plan.layout_terms))
         for row in plan.strategies:
             console.print(terms_table(f"{row.strategy} ({row.kind})", row.terms))
     for note in plan.notes:
-        console.print(escape(note))
+        console.print(Text(note))
+
+
+PROBE_COLUMNS: list[Column[RankHost]] = [
+    Left("strategy", lambda r: r.strategy),
+    Column("host peak", lambda r: format_bytes(r.peak)),
+    Column("steady host", lambda r: format_bytes(r.steady)),
+    Column("pinned", lambda r: format_bytes(r.pinned)),
+]
 
 
 def render_probe(rows: list[RankHost], console: Console, *, title: str, terms: bool = True) -> None:
     """Projected host figures of each strategy on the probe model."""
-    table = Table(title=escape(title), title_justify="left")
-    for name in ("strategy", "host peak", "steady host", "pinned"):
-        table.add_column(name, justify="left" if name == "strategy" else "right")
-    for r in rows:
-        table.add_row(
-            r.strategy, format_bytes(r.peak), format_bytes(r.steady), format_bytes(r.pinned)
-        )
-    console.print(table)
+    console.print(Text(title, style="bold"))
+    console.print(column_table(PROBE_COLUMNS, rows))
     if terms:
         for r in rows:
             console.print(terms_table(r.strategy, r.terms))

@@ -1,38 +1,46 @@
-"""Rich output of ``offloadprobe repro``, rendered from its ``Repro`` record only."""
+"""Rich output of ``offloadprobe repro``, rendered from its ``Repro`` record only.
+
+The outcome table keeps to one line per strategy (expected, observed, match); what each
+scaled run did, in words, follows the table as one line per strategy.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.console import Console, RenderableType
+from rich.text import Text
 
+from offloadprobe.report.tables import Column, Left, column_table
 from offloadprobe.report.terms import terms_table
-from offloadprobe.repro.records import Repro
+from offloadprobe.repro.records import Repro, ReproOutcome
 
 
-def outcome_table(repro: Repro) -> Table:
+def _upper_oom(value: str) -> str:
+    return "OOM" if value == "oom" else value
+
+
+OUTCOME_COLUMNS: list[Column[ReproOutcome]] = [
+    Left("strategy", lambda o: o.strategy),
+    Left("kind", lambda o: o.kind),
+    Left("expected", lambda o: _upper_oom(o.expected)),
+    Left("observed", lambda o: _upper_oom(o.observed)),
+    Left("match", lambda o: "yes" if o.matches else "NO"),
+]
+
+
+def outcome_table(repro: Repro) -> RenderableType:
     """One row per strategy: what the scenario expects, what the scaled run did."""
-    table = Table(
-        title=escape(f"{repro.scenario}: reproduced on {repro.device}"), title_justify="left"
+    return column_table(
+        OUTCOME_COLUMNS,
+        repro.outcomes,
+        title=f"{repro.scenario}: reproduced on {repro.device}",
+        style=lambda o: None if o.matches else "red",
     )
-    for name in ("strategy", "expected", "observed", "result", "match"):
-        table.add_column(name)
-    for o in repro.outcomes:
-        observed = o.observed if o.observed != "oom" else "OOM"
-        table.add_row(
-            escape(o.strategy),
-            o.expected.upper() if o.expected == "oom" else o.expected,
-            observed,
-            escape(o.detail),
-            "yes" if o.matches else "NO",
-        )
-    return table
 
 
 def render_repro(repro: Repro, console: Console) -> None:
     """The scaling, every child's arithmetic, the outcomes, the method and notes."""
-    console.print(f"scenario {escape(repro.path)}; probe model {repro.model}")
-    console.print(escape(repro.scale))
+    console.print(Text(f"scenario {repro.path}; probe model {repro.model}"))
+    console.print(Text(repro.scale))
     if repro.host_terms:
         console.print(terms_table("host limit, scaled to one process", repro.host_terms))
     if repro.gpu_terms:
@@ -41,13 +49,15 @@ def render_repro(repro: Repro, console: Console) -> None:
         if o.terms:
             console.print(terms_table(f"{o.strategy}: {o.observed}", o.terms))
     console.print(outcome_table(repro))
+    for o in repro.outcomes:
+        console.print(Text(f"{o.strategy}: {o.detail}", style=None if o.matches else "red"))
     methods: dict[str, list[str]] = {}
     for o in repro.outcomes:
         methods.setdefault(o.method, []).append(o.strategy)
     for method, names in methods.items():
-        console.print(f"method ({', '.join(names)}): {escape(method)}")
+        console.print(Text(f"method ({', '.join(names)}): {method}"))
     for o in repro.outcomes:
         if o.observed == "error" and o.stderr_tail:
-            console.print(f"{escape(o.strategy)} stderr: {escape(o.stderr_tail)}")
+            console.print(Text(f"{o.strategy} stderr: {o.stderr_tail}"))
     for note in repro.notes:
-        console.print(escape(note))
+        console.print(Text(note))

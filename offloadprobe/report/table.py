@@ -1,149 +1,177 @@
-"""Rich tables rendered from run records."""
+"""Rich output of ``run``: the summary block first, then the per-phase tables.
+
+Host figures are over the host RSS just before the first offload. Offload and load rows
+come first; train rows (the framework's own memory, outside every summary figure) follow
+in their own section. GPU and pinned readings go to a second table, shown only where they
+were measured, so each table fits 80 columns.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console, Group
-from rich.markup import escape
-from rich.table import Table
+from dataclasses import dataclass
+
+from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from offloadprobe.core.records import PartSummary, PhaseRecord, Report, RunRecord, Verdict
-from offloadprobe.core.units import format_bytes, format_gbps, format_ratio
+from offloadprobe.core.records import PhaseRecord, Report, RunRecord
+from offloadprobe.core.units import format_bytes, format_ratio
+from offloadprobe.report.run_parts import OPTIMIZER, PARAMETERS, is_model_owner, kept_parts
+from offloadprobe.report.run_summary import label, summary_block, verdict
+from offloadprobe.report.tables import NOT_MEASURED, Column, Left, column_table
+
+TRAIN = "train"
 
 
-def _delta(value: int | None, base: int, payload: int) -> str:
-    if value is None:
-        return "n/a"
-    delta = value - base
-    return f"{format_bytes(delta)} ({format_ratio(delta / payload)})"
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """A phase record with the run's zero (host baseline) and denominator (payload)."""
+
+    rec: PhaseRecord
+    base: int
+    payload: int
 
 
-def phase_table(run: RunRecord, *, gpu: bool) -> Table:
-    """One row per cycle and phase; host figures are over the pre-offload baseline."""
-    table = Table(
-        title=escape(f"{run.label}: {run.description}"),
+def _host(value: int, row: _Row) -> str:
+    delta = value - row.base
+    return f"{format_ratio(delta / row.payload if row.payload else 0.0)} {format_bytes(delta)}"
+
+
+def _peak(row: _Row) -> str:
+    sampled = "~" if row.rec.host.method != "vmhwm" else ""
+    return _host(row.rec.host.host_peak, row) + sampled
+
+
+def _bytes(value: int | None) -> str:
+    return NOT_MEASURED if value is None else format_bytes(value)
+
+
+HOST_COLUMNS: list[Column[_Row]] = [
+    Column("cycle", lambda r: str(r.rec.cycle)),
+    Left("phase", lambda r: r.rec.phase),
+    Column("time", lambda r: f"{r.rec.seconds:.3f} s"),
+    Column("GB/s", lambda r: f"{r.rec.gbps:.1f}" if r.rec.gbps and r.rec.bytes_moved else ""),
+    Column("host peak", _peak),
+    Column("host after", lambda r: _host(r.rec.host.host_rss_after, r)),
+]
+
+DEVICE_COLUMNS: list[Column[_Row]] = [
+    Column("cycle", lambda r: str(r.rec.cycle)),
+    Left("phase", lambda r: r.rec.phase),
+    Column("RssShmem", lambda r: format_bytes(r.rec.host.shmem_after)),
+    Column("pinned reserved", lambda r: _bytes(r.rec.pinned and r.rec.pinned.reserved_after)),
+    Column("GPU alloc after", lambda r: _bytes(r.rec.gpu and r.rec.gpu.allocated_after)),
+    Column("GPU peak", lambda r: _bytes(r.rec.gpu and r.rec.gpu.allocated_peak)),
+]
+
+
+def _rows(run: RunRecord) -> list[_Row]:
+    """Offload/load rows in run order, then the train rows."""
+    rows = [_Row(rec, run.baseline_host_bytes, run.payload_bytes) for rec in run.phases]
+    return sorted(rows, key=lambda r: r.rec.phase == TRAIN)
+
+
+def phase_table(run: RunRecord, *, gpu: bool) -> RenderableType:
+    """One row per cycle and phase; host figures over the pre-offload baseline."""
+    return column_table(
+        HOST_COLUMNS,
+        _rows(run),
+        title=f"{run.strategy}: {run.description}",
         caption=(
-            f"x = multiple of the payload, {format_bytes(run.payload_bytes)} of param_data; "
-            f"host figures over the host RSS before the first offload "
-            f"({format_bytes(run.baseline_host_bytes)})"
+            f"x = multiple of the payload ({format_bytes(run.payload_bytes)} of param_data); "
+            f"host over the RSS before the first offload "
+            f"({format_bytes(run.baseline_host_bytes)}); train rows, below the gap, are "
+            "the framework's own memory and count in no summary figure"
         ),
-        title_justify="left",
+        sections=lambda r: r.rec.phase == TRAIN,
     )
-    columns = ["cycle", "phase", "time", "rate", "host peak", "host after"]
-    if gpu:
-        columns += ["RssShmem", "pinned reserved", "GPU alloc after", "GPU peak"]
-    for name in columns:
-        table.add_column(name, justify="left" if name == "phase" else "right")
-    for rec in run.phases:
-        table.add_row(*_phase_cells(rec, run.baseline_host_bytes, run.payload_bytes, gpu))
-    return table
 
 
-def residency_table(run: RunRecord, *, gpu: bool) -> Table | None:
-    """One row per offload, one "left on GPU after offload" column per owner left behind."""
-    keys = _left_keys(run)
-    offloads = [rec for rec in run.phases if rec.left_on_device is not None]
-    if not offloads:
+def device_table(run: RunRecord) -> RenderableType | None:
+    """Pinned and GPU readings per phase; None where nothing of it was measured."""
+    rows = _rows(run)
+    if all(r.rec.gpu is None and r.rec.pinned is None for r in rows):
         return None
+    return column_table(
+        DEVICE_COLUMNS,
+        rows,
+        title=f"{run.strategy}: pinned and GPU memory after each phase",
+        sections=lambda r: r.rec.phase == TRAIN,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Owner:
+    name: str
+    first: int
+    last: int
+
+
+RESIDENCY_COLUMNS: list[Column[_Owner]] = [
+    Left("owner", lambda o: o.name),
+    Left("part", lambda o: PARAMETERS if is_model_owner(o.name) else OPTIMIZER),
+    Column("after first offload", lambda o: format_bytes(o.first)),
+    Column("after last offload", lambda o: format_bytes(o.last)),
+]
+
+
+def residency_table(run: RunRecord, *, gpu: bool) -> RenderableType | None:
+    """What each owner left on the device after an offload; None if nothing unexpected.
+
+    A part of which nothing moved stays on the device by design and is not listed: the
+    summary says so in words.
+    """
+    offloads = [rec.left_on_device for rec in run.phases if rec.left_on_device is not None]
+    if not offloads or run.summary is None:  # a run that stopped early: its verdict says why
+        return None
+
+    kept = kept_parts(run)
+
+    def expected(owner: str) -> bool:
+        return (PARAMETERS if is_model_owner(owner) else OPTIMIZER) in kept
+
+    names = {k for left in offloads for k, v in left.items() if v and not expected(k)}
+    if not names:
+        return None
+    owners = [_Owner(k, offloads[0].get(k, 0), offloads[-1].get(k, 0)) for k in names]
+    owners.sort(key=lambda o: (-o.last, o.name))
     where = "GPU" if gpu else "device (emulated)"
-    table = Table(title=f"{run.label}: left on {where} after offload", title_justify="left")
-    table.add_column("cycle", justify="right")
-    for key in keys:
-        table.add_column(key, justify="right")
-    table.add_column("total", justify="right")
-    for rec in offloads:
-        left = rec.left_on_device or {}
-        cells = [format_bytes(left.get(key, 0)) for key in keys]
-        table.add_row(str(rec.cycle), *cells, format_bytes(sum(left.values())))
-    return table
-
-
-def _left_keys(run: RunRecord) -> list[str]:
-    """Owners that any offload left on the device, largest first."""
-    totals: dict[str, int] = {}
-    for rec in run.phases:
-        for key, value in (rec.left_on_device or {}).items():
-            totals[key] = max(totals.get(key, 0), value)
-    return sorted((k for k, v in totals.items() if v), key=lambda k: -totals[k])
-
-
-def _phase_cells(rec: PhaseRecord, base: int, payload: int, gpu: bool) -> list[str]:
-    cells = [
-        str(rec.cycle),
-        rec.phase,
-        f"{rec.seconds:.3f} s",
-        format_gbps(rec.gbps) if rec.bytes_moved else "",
-        _delta(rec.host.host_peak, base, payload) + ("~" if rec.host.method != "vmhwm" else ""),
-        _delta(rec.host.host_rss_after, base, payload),
-    ]
-    if gpu:
-        cells += [
-            format_bytes(rec.host.shmem_after),
-            format_bytes(rec.pinned.reserved_after) if rec.pinned else "n/a",
-            format_bytes(rec.gpu.allocated_after) if rec.gpu else "n/a",
-            format_bytes(rec.gpu.allocated_peak) if rec.gpu else "n/a",
-        ]
-    return cells
-
-
-def _part_line(name: str, part: PartSummary) -> str:
-    return (
-        f"  {name} ({format_bytes(part.moved_bytes)} moved): host peak "
-        f"{format_ratio(part.host_peak_x)}, steady {format_ratio(part.steady_host_x)}, "
-        f"offload {format_gbps(part.offload_gbps)}, load {format_gbps(part.load_gbps)}\n"
+    return column_table(
+        RESIDENCY_COLUMNS, owners, title=f"{label(run)}: left on {where} after offload"
     )
 
 
-def summary_line(run: RunRecord, verdict: Verdict | None = None) -> Text:
-    """Per run: its verdict, then each part over its own bytes, then the whole."""
-    s = run.summary
+def summary_line(run: RunRecord) -> Text:
+    """One line per run for logs (the pytest plugin's report section)."""
     text = Text()
-    text.append(f"{run.label}: ", style="bold")
-    if verdict is not None:
-        text.append(verdict.line(), style="green" if verdict.ok else "bold red")
-        text.append("\n")
+    text.append(f"{label(run)}: ", style="bold")
+    s = run.summary
     if s is None:
-        if verdict is None:
-            text.append(f"stopped early: {run.failure or 'no offload/load completed'}", style="red")
+        text.append(verdict(run), style="red")
         return text
-    if verdict is None:
-        text.append("\n")
-    parts = [("parameters", s.params), ("optimizer state", s.optimizer)]
-    for name, part in parts:
-        if part is not None:
-            text.append(_part_line(name, part))
-    moved = s.moved_bytes if s.moved_bytes is not None else run.payload_bytes
     text.append(
-        f"  whole ({format_bytes(moved)} moved): host peak {format_ratio(s.host_peak_x)} "
-        f"({format_bytes(s.host_peak_bytes)}), steady {format_ratio(s.steady_host_x)} "
-        f"({format_bytes(s.steady_host_bytes)}), pinned reserved "
-        f"{format_bytes(s.pinned_reserved_bytes)}, GPU left after offload "
-        f"{format_bytes(s.gpu_left_after_offload_bytes)}, offload {format_gbps(s.offload_gbps)}, "
-        f"load {format_gbps(s.load_gbps)}\n"
+        f"host peak {format_ratio(s.host_peak_x)} payload ({format_bytes(s.host_peak_bytes)}), "
+        f"steady host {format_ratio(s.steady_host_x)} ({format_bytes(s.steady_host_bytes)}); "
     )
-    left = s.left_after_offload_bytes_by_key
-    if left is not None:
-        listed = ", ".join(f"{k} {format_bytes(v)}" for k, v in left.items() if v) or "nothing"
-        text.append(f"  left on device after offload: {listed}\n")
-    text.append("  ")
-    if s.integrity_ok:
-        text.append("round trip bit-exact", style="green")
-    else:
-        text.append("ROUND TRIP CORRUPTED", style="bold red")
+    text.append(verdict(run), style="green" if s.integrity_ok else "bold red")
     return text
 
 
 def render_report(report: Report, console: Console) -> None:
-    """Print every run's phase table, then the notes and one summary line per run."""
-    for run in report.runs:
-        console.print(phase_table(run, gpu=not report.emulated))
-        residency = residency_table(run, gpu=not report.emulated)
-        if residency is not None:
-            console.print(residency)
-    notes = sorted({n for run in report.runs for n in run.notes})
+    """Per run: the summary block, the phase tables, what was left; then the environment."""
+    gpu = not report.emulated
+    judged = list(report.verdicts or [])
+    judged += [None] * (len(report.runs) - len(judged))
+    for run, verdict_of_run in zip(report.runs, judged, strict=False):
+        console.print(summary_block(run, verdict_of_run))
+        if report.emulation_note:
+            console.print(Text(report.emulation_note, style="yellow"))
+        console.print()
+        console.print(phase_table(run, gpu=gpu))
+        for extra in (device_table(run), residency_table(run, gpu=gpu)):
+            if extra is not None:
+                console.print(extra)
+    notes = sorted({n for run in report.runs for n in run.notes} - {report.emulation_note})
     versions = ", ".join(f"{k} {v}" for k, v in report.versions.items() if v)
     lines = [Text(f"device {report.device}; {versions}", style="dim")]
-    lines += [Text(note, style="yellow") for note in notes]
-    verdicts = report.verdicts or [None] * len(report.runs)
-    lines += [summary_line(run, v) for run, v in zip(report.runs, verdicts, strict=True)]
+    lines += [Text(note, style="dim") for note in notes]
     console.print(Group(*lines))

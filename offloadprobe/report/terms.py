@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rich.console import RenderableType
 from rich.markup import escape
-from rich.table import Table
 
 from offloadprobe.core.units import format_bytes
 from offloadprobe.layout.terms import Term
+from offloadprobe.report.tables import compact_table, titled
 
 
 def term_value(term: Term) -> str:
@@ -20,12 +21,12 @@ def term_value(term: Term) -> str:
     return f"{format_bytes(value)} ({value:,} B)" if abs(value) >= 1024 else f"{value} B"
 
 
-def terms_table(title: str, terms: Iterable[Term], *, caption: str | None = None) -> Table:
-    """Every term on its own row, in order."""
-    table = Table(title=escape(title), title_justify="left", caption=caption and escape(caption))
-    table.add_column("term", overflow="fold")
-    table.add_column("formula")
-    table.add_column("value", justify="right")
+def terms_table(title: str, terms: Iterable[Term], *, caption: str | None = None) -> RenderableType:
+    """Every term on its own row, in order. Labels and formulas wrap; values never do."""
+    table = compact_table()
+    table.add_column("term", overflow="fold", ratio=3)
+    table.add_column("formula", overflow="fold", ratio=2)
+    table.add_column("value", justify="right", no_wrap=True)
     for t in terms:
         table.add_row(escape(t.label), escape(t.formula), term_value(t))
-    return table
+    return titled(table, title=title, caption=caption)

@@ -45,7 +45,8 @@ def test_every_number_comes_with_its_terms(verl_6193_plan):
 
 def test_plan_projects_the_probe_model(cli, tmp_path):
     out = tmp_path / "probe.json"
-    proc = cli("plan", "--probe", "--payload", "1000MiB", "--no-terms", "--json", str(out))
+    args = ("plan", "--probe", "--payload", "1000MiB", "--no-terms", "--json", str(out))
+    proc = cli(*args, "--device", "cuda")  # a projection: no GPU needed to make it
     assert proc.returncode == 0, proc.stderr
     rows = {r["strategy"]: r for r in json.loads(out.read_text())["strategies"]}
     assert rows["lazy"]["peak"] == GiB  # 0.98 GiB rounds to one 1 GiB block

@@ -65,7 +65,7 @@ def test_every_round_trip_is_bit_exact(reports):
 def test_output_says_what_is_emulated(reports):
     _, stdout = reports["lazy"]
     assert "CPU emulation" in stdout and "no pinned memory" in stdout
-    assert "lazy + none: ok" in stdout and "host peak" in stdout
+    assert stdout.startswith("lazy + none: ok")
 
 
 def test_user_strategy_is_plugged_in(run_json):

@@ -1,0 +1,20 @@
+"""``offloadprobe scenarios``: the scenario files shipped with offloadprobe."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from offloadprobe.cli import app
+from offloadprobe.report.tables import Left, column_table
+from offloadprobe.scenarios import load_scenario
+from offloadprobe.scenarios.catalog import packaged
+
+
+@app.command("scenarios")
+def scenarios_command() -> None:
+    """List the packaged scenarios; name one in plan or repro (offloadprobe plan verl-6193)."""
+    rows = [(path.stem, load_scenario(path).source.title) for path in packaged()]
+    columns = [Left("name", lambda r: r[0]), Left("source", lambda r: r[1])]
+    console = Console()
+    console.print(column_table(columns, rows))
+    console.print(f"files in {packaged()[0].parent}" if rows else "no packaged scenarios")

@@ -1,0 +1,152 @@
+"""The block ``run`` leads with: its verdict, then one row per part, then rates.
+
+Everything here is rendered from a ``RunRecord``; the figures per part come from
+:func:`offloadprobe.report.run_parts.parts`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from offloadprobe.core.records import RunRecord
+from offloadprobe.core.units import format_bytes, format_ratio
+from offloadprobe.report.run_parts import OPTIMIZER, PARAMETERS, Part, left_owners, parts
+from offloadprobe.report.tables import NOT_MEASURED, Column, Left, column_table
+
+
+def label(run: RunRecord) -> str:
+    """Both strategies, always: ``lazy + legacy``."""
+    return f"{run.strategy} + {run.optimizer_strategy}"
+
+
+def verdict_parts(run: RunRecord, judged: Any = None) -> tuple[str, str | None]:
+    """The verdict as a short phrase for the head line, and its detail (None if none).
+
+    ``judged`` is the invocation's verdict for the run (``kind``, ``ok``, ``line()``),
+    which also knows the budgets; without one the record alone decides.
+    """
+    if judged is not None:
+        if judged.ok:
+            return "ok, round trip bit-exact", None
+        return judged.kind, judged.line()
+    if run.summary is None:
+        return "stopped early", run.failure or "no offload/load pair completed"
+    if not run.summary.integrity_ok:
+        return "ROUND TRIP CORRUPTED", "; ".join(run.integrity[:3]) or None
+    not_offloaded = run.not_offloaded
+    if not_offloaded:
+        return "did not offload", not_offloaded
+    if run.failure:
+        return "stopped early", run.failure
+    return "ok, round trip bit-exact", None
+
+
+def verdict(run: RunRecord, judged: Any = None) -> str:
+    """The whole verdict on one line: the short phrase, or its detail where there is one."""
+    short, detail = verdict_parts(run, judged)
+    if detail is None:
+        return short
+    return detail if detail.startswith(short) else f"{short}: {detail}"
+
+
+def _x_bytes(x: float | None, nbytes: int | None) -> str:
+    if nbytes is None:
+        return "in 'both'"
+    if x is None:
+        return format_bytes(nbytes)
+    return f"{format_ratio(x)} {format_bytes(nbytes)}"
+
+
+def _left(part: Part) -> str:
+    if part.left is None:
+        return NOT_MEASURED
+    if not part.left:
+        return "0 B"
+    return format_bytes(part.left) + (" (kept)" if part.kept else " LEFT")
+
+
+def _moves(part: Part) -> str:
+    if part.moves == 0:
+        return "not moved"
+    return format_bytes(part.moves)
+
+
+PART_COLUMNS: list[Column[Part]] = [
+    Left("part", lambda p: p.name),
+    Column("moves", _moves),
+    Column("host peak", lambda p: _x_bytes(p.host_peak_x, p.host_peak) if p.moves else "-"),
+    Column("steady host", lambda p: _x_bytes(p.steady_x, p.steady) if p.moves else "-"),
+    Column("left on device", _left),
+]
+
+
+def parts_table(run: RunRecord) -> RenderableType:
+    """One row per part; x = a multiple of the bytes that part moves."""
+    return column_table(
+        PART_COLUMNS,
+        parts(run),
+        caption="x = multiple of the bytes the part moves; host over the RSS before the "
+        "first offload, in offload and load phases",
+    )
+
+
+def _rate(first: float | None, steady: float | None) -> str:
+    if steady is None:
+        return NOT_MEASURED
+    first_text = "" if first is None else f" (first cycle {first:.1f})"
+    return f"{steady:.1f} GB/s{first_text}"
+
+
+def detail_lines(run: RunRecord) -> list[str]:
+    """Sentences under the summary table: rates, pinned, GPU, what is left and why."""
+    s = run.summary
+    if s is None:
+        return []
+    lines = [
+        f"bandwidth: offload {_rate(s.first_offload_gbps, s.offload_gbps)}, "
+        f"load {_rate(s.first_load_gbps, s.load_gbps)}"
+    ]
+    moving = [p for p in parts(run) if p.moves and p.offload_gbps is not None]
+    moving = [p for p in moving if p.name in (PARAMETERS, OPTIMIZER)]
+    if len(moving) > 1:
+        lines += [
+            f"  {p.name}: offload {_rate(None, p.offload_gbps)}, load {_rate(None, p.load_gbps)}"
+            for p in moving
+        ]
+    if s.pinned_reserved_bytes is not None:
+        lines.append(
+            f"pinned reserved after the last offload: {format_bytes(s.pinned_reserved_bytes)}"
+        )
+    if s.gpu_left_after_offload_bytes is not None:
+        lines.append(
+            "GPU allocated after the last offload, over the pre-model baseline: "
+            f"{format_bytes(s.gpu_left_after_offload_bytes)}"
+        )
+    for part in parts(run):
+        if part.note:
+            lines.append(part.note)
+    for part in parts(run):
+        if part.name not in (PARAMETERS, OPTIMIZER) or part.kept or not part.left:
+            continue
+        model = part.name == PARAMETERS
+        who = run.strategy if model else run.optimizer_strategy
+        lines.append(f"{who} left on the device: {', '.join(left_owners(run, model=model))}")
+    return lines
+
+
+def summary_block(run: RunRecord, judged: Any = None) -> Group:
+    """Verdict line, the parts table, then the detail sentences."""
+    head = Text()
+    head.append(f"{label(run)}: ", style="bold")
+    short, detail = verdict_parts(run, judged)
+    head.append(short, style="green" if short.startswith("ok") else "bold red")
+    items: list = [head]
+    if detail is not None:
+        items.append(Text(detail, style="red"))
+    if run.summary is not None:
+        items.append(parts_table(run))
+        items += [Text(line) for line in detail_lines(run)]
+    return Group(*items)

@@ -1,0 +1,116 @@
+"""Golden output of every reporter, colourless, at 80 and 120 columns.
+
+The records are built by hand (``reporter_fakes``), so every number is exact. After an
+intended change of the output, regenerate the files and review the diff:
+
+    OFFLOADPROBE_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_reporters_golden.py
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from offloadprobe.report.comparison_table import render_comparison
+from offloadprobe.report.markdown import comparison_markdown
+from offloadprobe.report.plan_table import render_plan, render_probe
+from offloadprobe.report.repro_table import render_repro
+from offloadprobe.report.table import render_report, residency_table
+from tests.unit import reporter_fakes as fake
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+UPDATE = os.environ.get("OFFLOADPROBE_UPDATE_GOLDEN") == "1"
+
+
+def _residency(console: Console) -> None:
+    console.print(residency_table(fake.gpu_run(), gpu=True))
+
+
+RENDERERS: dict[str, Callable[[Console], None]] = {
+    "run-cpu": lambda c: render_report(fake.report(fake.cpu_run(), emulated=True), c),
+    "run-cpu-corrupted": lambda c: render_report(
+        fake.report(fake.cpu_run(integrity=False), emulated=True), c
+    ),
+    "run-stopped": lambda c: render_report(fake.report(fake.stopped_run(), emulated=True), c),
+    "run-gpu": lambda c: render_report(fake.report(fake.gpu_run(), emulated=False), c),
+    "run-parts": lambda c: render_report(fake.report(fake.parts_run(), emulated=False), c),
+    "compare-parts": lambda c: render_comparison(fake.parts_comparison(), c),
+    "residency": _residency,
+    "compare": lambda c: render_comparison(fake.comparison(), c),
+    "compare-cpu": lambda c: render_comparison(fake.cpu_comparison(), c),
+    "plan": lambda c: render_plan(fake.scenario_plan(), c, terms=True),
+    "plan-probe": lambda c: render_probe(fake.probe_rows(), c, title="probe model: 1000 MiB"),
+    "repro": lambda c: render_repro(fake.repro(), c),
+}
+
+
+def render(name: str, width: int) -> str:
+    """What a CI log of ``width`` columns shows: no colour, trailing spaces dropped."""
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None, force_terminal=False)
+    RENDERERS[name](console)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
+
+
+def check(actual: str, path: Path) -> None:
+    if UPDATE or not path.exists():
+        path.write_text(actual)
+        if not UPDATE:
+            pytest.fail(f"{path.name} was missing and has been written: review and commit it")
+    assert actual == path.read_text(), f"output differs from {path}"
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("name", sorted(RENDERERS))
+def test_reporter_output_is_pinned(name: str, width: int) -> None:
+    check(render(name, width), GOLDEN / f"{name}-{width}.txt")
+
+
+def test_markdown_is_pinned() -> None:
+    check(comparison_markdown(fake.comparison(), environment="NVIDIA H200"),
+          GOLDEN / "compare.md")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(RENDERERS))
+def test_80_columns_fit_without_truncation(name: str) -> None:
+    text = render(name, 80)
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_run_leads_with_the_verdict_naming_both_strategies() -> None:
+    first = render("run-cpu", 80).splitlines()[0]
+    assert first == "lazy + none: ok, round trip bit-exact"
+    assert render("run-cpu-corrupted", 80).splitlines()[0] == "lazy + none: ROUND TRIP CORRUPTED"
+
+
+def test_optimizer_state_kept_by_none_reads_as_intended() -> None:
+    text = render("run-cpu", 80)
+    assert "optimizer state not offloaded (--optimizer-strategy none)" in text
+    assert "left on device (emulated) after offload" not in text  # no residency table
+
+
+def test_state_left_behind_by_a_moving_strategy_is_flagged() -> None:
+    text = render("run-gpu", 80)
+    assert "legacy left on the device: master_param" in text
+    assert "master_param" in render("residency", 80)
+
+
+def test_columns_that_cannot_be_measured_here_are_dropped() -> None:
+    cpu = render("compare-cpu", 80)
+    assert "pinned reserved" not in cpu and "GPU left" not in cpu
+    assert "pinned reserved" in render("compare", 80)
+    assert "GPU peak" not in render("run-cpu", 80) and "GPU peak" in render("run-gpu", 80)
+
+
+def test_compare_verdict_cells_are_one_line_with_detail_below() -> None:
+    lines = render("compare", 80).splitlines()
+    killed = [ln for ln in lines if ln.startswith("registered")]
+    assert "killed (2)" in killed[0]
+    notes = [ln for ln in lines if ln.startswith("(2) registered")]
+    assert notes and "killed: SIGKILL, cgroup OOM" in " ".join(lines[lines.index(notes[0]) :])

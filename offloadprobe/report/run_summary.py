@@ -11,8 +11,9 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from offloadprobe.core.records import RunRecord
+from offloadprobe.core.records import RunRecord, Verdict
 from offloadprobe.core.units import format_bytes, format_ratio
+from offloadprobe.core.verdicts import judge
 from offloadprobe.report.run_parts import OPTIMIZER, PARAMETERS, Part, left_owners, parts
 from offloadprobe.report.tables import NOT_MEASURED, Column, Left, column_table
 
@@ -22,29 +23,20 @@ def label(run: RunRecord) -> str:
     return f"{run.strategy} + {run.optimizer_strategy}"
 
 
-def verdict_parts(run: RunRecord, judged: Any = None) -> tuple[str, str | None]:
+def verdict_parts(run: RunRecord, judged: Verdict | None = None) -> tuple[str, str | None]:
     """The verdict as a short phrase for the head line, and its detail (None if none).
 
-    ``judged`` is the invocation's verdict for the run (``kind``, ``ok``, ``line()``),
-    which also knows the budgets; without one the record alone decides.
+    ``judged`` is the invocation's verdict for the run, which also knows the budgets;
+    without one the record alone is judged, by the same rule (``core.verdicts.judge``).
     """
-    if judged is not None:
-        if judged.ok:
-            return "ok, round trip bit-exact", None
-        return judged.kind, judged.line()
-    if run.summary is None:
-        return "stopped early", run.failure or "no offload/load pair completed"
-    if not run.summary.integrity_ok:
-        return "ROUND TRIP CORRUPTED", "; ".join(run.integrity[:3]) or None
-    not_offloaded = run.not_offloaded
-    if not_offloaded:
-        return "did not offload", not_offloaded
-    if run.failure:
-        return "stopped early", run.failure
-    return "ok, round trip bit-exact", None
+    if judged is None:
+        judged, _ = judge(run)
+    if judged.ok:
+        return "ok, round trip bit-exact", None
+    return judged.kind, judged.line().removeprefix(f"{judged.kind}: ") or None
 
 
-def verdict(run: RunRecord, judged: Any = None) -> str:
+def verdict(run: RunRecord, judged: Verdict | None = None) -> str:
     """The whole verdict on one line: the short phrase, or its detail where there is one."""
     short, detail = verdict_parts(run, judged)
     if detail is None:

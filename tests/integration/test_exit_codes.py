@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from offloadprobe.core.records import Report
+from offloadprobe.core.records import ChildFailure, Report
 from offloadprobe.isolation.child import ChildOutcome
 from tests.conftest import TINY
 from tests.unit.test_budgets import run as fake_run
@@ -27,7 +27,7 @@ USER = "tests.integration.user_strategies:"
         ("lazy", "1.5x", 0, "ok", "ok"),
         ("naive", "1.5x", 1, "over budget", "over budget: host peak "),
         (USER + "FlipsOneBit", None, 1, "corrupted", "param_data differs"),
-        (USER + "SkipsOffload", None, 1, "not offloaded", "param_data 2.52 MiB of 2.52 MiB"),
+        (USER + "SkipsOffload", None, 1, "not offloaded", "param_data 2.52 MiB still on device"),
         (USER + "RaisesInLoad", None, 1, "crashed", "RuntimeError: load lost its host copy"),
         (USER + "OutOfMemoryInOffload", None, 1, "out of memory", "Tried to allocate 2.00 GiB"),
     ],
@@ -42,7 +42,10 @@ def test_run_exit_code_and_verdict(invoke, tmp_path, strategy, budget, code, kin
     assert {"schema_version", "device", "emulated", "payload_bytes", "versions"} <= set(doc)
     (entry,) = doc["runs"]
     assert entry["outcome"]["kind"] == kind and words in entry["verdict"]
-    assert f"{entry['label']}: {entry['verdict']}" in stdout.replace("\n", " ").replace("  ", " ")
+    flat = " ".join(stdout.split())
+    assert (
+        flat.startswith(f"{entry['label']}: {kind}") and " ".join(entry["verdict"].split()) in flat
+    )
     if code:
         assert stderr.strip().splitlines()[-1].startswith(f"offloadprobe: error: {strategy} + ")
 
@@ -99,17 +102,19 @@ def _report(record) -> dict:
 def _children(monkeypatch, outcomes: dict[str, ChildOutcome]) -> None:
     from offloadprobe.compare import comparison
 
-    monkeypatch.setattr(comparison, "run_child", lambda spec: outcomes[spec.args[1]])
+    monkeypatch.setattr(comparison, "run_child", lambda spec: outcomes[spec.config.strategy])
 
 
 def _killed(strategy: str) -> ChildOutcome:
-    verdict = "killed by SIGKILL: out of memory (cgroup oom_kill 0 -> 1)"
-    return ChildOutcome(label=strategy, exit_code=-9, report=None, stderr_tail="", verdict=verdict)
+    failure = ChildFailure(
+        kind="killed", message="SIGKILL, cgroup OOM (oom_kill 0 -> 1)", exit_code=-9
+    )
+    return ChildOutcome(label=strategy, exit_code=-9, report=None, stderr_tail="", failure=failure)
 
 
 def _ok(strategy: str, **changes) -> ChildOutcome:
     record = dataclasses.replace(fake_run(strategy, peak_x=1.0), **changes)
-    return ChildOutcome(label=strategy, exit_code=0, verdict="ok", report=_report(record),
+    return ChildOutcome(label=strategy, exit_code=0, failure=None, report=_report(record),
                         stderr_tail="")  # fmt: skip
 
 
@@ -152,7 +157,7 @@ def test_compare_row_verdicts(invoke, monkeypatch, tmp_path, changes, kind, word
 
 
 def test_compare_over_budget_names_the_row(invoke, monkeypatch, tmp_path):
-    naive = ChildOutcome(label="naive", exit_code=0, verdict="ok", stderr_tail="",
+    naive = ChildOutcome(label="naive", exit_code=0, failure=None, stderr_tail="",
                          report=_report(fake_run("naive", peak_x=4.2)))  # fmt: skip
     _children(monkeypatch, {"naive": naive, "lazy": _ok("lazy")})
     md = tmp_path / "c.md"
@@ -174,7 +179,7 @@ def test_plan_contradicting_the_scenario_exits_1(invoke, tmp_path):
     scenario = tmp_path / "wrong.toml"
     scenario.write_text(text)
     rc, stdout, stderr = invoke("plan", str(scenario), "--no-terms")
-    assert rc == 1 and "(EXPECTED ok)" in stdout
+    assert rc == 1 and "OOM, EXPECTED ok" in stdout
     assert "naive projected oom, the scenario expects ok" in stderr
 
 
@@ -199,7 +204,7 @@ def test_dot_instead_of_colon_gets_a_hint(invoke):
     [(("oom", "ok"), 0), (("ok", "ok"), 1), (("oom", "error"), 1), (("error", "ok"), 1)],
 )  # fmt: skip
 def test_repro_exit_code(invoke, monkeypatch, observed, code):
-    from offloadprobe.cli import repro as repro_cli
+    from offloadprobe.repro import reproduce as repro_module
     from offloadprobe.repro.records import Repro, ReproOutcome
     from tests.conftest import ROOT
 
@@ -209,7 +214,7 @@ def test_repro_exit_code(invoke, monkeypatch, observed, code):
     ]
     fake = Repro(scenario="ci-small", path="ci-small.toml", device="cpu", emulated=True,
                  model={}, scale="1", outcomes=outcomes)  # fmt: skip
-    monkeypatch.setattr(repro_cli, "reproduce", lambda *a, **k: fake)
+    monkeypatch.setattr(repro_module, "reproduce", lambda *a, **k: fake)
     rc, _, stderr = invoke("repro", str(ROOT / "scenarios/ci-small.toml"), "--device", "cpu")
     assert rc == code, stderr
 

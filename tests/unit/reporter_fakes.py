@@ -106,7 +106,10 @@ def stopped_run() -> RunRecord:
         run,
         phases=run.phases[:2],
         summary=None,
-        failure="device out of memory in cycle 0, phase load: CUDA out of memory claiming 1.38 GiB",
+        failure="CUDA out of memory claiming 1.38 GiB (cycle 0, phase load)",
+        failure_kind="out of memory",
+        failure_cycle=0,
+        failure_phase="load",
     )
 
 

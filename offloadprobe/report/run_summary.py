@@ -6,12 +6,10 @@ Everything here is rendered from a ``RunRecord``; the figures per part come from
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from offloadprobe.core.records import RunRecord
+from offloadprobe.core.records import RunRecord, Verdict
 from offloadprobe.core.units import format_bytes, format_ratio
 from offloadprobe.report.run_parts import OPTIMIZER, PARAMETERS, Part, left_owners, parts
 from offloadprobe.report.tables import NOT_MEASURED, Column, Left, column_table
@@ -22,11 +20,11 @@ def label(run: RunRecord) -> str:
     return f"{run.strategy} + {run.optimizer_strategy}"
 
 
-def verdict_parts(run: RunRecord, judged: Any = None) -> tuple[str, str | None]:
+def verdict_parts(run: RunRecord, judged: Verdict | None = None) -> tuple[str, str | None]:
     """The verdict as a short phrase for the head line, and its detail (None if none).
 
-    ``judged`` is the invocation's verdict for the run (``kind``, ``ok``, ``line()``),
-    which also knows the budgets; without one the record alone decides.
+    ``judged`` is the invocation's verdict for the run, which also knows the budgets;
+    without one the record alone decides.
     """
     if judged is not None:
         if judged.ok:
@@ -36,15 +34,14 @@ def verdict_parts(run: RunRecord, judged: Any = None) -> tuple[str, str | None]:
         return "stopped early", run.failure or "no offload/load pair completed"
     if not run.summary.integrity_ok:
         return "ROUND TRIP CORRUPTED", "; ".join(run.integrity[:3]) or None
-    not_offloaded = run.not_offloaded
-    if not_offloaded:
-        return "did not offload", not_offloaded
+    if run.not_offloaded:
+        return "not offloaded", "; ".join(run.not_offloaded)
     if run.failure:
         return "stopped early", run.failure
     return "ok, round trip bit-exact", None
 
 
-def verdict(run: RunRecord, judged: Any = None) -> str:
+def verdict(run: RunRecord, judged: Verdict | None = None) -> str:
     """The whole verdict on one line: the short phrase, or its detail where there is one."""
     short, detail = verdict_parts(run, judged)
     if detail is None:
@@ -137,7 +134,7 @@ def detail_lines(run: RunRecord) -> list[str]:
     return lines
 
 
-def summary_block(run: RunRecord, judged: Any = None) -> Group:
+def summary_block(run: RunRecord, judged: Verdict | None = None) -> Group:
     """Verdict line, the parts table, then the detail sentences."""
     head = Text()
     head.append(f"{label(run)}: ", style="bold")

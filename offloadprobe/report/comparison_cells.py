@@ -17,8 +17,6 @@ from offloadprobe.core.units import format_bytes, format_ratio
 from offloadprobe.report.tables import NOT_MEASURED, Column, Left
 
 NO_RUN = "-"
-SHORT_VERDICT = 20
-"""Longest verdict phrase kept in a table cell; longer ones become a numbered note."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +34,13 @@ class Cmp:
 
 
 def full_verdict(row: ComparisonRow) -> str:
-    """The row's judged verdict in words."""
+    """The row's verdict in words (``over budget: host peak 4.20x > 1.70x``)."""
     return row.verdict.line()
 
 
 def short_verdict(row: ComparisonRow) -> str:
-    """The verdict's kind, or its first phrase (before a colon), at most a few words."""
-    text = row.verdict.kind
-    if len(text) > SHORT_VERDICT:
-        text = " ".join(text.split()[:2])
-    return text[:SHORT_VERDICT]
+    """The verdict's kind (``over budget``, ``killed``): one short phrase for the cell."""
+    return row.verdict.kind
 
 
 def _fig(c: Cmp, which: str) -> str:
@@ -157,7 +152,7 @@ def part_rows(comparison: Comparison) -> list[PartRow]:
     out = []
     for row, s in zip(comparison.rows, summaries, strict=True):
         for attr, name in (("params", "parameters"), ("optimizer", "optimizer")):
-            part = getattr(s, attr, None)
+            part = getattr(s, attr) if s is not None else None
             out.append(PartRow(row.candidate.label, name, part, getattr(base, attr, None)))
     return out
 
@@ -196,7 +191,7 @@ def caption(comparison: Comparison) -> str:
     first = next((r.run for r in comparison.rows if r.run is not None), None)
     payload = format_bytes(first.payload_bytes) if first else NOT_MEASURED
     return (
-        f"payload {payload}; x = multiple of the payload over the host RSS before the first "
-        f"offload; 'vs base' = host peak / {comparison.baseline}'s; each row ran in a fresh "
-        "process"
+        f"payload {payload}; x = multiple of the bytes each row moves (parameters plus any "
+        f"optimizer state) over the host RSS before the first offload; 'vs base' = host "
+        f"peak / {comparison.baseline}'s; each row ran in a fresh process"
     )

@@ -12,9 +12,8 @@ device after the offload) was kept; a part that moved yet left bytes behind left
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
-from offloadprobe.core.records import RunRecord
+from offloadprobe.core.records import PartSummary, RunRecord
 
 MODEL_BUFFERS = ("param_data", "grad_data")
 """Residency owners that belong to the model's DDP buffers; every other owner is
@@ -67,7 +66,8 @@ def left_owners(run: RunRecord, *, model: bool) -> list[str]:
 
 def _failed_to_move(run: RunRecord, name: str) -> bool:
     """The record says this part should have moved and did not (a verdict, not a design)."""
-    return name == PARAMETERS and bool(run.not_offloaded)
+    words = "param_data" if name == PARAMETERS else "optimizer state"
+    return any(line.startswith(words) for line in run.not_offloaded)
 
 
 def _kept_note(run: RunRecord, name: str) -> str:
@@ -95,7 +95,7 @@ def kept_parts(run: RunRecord) -> set[str]:
     return {p.name for p in parts(run) if p.kept}
 
 
-def _measured_parts(run: RunRecord, measured: dict[str, Any]) -> list[Part]:
+def _measured_parts(run: RunRecord, measured: dict[str, PartSummary | None]) -> list[Part]:
     """Each part moved in its own phase, over its own bytes; the whole when both moved."""
     s = run.summary
     out = []

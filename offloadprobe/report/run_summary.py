@@ -6,8 +6,6 @@ Everything here is rendered from a ``RunRecord``; the figures per part come from
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -75,13 +73,22 @@ PART_COLUMNS: list[Column[Part]] = [
 ]
 
 
+MEASURED_CAPTION = (
+    "x = multiple of the bytes the part moves; a part's host figures add up the RSS "
+    "changes in its own offload and load phases (train phases count for neither)"
+)
+SHARED_CAPTION = (
+    "x = multiple of the bytes the part moves; host over the RSS before the first "
+    "offload, in offload and load phases"
+)
+
+
 def parts_table(run: RunRecord) -> RenderableType:
     """One row per part; x = a multiple of the bytes that part moves."""
+    s = run.summary
+    measured = s is not None and (s.params is not None or s.optimizer is not None)
     return column_table(
-        PART_COLUMNS,
-        parts(run),
-        caption="x = multiple of the bytes the part moves; host over the RSS before the "
-        "first offload, in offload and load phases",
+        PART_COLUMNS, parts(run), caption=MEASURED_CAPTION if measured else SHARED_CAPTION
     )
 
 
@@ -129,7 +136,7 @@ def detail_lines(run: RunRecord) -> list[str]:
     return lines
 
 
-def summary_block(run: RunRecord, judged: Any = None) -> Group:
+def summary_block(run: RunRecord, judged: Verdict | None = None) -> Group:
     """Verdict line, the parts table, then the detail sentences."""
     head = Text()
     head.append(f"{label(run)}: ", style="bold")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from offloadprobe.core.records import PhaseRecord, Report, RunRecord
+from offloadprobe.core.records import PhaseRecord, Report, RunRecord, Verdict
 from offloadprobe.core.units import format_bytes, format_ratio
 from offloadprobe.report.run_parts import OPTIMIZER, PARAMETERS, is_model_owner, kept_parts
 from offloadprobe.report.run_summary import label, summary_block, verdict
@@ -159,7 +159,7 @@ def summary_line(run: RunRecord) -> Text:
 def render_report(report: Report, console: Console) -> None:
     """Per run: the summary block, the phase tables, what was left; then the environment."""
     gpu = not report.emulated
-    judged = list(report.verdicts or [])
+    judged: list[Verdict | None] = list(report.verdicts)
     judged += [None] * (len(report.runs) - len(judged))
     for run, verdict_of_run in zip(report.runs, judged, strict=False):
         console.print(summary_block(run, verdict_of_run))

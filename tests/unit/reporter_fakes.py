@@ -113,6 +113,18 @@ def stopped_run() -> RunRecord:
     )
 
 
+def not_offloaded_run() -> RunRecord:
+    """A strategy that copied the parameters to the host yet kept them on the device."""
+    run = cpu_run("keeps")
+    left = {"param_data": 128 * MiB, "exp_avg": 256 * MiB, "exp_avg_sq": 256 * MiB}
+    summary = replace(run.summary, left_after_offload_bytes_by_key=left)
+    return replace(
+        run,
+        summary=summary,
+        not_offloaded=["param_data 128.00 MiB still on device after offload"],
+    )
+
+
 def gpu_run() -> RunRecord:
     """registered + legacy on a GPU, precision-aware: master_param stays behind."""
     payload = GiB

@@ -37,6 +37,9 @@ RENDERERS: dict[str, Callable[[Console], None]] = {
         fake.report(fake.cpu_run(integrity=False), emulated=True), c
     ),
     "run-stopped": lambda c: render_report(fake.report(fake.stopped_run(), emulated=True), c),
+    "run-not-offloaded": lambda c: render_report(
+        fake.report(fake.not_offloaded_run(), emulated=True), c
+    ),
     "run-gpu": lambda c: render_report(fake.report(fake.gpu_run(), emulated=False), c),
     "run-parts": lambda c: render_report(fake.report(fake.parts_run(), emulated=False), c),
     "compare-parts": lambda c: render_comparison(fake.parts_comparison(), c),
@@ -111,6 +114,14 @@ def test_columns_that_cannot_be_measured_here_are_dropped() -> None:
 def test_compare_verdict_cells_are_one_line_with_detail_below() -> None:
     lines = render("compare", 80).splitlines()
     killed = [ln for ln in lines if ln.startswith("registered")]
-    assert "killed (2)" in killed[0]
+    assert killed[0].endswith("killed (2)")
     notes = [ln for ln in lines if ln.startswith("(2) registered")]
     assert notes and "killed: SIGKILL, cgroup OOM" in " ".join(lines[lines.index(notes[0]) :])
+
+
+def test_a_strategy_that_did_not_offload_is_not_excused_as_kept() -> None:
+    lines = render("run-not-offloaded", 80).splitlines()
+    assert lines[0] == "keeps + none: not offloaded"
+    params = next(ln for ln in lines if ln.startswith("parameters"))
+    assert params.endswith("LEFT") and "(kept)" not in params
+    assert "keeps left on the device: param_data" in lines

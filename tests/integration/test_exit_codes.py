@@ -43,9 +43,8 @@ def test_run_exit_code_and_verdict(invoke, tmp_path, strategy, budget, code, kin
     (entry,) = doc["runs"]
     assert entry["outcome"]["kind"] == kind and words in entry["verdict"]
     flat = " ".join(stdout.split())
-    assert (
-        flat.startswith(f"{entry['label']}: {kind}") and " ".join(entry["verdict"].split()) in flat
-    )
+    assert flat.startswith(f"{entry['label']}: {kind}")
+    assert " ".join(entry["verdict"].removeprefix(f"{kind}: ").split()) in flat
     if code:
         assert stderr.strip().splitlines()[-1].startswith(f"offloadprobe: error: {strategy} + ")
 

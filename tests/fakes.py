@@ -1,0 +1,172 @@
+"""Hand-built records and a fake runner, for tests of CLI and reporting logic.
+
+Nothing here imports torch or megatron-core. A test about what the CLI does with a
+result (exit codes, budget lines, JSON written, the table printed) builds the result
+here and installs ``FakeRunner`` in place of ``offloadprobe.engine.runner.run``, so it
+runs in milliseconds and can assert exact values. Tests about what a strategy really
+does to memory use the real runner (see ``tests/conftest.py``).
+
+    def test_breach_exits_1(invoke, fake_runner):
+        fake_runner.runs["naive"] = dict(host_peak_x=2.1)
+        result = invoke("run", "--strategy", "naive", "--max-host-peak", "1.5x")
+        assert result.exit_code == 1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict
+from typing import Any
+
+from offloadprobe.core.config import RunConfig
+from offloadprobe.core.records import HostReading, PhaseRecord, Report, RunRecord
+from offloadprobe.measure.summary import summarise
+
+MiB = 2**20
+PAYLOAD = 48 * MiB
+BASE = 1000 * MiB
+"""Host RSS of the fake process before its first offload."""
+VERSIONS = {"torch": "0.0-fake", "megatron_core": "0.0-fake", "cuda": None, "python": "3"}
+EMULATION_NOTE = "CPU emulation (fake): no pinned memory, no GPU"
+
+
+def _bytes(x: float, payload: int) -> int:
+    return round(x * payload)
+
+
+def _phase(cycle: int, name: str, *, before: int, after: int, peak: int, moved: int, **extra):
+    seconds = 0.5 if name != "train" else 0.1
+    return PhaseRecord(
+        cycle=cycle,
+        phase=name,
+        seconds=seconds,
+        bytes_moved=moved,
+        gbps=moved / seconds / 1e9 if moved else None,
+        host=HostReading(
+            rss_before=BASE + before,
+            rss_after=BASE + after,
+            peak=BASE + max(peak, before, after),
+            shmem_after=0,
+            method="vmhwm",
+        ),
+        pinned=None,
+        gpu=None,
+        cgroup=None,
+        **extra,
+    )
+
+
+def fake_run(
+    strategy: str = "lazy",
+    *,
+    payload: int = PAYLOAD,
+    cycles: int = 2,
+    host_peak_x: float = 1.0,
+    steady_x: float = 1.0,
+    integrity: Iterable[str] = (),
+    failure: str | None = None,
+    left_on_device: dict[str, int] | None = None,
+    optimizer_strategy: str = "none",
+    optimizer: str = "fake Adam",
+    notes: Iterable[str] = (EMULATION_NOTE,),
+) -> RunRecord:
+    """One strategy's run whose summary has exactly these figures.
+
+    Host figures are multiples of ``payload`` over a fixed baseline: the first offload
+    reaches ``host_peak_x``, every offload leaves ``steady_x`` behind. A run with a
+    ``failure`` stops in the first offload and has no summary, as the real runner does.
+    """
+    peak, steady = _bytes(host_peak_x, payload), _bytes(steady_x, payload)
+    left = dict(left_on_device) if left_on_device is not None else {"param_data": 0}
+    phases: list[PhaseRecord] = []
+    for cycle in range(cycles):
+        held = steady if cycle else 0
+        phases.append(_phase(cycle, "train", before=held, after=held, peak=held, moved=0))
+        if failure is not None:
+            break
+        offload = dict(before=held, after=steady, peak=peak, left_on_device=left)
+        phases.append(_phase(cycle, "offload", moved=payload, **offload))
+        load = dict(before=steady, after=steady, peak=steady)
+        phases.append(_phase(cycle, "load", moved=payload, **load))
+    problems = list(integrity)
+    summary = None
+    if failure is None:
+        summary = summarise(
+            phases,
+            payload_bytes=payload,
+            baseline_host_bytes=BASE,
+            gpu_baseline_bytes=None,
+            registered_bytes=0,
+            integrity_ok=not problems,
+        )
+    return RunRecord(
+        strategy=strategy,
+        description=f"fake {strategy}",
+        payload_bytes=payload,
+        grad_bytes=2 * payload,
+        baseline_host_bytes=BASE,
+        gpu_baseline_bytes=None,
+        phases=phases,
+        summary=summary,
+        integrity=problems,
+        notes=list(notes),
+        failure=failure,
+        optimizer_strategy=optimizer_strategy,
+        optimizer=optimizer,
+    )
+
+
+def fake_report(*runs: RunRecord, device: str = "cpu", model: dict[str, Any] | None = None):
+    """A whole ``offloadprobe run`` result around ``runs`` (CPU emulation)."""
+    runs = runs or (fake_run(),)
+    return Report(
+        device=device,
+        emulated=device == "cpu",
+        emulation_note=EMULATION_NOTE if device == "cpu" else None,
+        payload_bytes=runs[0].payload_bytes,
+        versions=dict(VERSIONS),
+        machine={"hostname": "fake", "cpus": 2},
+        model=model or {"num_layers": 2},
+        settings={"strategy": runs[0].strategy, "cycles": len(runs[0].phases) // 3},
+        runs=list(runs),
+    )
+
+
+class FakeRunner:
+    """Stands in for ``offloadprobe.engine.runner.run``: no model, no torch.
+
+    ``runs`` maps a strategy name to ``fake_run`` keyword arguments; strategies not
+    listed get a healthy run (1.0x peak, bit-exact). Every call's ``RunConfig`` is
+    kept in ``configs``, so a test can check what the CLI asked for.
+    """
+
+    def __init__(self) -> None:
+        self.runs: dict[str, dict[str, Any]] = {}
+        self.configs: list[RunConfig] = []
+
+    def __call__(self, cfg: RunConfig, hooks: Any = None) -> Report:
+        self.configs.append(cfg)
+        kwargs = {"cycles": cfg.cycles, "optimizer_strategy": cfg.optimizer_strategy}
+        record = fake_run(cfg.strategy, **{**kwargs, **self.runs.get(cfg.strategy, {})})
+        for rec in record.phases:
+            if hooks is not None and hooks.on_start is not None:
+                hooks.on_start(rec.cycle, rec.phase)
+            if hooks is not None and hooks.on_phase is not None:
+                hooks.on_phase(rec)
+        return fake_report(record, device=cfg.device if cfg.device != "auto" else "cpu",
+                           model=asdict(cfg.model))  # fmt: skip
+
+    @property
+    def last(self) -> RunConfig:
+        return self.configs[-1]
+
+
+def install_runner(monkeypatch: Any, runner: FakeRunner) -> FakeRunner:
+    """Put ``runner`` where ``offloadprobe run`` looks for the real one."""
+    import importlib
+
+    monkeypatch.setattr("offloadprobe.engine.runner.run", runner)
+    run_module = importlib.import_module("offloadprobe.cli.run")
+    if hasattr(run_module, "run"):  # bound by ``from ... import run`` at import time
+        monkeypatch.setattr(run_module, "run", runner)
+    return runner

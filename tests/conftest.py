@@ -40,6 +40,48 @@ SUBPROCESS_TIMEOUT = 600
 """Seconds a child ``offloadprobe`` may take: generous, the 2-core CI host is shared."""
 
 
+# ------------------------------------------------------------------ CPU time per test
+# Wall-clock durations on a shared 2-core host say more about the neighbours than about
+# the suite; ``--cpu-durations N`` lists the tests that used the most CPU (this process
+# and the children it waited for), which does not depend on the load.
+
+_CPU = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
+                     help="show the N tests that used the most CPU seconds (0: all)")  # fmt: skip
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                     resource.RUSAGE_CHILDREN))  # fmt: skip
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    if item.config.getoption("--cpu-durations") is None:
+        return (yield)
+    start = _cpu_seconds()
+    try:
+        return (yield)
+    finally:
+        item.config.stash.setdefault(_CPU, []).append((_cpu_seconds() - start, item.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    count = config.getoption("--cpu-durations")
+    if count is None:
+        return
+    spent = sorted(config.stash.get(_CPU, []), reverse=True)
+    terminalreporter.write_sep("=", f"CPU seconds: {sum(s for s, _ in spent):.1f} in tests")
+    for seconds, nodeid in spent[: count or None]:
+        terminalreporter.write_line(f"{seconds:8.2f}s  {nodeid}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
         return

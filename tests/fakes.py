@@ -170,3 +170,84 @@ def install_runner(monkeypatch: Any, runner: FakeRunner) -> FakeRunner:
     if hasattr(run_module, "run"):  # bound by ``from ... import run`` at import time
         monkeypatch.setattr(run_module, "run", runner)
     return runner
+
+
+class FakeChild:
+    """Stands in for ``offloadprobe.isolation.child.run_child``: no process is started.
+
+    ``runs`` maps a child's label (its strategy) to ``fake_run`` keyword arguments;
+    ``specs`` keeps every ``ChildSpec`` asked for, so a test can check the arguments a
+    caller built. Only for logic around children; isolation itself is tested for real.
+    """
+
+    def __init__(self) -> None:
+        self.runs: dict[str, dict[str, Any]] = {}
+        self.specs: list[Any] = []
+
+    def __call__(self, spec: Any, **_: Any) -> Any:
+        from offloadprobe.isolation.child import ChildOutcome
+
+        self.specs.append(spec)
+        record = fake_run(spec.label, **self.runs.get(spec.label, {}))
+        return ChildOutcome(
+            label=spec.label,
+            exit_code=0,
+            verdict="ok",
+            report=fake_report(record).to_dict(),
+            stderr_tail="",
+        )
+
+
+class InProcessChild:
+    """``run_child`` without a new interpreter: the real ``offloadprobe run``, in this process.
+
+    For verbs whose logic around children is under test (repro's GPU path in CPU
+    emulation) where the child's result does not depend on being a fresh process. A
+    child killed by a signal cannot be had this way: test those with real children.
+    """
+
+    def __init__(self, workdir: Any) -> None:
+        self.workdir = workdir
+        self.specs: list[Any] = []
+
+    def __call__(self, spec: Any, **_: Any) -> Any:
+        import json
+
+        from offloadprobe.isolation.child import ChildOutcome
+        from tests.conftest import invoke_cli
+
+        self.specs.append(spec)
+        out = self.workdir / f"child-{len(self.specs)}.json"
+        result = invoke_cli("run", *spec.args, "--json", str(out), "--no-progress",
+                            env=dict(spec.env))  # fmt: skip
+        tail = "\n".join(result.error_lines[-5:])
+        verdict = "ok"
+        if result.exit_code != 0:
+            verdict = (result.error_lines or [f"exit code {result.exit_code}"])[-1]
+            verdict = verdict.removeprefix("offloadprobe: error: ")
+        return ChildOutcome(
+            label=spec.label,
+            exit_code=result.exit_code,
+            verdict=verdict,
+            report=json.loads(out.read_text()) if out.exists() else None,
+            stderr_tail=tail,
+        )
+
+
+def install_child(monkeypatch: Any, child: Any) -> Any:
+    """Put ``child`` in place of ``run_child`` wherever offloadprobe holds it.
+
+    Modules that bound it with ``from ... import run_child`` are found by identity, so
+    this keeps working as callers move; the module itself is looked up in
+    ``sys.modules`` (not through its package's attribute), which stays right when
+    pytester has dropped and re-imported it.
+    """
+    import importlib
+    import sys
+
+    home = importlib.import_module("offloadprobe.isolation.child")
+    real = home.run_child
+    for name, module in list(sys.modules.items()):
+        if name.startswith("offloadprobe.") and getattr(module, "run_child", None) is real:
+            monkeypatch.setattr(module, "run_child", child)
+    return child

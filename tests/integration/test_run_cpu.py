@@ -36,9 +36,13 @@ def _run(invoke, tmp_path, *args):
     return result, doc
 
 
+def _summary(reports, strategy):
+    return reports[strategy]["runs"][0]["summary"]
+
+
 @pytest.fixture(scope="module")
 def magnitudes(tmp_path_factory):
-    """Per built-in strategy: its summary on a 40 MiB payload, two cycles."""
+    """Per built-in strategy: its JSON report on a 40 MiB payload, two cycles."""
     from tests.conftest import invoke_cli
 
     tmp = tmp_path_factory.mktemp("magnitudes")
@@ -46,8 +50,7 @@ def magnitudes(tmp_path_factory):
     for strategy in ("naive", "lazy", "registered", "pageable"):
         result, doc = _run(invoke_cli, tmp, "--strategy", strategy, *MAGNITUDE)
         assert result.exit_code == 0, result.stderr + result.stdout
-        found[strategy] = doc["runs"][0]["summary"]
-        found[strategy]["model"] = doc["model"]
+        found[strategy] = doc
     return found
 
 
@@ -77,6 +80,21 @@ def test_json_schema_is_stable(lazy_tiny):
     assert run["integrity"] == [] and run["summary"]["integrity_ok"]
 
 
+def test_payload_is_what_megatron_allocates(magnitudes, lazy_tiny):
+    # the arithmetic (param count, DDP layout) against real megatron-core DDP buffers
+    from offloadprobe.core.config import ModelConfig
+    from offloadprobe.plan.probe import probe_payload
+
+    _, tiny = lazy_tiny
+    for doc in (tiny, magnitudes["lazy"]):
+        model = ModelConfig(**doc["model"])
+        assert probe_payload(model) == doc["payload_bytes"]
+        # bf16: two bytes per parameter, plus at most a little DDP padding
+        assert 0 <= doc["payload_bytes"] - 2 * model.param_count < 2**16
+    # --payload 40MiB sizes the model to within 2 % of it
+    assert magnitudes["lazy"]["payload_bytes"] == pytest.approx(40 * 2**20, rel=0.02)
+
+
 def test_output_says_what_is_emulated_and_checked(lazy_tiny):
     result, _ = lazy_tiny
     assert "CPU emulation" in result.stdout and "no pinned memory" in result.stdout
@@ -85,7 +103,7 @@ def test_output_says_what_is_emulated_and_checked(lazy_tiny):
 
 
 def test_naive_host_peak_clearly_above_lazy(magnitudes):
-    naive, lazy = magnitudes["naive"], magnitudes["lazy"]
+    naive, lazy = (_summary(magnitudes, s) for s in ("naive", "lazy"))
     # naive holds the previous copy while building the next (and, in emulation, the
     # .cpu() temporary): about 3x payload by the second cycle; lazy reuses one copy: 1x.
     assert naive["host_peak_x"] >= 1.8
@@ -100,21 +118,22 @@ def test_projected_host_peak_within_5_percent(magnitudes, strategy):
     from offloadprobe.core.config import ModelConfig
     from offloadprobe.plan.probe import project_probe
 
-    measured = magnitudes[strategy]
-    model = ModelConfig(**measured["model"])
+    model = ModelConfig(**magnitudes[strategy]["model"])
     predicted = project_probe(model, strategy, emulated=True, cycles=2)
-    assert measured["host_peak_bytes"] == pytest.approx(predicted, rel=0.05)
+    measured = _summary(magnitudes, strategy)["host_peak_bytes"]
+    assert measured == pytest.approx(predicted, rel=0.05)
 
 
 def test_reused_exact_copies_hold_about_one_payload(magnitudes):
     for strategy in ("lazy", "registered", "pageable"):
-        s = magnitudes[strategy]
+        s = _summary(magnitudes, strategy)
         assert 0.9 <= s["steady_host_x"] <= 1.3, (strategy, s)
 
 
 def test_every_built_in_round_trip_is_bit_exact(magnitudes):
-    for strategy, summary in magnitudes.items():
-        assert summary["integrity_ok"] is True, strategy
+    for strategy, doc in magnitudes.items():
+        assert doc["runs"][0]["summary"]["integrity_ok"] is True, strategy
+        assert doc["runs"][0]["integrity"] == [], strategy
 
 
 def test_user_strategy_is_plugged_in(invoke, tmp_path):

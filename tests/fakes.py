@@ -14,6 +14,7 @@ does to memory use the real runner (see ``tests/conftest.py``).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
@@ -165,11 +166,33 @@ def install_runner(monkeypatch: Any, runner: FakeRunner) -> FakeRunner:
     """Put ``runner`` where ``offloadprobe run`` looks for the real one."""
     import importlib
 
-    monkeypatch.setattr("offloadprobe.engine.runner.run", runner)
-    run_module = importlib.import_module("offloadprobe.cli.run")
-    if hasattr(run_module, "run"):  # bound by ``from ... import run`` at import time
-        monkeypatch.setattr(run_module, "run", runner)
+    real = importlib.import_module("offloadprobe.engine.runner").run
+    _replace_everywhere(monkeypatch, "run", real, runner)
     return runner
+
+
+def import_all() -> None:
+    """Import every offloadprobe module (pytester drops modules first imported in a test)."""
+    import importlib
+    import pkgutil
+
+    import offloadprobe
+
+    for info in pkgutil.walk_packages(offloadprobe.__path__, "offloadprobe."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+
+
+def _replace_everywhere(monkeypatch: Any, attr: str, real: Any, fake: Any) -> None:
+    """Set ``attr`` to ``fake`` in every offloadprobe module that holds ``real``.
+
+    Every module is imported first: one imported while the fake is in place would bind
+    it for good (``from ... import``), and monkeypatch would later "restore" the fake.
+    """
+    import_all()
+    for name, module in list(sys.modules.items()):
+        if name.startswith("offloadprobe.") and getattr(module, attr, None) is real:
+            monkeypatch.setattr(module, attr, fake)
 
 
 class FakeChild:
@@ -243,11 +266,7 @@ def install_child(monkeypatch: Any, child: Any) -> Any:
     pytester has dropped and re-imported it.
     """
     import importlib
-    import sys
 
-    home = importlib.import_module("offloadprobe.isolation.child")
-    real = home.run_child
-    for name, module in list(sys.modules.items()):
-        if name.startswith("offloadprobe.") and getattr(module, "run_child", None) is real:
-            monkeypatch.setattr(module, "run_child", child)
+    real = importlib.import_module("offloadprobe.isolation.child").run_child
+    _replace_everywhere(monkeypatch, "run_child", real, child)
     return child

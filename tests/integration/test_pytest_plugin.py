@@ -9,8 +9,9 @@ from importlib import metadata
 
 import pytest
 
-import offloadprobe.isolation.child  # noqa: F401  (imported before pytester's module snapshot)
-from tests.fakes import FakeChild, install_child
+from tests.fakes import FakeChild, import_all, install_child
+
+import_all()  # before pytester's snapshot of sys.modules, which drops what a test imports
 
 pytest_plugins = ["pytester"]
 

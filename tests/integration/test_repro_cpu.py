@@ -12,7 +12,6 @@ import os
 
 import pytest
 
-import offloadprobe.repro.reproduce  # noqa: F401  (binds run_child before it is replaced)
 from offloadprobe.repro.cgroup import CgroupUnavailable, create_group
 from tests.conftest import ROOT, SUBPROCESS_TIMEOUT
 from tests.fakes import InProcessChild, install_child

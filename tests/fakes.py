@@ -1,10 +1,14 @@
-"""Hand-built records and a fake runner, for tests of CLI and reporting logic.
+"""Stand-ins for the expensive parts, for tests of CLI, plugin and reporting logic.
 
-Nothing here imports torch or megatron-core. A test about what the CLI does with a
-result (exit codes, budget lines, JSON written, the table printed) builds the result
-here and installs ``FakeRunner`` in place of ``offloadprobe.engine.runner.run``, so it
-runs in milliseconds and can assert exact values. Tests about what a strategy really
-does to memory use the real runner (see ``tests/conftest.py``).
+- ``fake_run`` / ``fake_report``: hand-built records whose summary has exactly the
+  figures asked for (exact asserts are fine on these).
+- ``FakeRunner`` (fixture ``fake_runner``): replaces ``offloadprobe.engine.runner.run``;
+  no model, no torch work. For what ``offloadprobe run`` does with a result.
+- ``FakeChild`` / ``InProcessChild`` with ``install_child``: replace ``run_child`` (no
+  new interpreter). For the logic around children, never for isolation itself.
+
+The module imports no torch at import time. What a strategy really does to memory is
+tested on the real runner (see ``tests/conftest.py``).
 
     def test_breach_exits_1(invoke, fake_runner):
         fake_runner.runs["naive"] = dict(host_peak_x=2.1)

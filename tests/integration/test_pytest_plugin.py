@@ -16,6 +16,7 @@ import_all()  # before pytester's snapshot of sys.modules, which drops what a te
 pytest_plugins = ["pytester"]
 
 REAL = 'payload="40MiB", layers=2, seq_length=32, micro_batch=1, train_steps=0, device="cpu"'
+TINY = 'layers=1, hidden=128, heads=4, vocab=1024, seq_length=32, cycles=1, device="cpu"'
 
 
 def _plugin_args() -> list[str]:
@@ -52,7 +53,7 @@ def test_naive():
     pass
 
 def test_broken(offload_probe):
-    offload_probe(strategy="tests.integration.user_strategies:FlipsOneBit", {REAL})
+    offload_probe(strategy="tests.integration.user_strategies:FlipsOneBit", {TINY})
 """
     )
     result.assert_outcomes(failed=2)

@@ -36,7 +36,7 @@ def ci_small(tmp_path_factory):
     out = tmp_path_factory.mktemp("repro") / "repro.json"
     proc = run_cli(
         "repro", "scenarios/ci-small.toml", "--device", "cpu",
-        "--only", "naive", "--only", "lazy", "--json", str(out),
+        "--only", "naive", "--only", "lazy", "--cycles", "1", "--json", str(out),
         timeout=SUBPROCESS_TIMEOUT,
     )  # fmt: skip
     return proc, json.loads(out.read_text()) if out.exists() else None

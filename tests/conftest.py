@@ -1,4 +1,17 @@
-"""Shared fixtures: run the CLI as users do, and skip GPU tests without CUDA."""
+"""Shared fixtures. Conventions for every test in this suite:
+
+- CLI logic (flags, exit codes, one-line errors, what is printed or written): ``invoke``
+  runs ``offloadprobe ARGS`` in this process through the real entry point ``main()``
+  under Typer's ``CliRunner`` isolation. Pair it with ``fake_runner`` (tests/fakes.py)
+  when the test is about what the CLI does with a result, not about the measurement.
+- Real measurements in this process: the real runner, on a small model (``SMALL_MODEL``
+  or smaller), shared by a module- or session-scoped fixture; never more cycles than the
+  assertion needs.
+- A fresh process (``run_cli``, ``isolation.run_child``) only where process isolation is
+  what is tested: compare's child per strategy, a killed child, a cgroup limit, the
+  console entry point itself.
+- Noisy readings are asserted as invariants with margins; exact values only on fakes.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +19,13 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.fakes import FakeRunner, install_runner
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,23 +35,55 @@ TINY = ["--device", "cpu", "--layers", "1", "--hidden", "256", "--heads", "4", "
         "--no-reference-check"]  # fmt: skip
 # A small model that still moves tens of MiB, so host effects stand far above noise.
 SMALL_MODEL = ["--layers", "2", "--payload", "48MiB", "--seq-length", "32", "--micro-batch", "1"]
+# The smallest model that still builds megatron's real objects: for tests of wiring,
+# integrity and exit codes, not of host-memory magnitudes.
+TINY_MODEL = ["--layers", "1", "--hidden", "128", "--heads", "4", "--vocab", "1024",
+              "--seq-length", "32", "--micro-batch", "1"]  # fmt: skip
+
+SUBPROCESS_TIMEOUT = 600
+"""Seconds a child ``offloadprobe`` may take: generous, the 2-core CI host is shared."""
 
 
-@pytest.fixture
-def invoke(capsys, monkeypatch):
-    """Run the CLI in this process (``offloadprobe.cli.main``); return (exit code, stdout,
-    stderr). For tests of verdicts and exit codes, where process isolation is not the point."""
-    from offloadprobe.cli import main
+# ------------------------------------------------------------------ CPU time per test
+# Wall-clock durations on a shared 2-core host say more about the neighbours than about
+# the suite; ``--cpu-durations N`` lists the tests that used the most CPU (this process
+# and the children it waited for), which does not depend on the load.
 
-    monkeypatch.setenv("COLUMNS", "200")
+_CPU = pytest.StashKey[list]()
 
-    def go(*args: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exc:
-            main(list(args))
-        out = capsys.readouterr()
-        return exc.value.code, out.out, out.err
 
-    return go
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
+                     help="show the N tests that used the most CPU seconds (0: all)")  # fmt: skip
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                     resource.RUSAGE_CHILDREN))  # fmt: skip
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    if item.config.getoption("--cpu-durations") is None:
+        return (yield)
+    start = _cpu_seconds()
+    try:
+        return (yield)
+    finally:
+        item.config.stash.setdefault(_CPU, []).append((_cpu_seconds() - start, item.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    count = config.getoption("--cpu-durations")
+    if count is None:
+        return
+    spent = sorted(config.stash.get(_CPU, []), reverse=True)
+    terminalreporter.write_sep("=", f"CPU seconds: {sum(s for s, _ in spent):.1f} in tests")
+    for seconds, nodeid in spent[: count or None]:
+        terminalreporter.write_line(f"{seconds:8.2f}s  {nodeid}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -47,7 +95,65 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300):
+# ------------------------------------------------------------------ in-process CLI
+
+
+@dataclass(frozen=True)
+class CliResult:
+    """What ``offloadprobe ARGS`` did: exit code and the two streams, as text."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def __iter__(self):
+        """``rc, stdout, stderr = invoke(...)``."""
+        return iter((self.exit_code, self.stdout, self.stderr))
+
+    @property
+    def error_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+def invoke_cli(*args: str, env: dict[str, str] | None = None, columns: int = 120) -> CliResult:
+    """``offloadprobe ARGS`` in this process, through the console entry point ``main()``.
+
+    ``main()`` is what turns errors into exit codes and one-line messages, so it is
+    called as is, inside ``CliRunner``'s isolation (captured streams, patched env).
+    """
+    from typer.testing import CliRunner
+
+    from offloadprobe.cli import main
+
+    code = 0
+    with CliRunner().isolation(env={"COLUMNS": str(columns), **(env or {})}) as streams:
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        out, err = streams[0].getvalue(), streams[1].getvalue()
+    return CliResult(code, out.decode(), err.decode())
+
+
+@pytest.fixture
+def invoke():
+    return invoke_cli
+
+
+@pytest.fixture
+def fake_runner(monkeypatch) -> FakeRunner:
+    """``offloadprobe run`` answered by a ``FakeRunner`` (no model, no torch work)."""
+    return install_runner(monkeypatch, FakeRunner())
+
+
+# ------------------------------------------------------------------ fresh processes
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
+            timeout: int = SUBPROCESS_TIMEOUT):  # fmt: skip
     """Run ``python -m offloadprobe ARGS`` in a fresh process, as a user would."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     full_env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "120", **(env or {})}
@@ -66,20 +172,7 @@ def cli():
     return run_cli
 
 
-@pytest.fixture
-def run_json(tmp_path):
-    """Run one strategy through the CLI and return its parsed JSON report."""
-
-    def go(*args: str, device: str = "cpu") -> dict:
-        out = tmp_path / f"report-{len(list(tmp_path.iterdir()))}.json"
-        proc = run_cli("run", "--device", device, "--json", str(out), "--no-progress", *args)
-        assert proc.returncode == 0, proc.stderr + proc.stdout
-        return json.loads(out.read_text())
-
-    return go
-
-
-def run_each(tmp_dir: Path, specs, *args: str, timeout: int = 600) -> dict:
+def run_each(tmp_dir: Path, specs, *args: str, timeout: int = SUBPROCESS_TIMEOUT) -> dict:
     """``offloadprobe run ARGS --strategy S --json`` per spec, each in a fresh process.
 
     Returns ``{spec: (report dict, stdout)}``; any failing run fails the caller.

@@ -1,4 +1,8 @@
-"""Bad input: one line naming the problem and the fix, exit code 2, no traceback."""
+"""Bad input: one line naming the problem and the fix, exit code 2, no traceback.
+
+Run in this process through the real entry point (``invoke``); one case also goes
+through ``python -m offloadprobe`` so the console script's own stderr is covered.
+"""
 
 import pytest
 import torch
@@ -13,30 +17,60 @@ CASES = {
     "user strategy without load": (["run", "--strategy", "json:JSONDecoder"], "lacks offload"),
     "unknown option": (["run", "--strategyy", "lazy"], "--help"),
     "bad device": (["run", "--device", "tpu"], "--device must be"),
+    "unknown optimizer strategy": (
+        ["run", "--optimizer-strategy", "legasy"],
+        "choose one of legacy, fixed, complete, none",
+    ),
+    "bad host-peak budget": (["run", "--max-host-peak", "1.5"], "has no unit"),
+    "unknown compare baseline": (
+        ["compare", "naive", "lazy", "--baseline", "registered", "--device", "cpu"],
+        "--baseline 'registered' is not one of the compared rows",
+    ),
 }
 
 
+def _assert_one_line_usage_error(result, expected: str) -> None:
+    out = result.stderr + result.stdout
+    assert result.exit_code == 2, out
+    assert len(result.error_lines) == 1, out
+    assert "Traceback" not in out
+    assert result.error_lines[0].startswith("offloadprobe: error: ")
+    assert expected in result.error_lines[0]
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_input_is_one_line_exit_2(cli, case):
+def test_bad_input_is_one_line_exit_2(invoke, fake_runner, case):
     args, expected = CASES[case]
-    proc = cli(*args)
+    _assert_one_line_usage_error(invoke(*args), expected)
+    assert fake_runner.configs == []  # refused before any work started
+
+
+def test_console_entry_point_prints_the_same_one_line(cli):
+    proc = cli("run", "--strategy", "lasy")
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2, proc.stderr
-    assert len(lines) == 1, proc.stderr
+    assert lines == [lines[0]] and lines[0].startswith("offloadprobe: error: ")
+    assert "choose one of naive, lazy" in lines[0]
     assert "Traceback" not in proc.stderr + proc.stdout
-    assert expected in lines[0]
-    assert lines[0].startswith("offloadprobe: error: ")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA")
-def test_cuda_requested_without_cuda(cli):
-    proc = cli("run", "--device", "cuda")
-    assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0
-    assert "no usable CUDA device" in proc.stderr and "--device cpu" in proc.stderr
+def test_cuda_requested_without_cuda(invoke, fake_runner):
+    result = invoke("run", "--device", "cuda")
+    assert result.exit_code == 2
+    assert len(result.error_lines) == 1
+    assert "no usable CUDA device" in result.stderr and "--device cpu" in result.stderr
+    assert fake_runner.configs == []
 
 
-def test_help_lists_the_verbs(cli):
-    proc = cli("--help")
-    assert proc.returncode == 0
-    assert "run" in proc.stdout
+def test_help_lists_the_verbs(invoke):
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for verb in ("run", "compare", "plan", "repro"):
+        assert verb in result.stdout
+
+
+def test_no_arguments_prints_help(invoke):
+    result = invoke()
+    assert result.exit_code == 0
+    assert "Usage" in result.stdout

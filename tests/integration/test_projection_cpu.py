@@ -1,4 +1,8 @@
-"""The projection against measurement in CPU emulation, through the benchmark script."""
+"""benchmarks/projection_validation.py runs on CPU: a smoke test of the H200 script.
+
+The projection itself is checked against in-process measurements in test_run_cpu.py;
+this only proves the script runs a real child and writes its JSON (one child).
+"""
 
 from __future__ import annotations
 
@@ -6,30 +10,23 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import ROOT
-
-SIZES = ["48MiB", "60MiB", "68MiB"]
+from tests.conftest import ROOT, SUBPROCESS_TIMEOUT
 
 
-def test_projected_host_peak_within_5_percent(tmp_path):
+def test_script_measures_and_projects_one_row(tmp_path):
     out = tmp_path / "projection.json"
     proc = subprocess.run(
         [
             sys.executable, str(ROOT / "benchmarks" / "projection_validation.py"),
-            "--device", "cpu", "--sizes", *SIZES, "--strategies", "naive", "lazy",
-            "--cycles", "2", "--train-steps", "0", "--jobs", "2", "--out", str(out),
+            "--device", "cpu", "--sizes", "40MiB", "--strategies", "lazy",
+            "--cycles", "1", "--train-steps", "0", "--jobs", "1", "--out", str(out),
         ],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        capture_output=True, text=True, cwd=ROOT, timeout=SUBPROCESS_TIMEOUT,
     )  # fmt: skip
-    doc = json.loads(out.read_text())
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
     assert doc["emulated"] is True and doc["versions"]["torch"]
-    rows = doc["rows"]
-    assert sorted({r["size"] for r in rows}) == sorted(SIZES)
-    for row in rows:
-        assert row["payload_bytes"] == row["predicted_payload_bytes"], row
-        assert abs(row["relative_error"]) <= 0.05, row
-    naive = [r for r in rows if r["strategy"] == "naive"]
-    # naive holds three payloads at its peak (previous copy + two clones) from cycle 1 on
-    for row in naive:
-        assert 2.9 < row["measured_host_peak_bytes"] / row["payload_bytes"] < 3.1
+    (row,) = doc["rows"]
+    assert row["strategy"] == "lazy" and row["size"] == "40MiB"
+    assert row["payload_bytes"] == row["predicted_payload_bytes"], row
+    assert abs(row["relative_error"]) <= 0.05, row

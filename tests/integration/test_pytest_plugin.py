@@ -1,12 +1,22 @@
-"""The pytest plugin as its users drive it: through pytester, in a subprocess."""
+"""The pytest plugin as its users drive it, through pytester in this process.
+
+Two tests start real children (the plugin's point is a fresh process per probe): a
+budget breach and a corrupting strategy. The rest of the plugin's logic runs against
+``FakeChild``.
+"""
 
 from importlib import metadata
 
 import pytest
 
+from tests.fakes import FakeChild, import_all, install_child
+
+import_all()  # before pytester's snapshot of sys.modules, which drops what a test imports
+
 pytest_plugins = ["pytester"]
 
-SMALL = 'payload="48MiB", layers=2, seq_length=32, micro_batch=1, device="cpu"'
+REAL = 'payload="40MiB", layers=2, seq_length=32, micro_batch=1, train_steps=0, device="cpu"'
+TINY = 'layers=1, hidden=128, heads=4, vocab=1024, seq_length=32, cycles=1, device="cpu"'
 
 
 def _plugin_args() -> list[str]:
@@ -18,59 +28,75 @@ def _plugin_args() -> list[str]:
 def run_plugin(pytester, monkeypatch):
     from tests.conftest import ROOT
 
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the children import tests.integration
 
     def go(source: str):
         pytester.makepyfile(test_offload=source)
-        return pytester.runpytest_subprocess(*_plugin_args(), "-q", "-rf", "--tb=short")
+        return pytester.runpytest_inprocess(*_plugin_args(), "-q", "-rf", "--tb=short",
+                                            "-p", "no:cacheprovider")  # fmt: skip
 
     return go
 
 
-def test_marker_fails_naive_with_one_line_and_passes_lazy(run_plugin):
+@pytest.fixture
+def fake_child(monkeypatch) -> FakeChild:
+    return install_child(monkeypatch, FakeChild())
+
+
+def test_real_children_breach_and_corruption_fail_with_one_line(run_plugin):
     result = run_plugin(
         f"""
 import pytest
 
-@pytest.mark.offload_budget(strategy="naive", max_host_peak="1.5x", {SMALL})
+@pytest.mark.offload_budget(strategy="naive", max_host_peak="1.5x", {REAL})
 def test_naive():
     pass
 
-@pytest.mark.offload_budget(strategy="lazy", max_host_peak="1.5x", {SMALL})
-def test_lazy(offload_run):
-    assert offload_run.summary.integrity_ok
-    assert offload_run.summary.host_peak_x <= 1.5
+def test_broken(offload_probe):
+    offload_probe(strategy="tests.integration.user_strategies:FlipsOneBit", {TINY})
 """
     )
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(failed=2)
     # the failure's whole explanation is one line, the breached budget
     result.stdout.re_match_lines([r"^naive \+ none: over budget: host peak \d\.\d\dx > 1\.50x$"])
     result.stdout.fnmatch_lines(["FAILED test_offload.py::test_naive - Failed: naive + none: *"])
     result.stdout.fnmatch_lines(["*Captured offloadprobe call*", "*cycle*phase*host peak*"])
+    result.stdout.fnmatch_lines(["*FlipsOneBit + none: corrupted: *param_data differs*"])
 
 
-def test_fixture_with_a_user_strategy(run_plugin):
+def test_marker_passes_within_budget_and_hands_over_the_run(run_plugin, fake_child):
+    fake_child.runs["lazy"] = dict(host_peak_x=1.2)
     result = run_plugin(
-        f"""
-def test_user(offload_probe):
-    # a fresh host copy per offload, the old one dropped after: about 2x at its peak
-    run = offload_probe(strategy="tests.integration.user_strategies:keep_on_host",
-                        max_host_peak="2.5x", {SMALL})
-    assert run.summary.integrity_ok
+        """
+import pytest
+
+@pytest.mark.offload_budget(strategy="lazy", max_host_peak="1.5x", payload="64MiB")
+def test_lazy(offload_run):
+    assert offload_run.summary.integrity_ok
+    assert abs(offload_run.summary.host_peak_x - 1.2) < 1e-6
 """
     )
     result.assert_outcomes(passed=1)
+    (spec,) = fake_child.specs
+    assert spec.config.strategy == "lazy"
+    assert 0.9 * 64 * 2**20 < 2 * spec.config.model.param_count < 1.1 * 64 * 2**20
+    assert spec.config.cycles == 2  # the plugin's default
 
 
-def test_child_that_corrupts_fails_the_test(run_plugin):
+def test_fixture_returns_the_run_and_fails_on_a_breach(run_plugin, fake_child):
+    fake_child.runs["mine:S"] = dict(host_peak_x=1.9)
     result = run_plugin(
-        f"""
-def test_broken(offload_probe):
-    offload_probe(strategy="tests.integration.user_strategies:FlipsOneBit", {SMALL})
+        """
+def test_user(offload_probe):
+    run = offload_probe(strategy="mine:S", max_host_peak="2.5x")
+    assert run.strategy == "mine:S" and run.summary.integrity_ok
+
+def test_user_breach(offload_probe):
+    offload_probe(strategy="mine:S", max_host_peak="1.5x")
 """
     )
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*FlipsOneBit + none: corrupted: *param_data differs*"])
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["FAILED *test_user_breach - Failed: mine:S + none: over budget*"])
 
 
 def _readme_example() -> str:
@@ -100,7 +126,7 @@ def test_readme_example_passes_for_a_correct_pair_fails_for_naive_or_legacy(pyte
     )
 
 
-def test_misspelt_marker_keyword_is_a_usage_error_naming_it(run_plugin):
+def test_misspelt_marker_keyword_is_a_usage_error_naming_it(run_plugin, fake_child):
     result = run_plugin(
         """
 import pytest
@@ -113,9 +139,10 @@ def test_typo():
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unknown keyword max_host_peek=; did you mean max_host_peak=?*"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert fake_child.specs == []
 
 
-def test_budget_without_unit_in_the_fixture_is_one_line(run_plugin):
+def test_budget_without_unit_in_the_fixture_is_one_line(run_plugin, fake_child):
     result = run_plugin(
         """
 def test_no_unit(offload_probe):

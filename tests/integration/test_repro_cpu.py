@@ -1,4 +1,9 @@
-"""`offloadprobe repro` on this machine: a real OOM kill under a real cgroup limit."""
+"""`offloadprobe repro` on this machine: a real OOM kill under a real cgroup limit.
+
+The cgroup case needs real children (the kernel kills one). The GPU-limit scenario in
+CPU emulation judges the rollout claim from emulated device bytes, which a fresh
+process does not change: its children run in this process (``InProcessChild``).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ import os
 import pytest
 
 from offloadprobe.repro.cgroup import CgroupUnavailable, create_group
+from tests.conftest import ROOT, SUBPROCESS_TIMEOUT
+from tests.fakes import InProcessChild, install_child
 
 
 def _cgroup_reason() -> str | None:
@@ -29,7 +36,8 @@ def ci_small(tmp_path_factory):
     out = tmp_path_factory.mktemp("repro") / "repro.json"
     proc = run_cli(
         "repro", "scenarios/ci-small.toml", "--device", "cpu",
-        "--only", "naive", "--only", "lazy", "--json", str(out),
+        "--only", "naive", "--only", "lazy", "--cycles", "1", "--json", str(out),
+        timeout=SUBPROCESS_TIMEOUT,
     )  # fmt: skip
     return proc, json.loads(out.read_text()) if out.exists() else None
 
@@ -52,17 +60,17 @@ def test_naive_is_oom_killed_lazy_stays_within(ci_small):
     assert "OOM reproduced: killed at cycle 0, phase offload" in " ".join(proc.stdout.split())
 
 
-def test_gpu_limit_scenario_in_cpu_emulation(cli, tmp_path):
+def test_gpu_limit_scenario_in_cpu_emulation(invoke, monkeypatch, tmp_path):
     # verl PR 6635: legacy leaves master_param on the device and the rollout claim fails;
     # fixed moves it and fits. In CPU emulation the claim is judged, and says so.
+    child = install_child(monkeypatch, InProcessChild(tmp_path))
     out = tmp_path / "gpu.json"
-    proc = cli(
-        "repro", "scenarios/verl-6635-master-param.toml", "--device", "cpu",
+    result = invoke(
+        "repro", str(ROOT / "scenarios/verl-6635-master-param.toml"), "--device", "cpu",
         "--only", "legacy", "--only", "fixed", "--cycles", "1", "--json", str(out),
     )  # fmt: skip
-    if "--optimizer-strategy" in proc.stderr and "No such option" in proc.stderr:
-        pytest.skip("offloadprobe run has no --optimizer-strategy yet")
-    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert result.exit_code == 0, result.stderr + result.stdout
+    assert [s.label for s in child.specs] == ["calibration", "legacy", "fixed"]
     legacy, fixed = json.loads(out.read_text())["outcomes"]
     assert legacy["observed"] == "oom"
     assert "cycle 0, phase rollout" in legacy["detail"]

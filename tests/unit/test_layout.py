@@ -8,8 +8,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import types
 import unittest.mock as mock
 from collections.abc import Iterator
@@ -37,29 +35,22 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::Deprecat
 # DDP buffers on ``torch.cuda.current_device()``; on a CPU-only torch that call is redirected.
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def megatron_world() -> Iterator[None]:
     from megatron.core import parallel_state
 
     owned_group = not torch.distributed.is_initialized()
     owned_state = not parallel_state.model_parallel_is_initialized()
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    with mock.patch.dict(os.environ, env):
-        if owned_group:
-            torch.distributed.init_process_group("gloo", rank=0, world_size=1)
-        if owned_state:
-            parallel_state.initialize_model_parallel(1, 1)
-        yield
-        if owned_state:
-            parallel_state.destroy_model_parallel()
-        if owned_group:
-            torch.distributed.destroy_process_group()
+    if owned_group:  # an in-memory store: no TCP port another process could take first
+        store = torch.distributed.HashStore()
+        torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
+    if owned_state:
+        parallel_state.initialize_model_parallel(1, 1)
+    yield
+    if owned_state:
+        parallel_state.destroy_model_parallel()
+    if owned_group:
+        torch.distributed.destroy_process_group()
 
 
 def _transformer_config(shape: GptShape) -> Any:

@@ -37,10 +37,8 @@ def test_verl_6193_per_rank_budget() -> None:
     assert round(terms["node budget for parameter copies"] / GiB, 2) == 266.15
     assert round(scaling.rank_budget / GiB, 2) == 33.27
     assert scaling.scale.rank_payload == s.layout().stages[3].param_bytes
-    assert (
-        scaling.limit
-        == scaling.rank_budget * scaling.scale.probe_payload // scaling.scale.rank_payload
-    )
+    # the limit keeps the rank's ratio: 33.27 GiB of budget over 13.91 GiB of parameters
+    assert round(scaling.limit / scaling.scale.probe_payload, 2) == 2.39
     # the scaled limit separates the scaled naive (3 payloads from cycle 1, CPU emulation)
     # from lazy (1 payload), as naive 46.5 GiB and lazy 16.5 GiB straddle 33.27 GiB
     n = scaling.scale.probe_payload
@@ -50,13 +48,12 @@ def test_verl_6193_per_rank_budget() -> None:
 def test_verl_6635_gpu_headroom() -> None:
     s = load_scenario(SCENARIOS / "verl-6635-master-param.toml")
     scaling = gpu_scaling(s, probe_model(s))
-    assert scaling.headroom == scaling.limit - scaling.claim
-    assert round(scaling.headroom / MiB, 1) == round(
-        (s.limit.gpu_memory_per_device - s.limit.gpu_reserved_per_device)
-        * scaling.scale.factor
-        / MiB,
-        1,
-    )
+    # 81559 MiB - 73.7 GiB = 5.95 GiB of headroom on the H100, scaled by the 64 MiB probe
+    # over the 9.62 GiB rank payload (1/154): 39.5 MiB
+    assert round(scaling.headroom / MiB, 1) == 39.5
+    assert scaling.claim + scaling.headroom == scaling.limit
+    # legacy leaves the fp32 master (2 payloads) on the device; the headroom is far less
+    assert 2 * scaling.scale.probe_payload > 3 * scaling.headroom
 
 
 def test_host_scaling_needs_a_host_limit() -> None:
@@ -92,7 +89,7 @@ def test_gate_pauses_at_every_offload_and_after_every_load(tmp_path: Path) -> No
 
     worker = threading.Thread(target=child)
     worker.start()
-    worker.join(timeout=10)
+    worker.join(timeout=120)  # returns as soon as the child is done; generous under load
     keeper.stop()
     assert not worker.is_alive()
     assert seen == [

@@ -104,11 +104,15 @@ def open_runtime(requested: str, seed: int) -> Iterator[Runtime]:
         else:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         if not torch.distributed.is_initialized():
+            # CPU emulation: an in-memory store, so no TCP port is picked and then taken
+            # by a neighbouring process first (probes run side by side under pytest).
+            where = (
+                {"store": torch.distributed.HashStore()}
+                if emulated
+                else {"init_method": f"tcp://127.0.0.1:{_free_port()}"}
+            )
             torch.distributed.init_process_group(
-                backend="gloo" if emulated else "nccl",
-                init_method=f"tcp://127.0.0.1:{_free_port()}",
-                rank=0,
-                world_size=1,
+                backend="gloo" if emulated else "nccl", rank=0, world_size=1, **where
             )
             stack.callback(torch.distributed.destroy_process_group)
         parallel_state.initialize_model_parallel(1, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +13,7 @@ from rich.console import Console
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
+from offloadprobe.cli.timeline import PlotPath, TimelineOutputs, TracePath, compare_rows, side_file
 from offloadprobe.compare.comparison import Candidate, candidates, compare, model_args
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
@@ -72,6 +74,8 @@ def compare_command(
     max_host_peak: opt.MaxHostPeak = None,
     max_gpu_residual: opt.MaxGpuResidual = None,
     min_offload_bandwidth: opt.MinOffloadBandwidth = None,
+    trace: TracePath = None,
+    plot: PlotPath = None,
 ) -> None:
     """Run each strategy in a fresh process with the same model, seed and cycles."""
     model = opt.model_config(locals())
@@ -88,6 +92,8 @@ def compare_command(
         remainders=store_param_remainders,
     )
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
+    outputs = TimelineOutputs(trace=trace, plot=plot)
+    outputs.check()
     items = candidates(strategies, optimizer_strategy or [], alloc_conf or [])
     labels = [c.label for c in items]
     base = baseline or labels[0]
@@ -109,8 +115,18 @@ def compare_command(
             highlight=False,
         )
 
-    comparison = compare(items, common, baseline=base, timeout_s=child_timeout, on_start=started)
-    render_comparison(comparison, Console())
+    with tempfile.TemporaryDirectory(prefix="offloadprobe-timelines-") as tmp:
+        folder = Path(tmp)
+        comparison = compare(
+            items, common, baseline=base, timeout_s=child_timeout, on_start=started,
+            extra_args=(lambda i: ["--timeline", str(side_file(folder, i))])
+            if outputs.wanted else None,
+        )  # fmt: skip
+        render_comparison(comparison, Console())
+        if outputs.wanted:
+            doc = comparison.to_dict()
+            runs = [row.run for row in comparison.rows]
+            outputs.write_rows(compare_rows(labels, runs, folder, doc), doc)
     environment = _environment(comparison.to_dict())
     if json_path is not None:
         from offloadprobe.report.json_report import write_document

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
+from offloadprobe.cli.timeline import PlotPath, TimelineOutputs, TimelinePath, TracePath
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import DeviceOutOfMemory, IntegrityError
@@ -23,6 +24,7 @@ from offloadprobe.engine.runner import Hooks, phases_per_run, run
 from offloadprobe.engine.runtime.session import resolve_device
 from offloadprobe.engine.strategies import validate_model_strategy
 from offloadprobe.measure.phase_log import PhaseLog
+from offloadprobe.measure.sampler import Sampler
 from offloadprobe.report.json_report import write_json
 from offloadprobe.report.table import render_report
 
@@ -75,6 +77,9 @@ def run_command(
         Path | None,
         typer.Option("--phase-log", hidden=True, help="Append phase start/end lines here."),
     ] = None,
+    trace: TracePath = None,
+    plot: PlotPath = None,
+    timeline: TimelinePath = None,
 ) -> None:
     """Run offload/load cycles of one strategy and print what each phase cost."""
     model = opt.model_config(locals())
@@ -100,12 +105,19 @@ def run_command(
     )
     validate_model_strategy(strategy)
     validate_optimizer_strategy(optimizer_strategy)
-    resolve_device(device)
+    resolved = resolve_device(device)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
-    report = _run_with_progress(cfg, show=progress, phase_log=phase_log)
+    outputs = TimelineOutputs(trace=trace, plot=plot, side=timeline)
+    outputs.check()
+    sampler = outputs.sampler(resolved)
+    try:
+        report = _run_with_progress(cfg, show=progress, phase_log=phase_log, sampler=sampler)
+    finally:
+        drawn = sampler.stop() if sampler is not None else None
     render_report(report, Console())
     if json_path is not None:
         write_json(report, json_path)
+    outputs.write_run(report, drawn)
     problems = [line for r in report.runs for line in r.integrity]
     if problems:
         raise IntegrityError(f"strategy {strategy!r} corrupted data: " + "; ".join(problems[:3]))
@@ -115,7 +127,9 @@ def run_command(
     enforce(budgets, report.runs)
 
 
-def _run_with_progress(cfg: RunConfig, *, show: bool, phase_log: Path | None) -> Report:
+def _run_with_progress(
+    cfg: RunConfig, *, show: bool, phase_log: Path | None, sampler: Sampler | None = None
+) -> Report:
     console = Console(file=sys.stderr)
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -138,5 +152,6 @@ def _run_with_progress(cfg: RunConfig, *, show: bool, phase_log: Path | None) ->
             Hooks(
                 on_phase=lambda rec: (advance(rec), log and log.end(rec.cycle, rec.phase)),
                 on_start=log.start if log else None,
+                sampler=sampler,
             ),
         )

@@ -112,8 +112,12 @@ def compare(
     baseline: str,
     timeout_s: float | None = None,
     on_start: Callable[[int, Candidate], None] | None = None,
+    extra_args: Callable[[int], list[str]] | None = None,
 ) -> Comparison:
-    """Run every candidate in its own process, one after another."""
+    """Run every candidate in its own process, one after another.
+
+    ``extra_args(index)`` adds per-row ``run`` flags (e.g. where to write its timeline).
+    """
     rows = []
     for index, item in enumerate(items):
         if on_start is not None:
@@ -121,6 +125,8 @@ def compare(
         args = ["--strategy", item.strategy, *common_args]
         if item.optimizer_strategy:
             args += ["--optimizer-strategy", item.optimizer_strategy]
+        if extra_args is not None:
+            args += extra_args(index)
         spec = ChildSpec(
             label=item.label, args=args, env=alloc_conf_env(item.alloc_conf), timeout_s=timeout_s
         )

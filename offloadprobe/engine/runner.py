@@ -31,6 +31,7 @@ from offloadprobe.engine.runtime import Runtime, open_runtime
 from offloadprobe.engine.strategies import MODEL_STRATEGIES, make_model_strategy
 from offloadprobe.engine.strategies.user import is_user_spec
 from offloadprobe.measure.meter import PhaseMeter
+from offloadprobe.measure.sampler import Sampler
 from offloadprobe.measure.summary import summarise
 
 PhaseCallback = Callable[[PhaseRecord], None]
@@ -42,6 +43,8 @@ class Hooks:
 
     on_phase: PhaseCallback | None = None
     on_start: Callable[[int, str], None] | None = None
+    sampler: Sampler | None = None
+    """Marks phase spans on a running timeline sampler (``--trace``/``--plot``)."""
 
 
 def phases_per_run(cfg: RunConfig) -> int:
@@ -88,6 +91,7 @@ class _Cycles:
         self.meter = PhaseMeter(
             runtime,
             device_in_host=(lambda: device_bytes(self.model)) if runtime.emulated else None,
+            sampler=hooks.sampler,
         )
         moves_params = getattr(self.strategy, "moves_params", True)
         self.payload = self.model.payload_bytes

@@ -110,8 +110,33 @@ class _Panel:
 def _scale(panel: str, row: TraceRow, *, relative: bool, payload: int, unit: int) -> tuple:
     """``(offset, divisor)`` turning bytes into the panel's unit for this row."""
     if relative and panel == "host":
-        return (row.run.baseline_host_bytes if row.run else 0), payload
+        return _raw_baseline(row), payload
     return 0, unit
+
+
+def _raw_baseline(row: TraceRow) -> int:
+    """RSS just before the first offload, as the kernel counts it (the samples' frame).
+
+    On CUDA this is the report's ``baseline_host_bytes``; in CPU emulation that figure
+    leaves out the emulated device bytes, which the sampled RSS includes.
+    """
+    first = next((p for p in (row.run.phases if row.run else []) if p.phase == "offload"), None)
+    return first.host.rss_before if first else 0
+
+
+def _share_y(axes: Any, moving: list[bool]) -> None:
+    """One y range per panel row over the offload/load columns (the strategies' phases);
+    train columns keep their own, the framework's memory swinging far wider."""
+    for row_axes in axes:
+        shared = [ax for ax, m in zip(row_axes, moving, strict=True) if m] or list(row_axes)
+        lo = min(ax.get_ylim()[0] for ax in shared)
+        hi = max(ax.get_ylim()[1] for ax in shared)
+        for ax in row_axes:
+            if ax in shared:
+                ax.set_ylim(lo, hi + 0.3 * (hi - lo))
+            else:
+                a, b = ax.get_ylim()
+                ax.set_ylim(a, b + 0.3 * (b - a))
 
 
 def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: int) -> None:
@@ -128,16 +153,23 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
         names = tuple(n for n in names if any(r.timeline.get(n) for r in rows))
         if relative:
             names = names[:1]
-            heading = {"host": "host RSS over baseline"}.get(key, names[0] if names else "")
+            heading = {
+                "host": "host RSS over RSS before\nthe first offload",
+                "pinned": "pinned reserved",
+                "gpu": "GPU allocated",
+            }[key]
+            if key == "host" and any(r.emulated for r in rows):
+                heading += "\n(incl. emulated device)"
         if names:
             panels.append(_Panel(key=key, heading=heading, names=names))
     top = {p.key: max((max(s.values) for r in rows for n in p.names
                        if (s := r.timeline.get(n)) is not None and s.values), default=0)
            for p in panels}  # fmt: skip
     unit = {k: (GiB if v >= GiB else MiB) for k, v in top.items()}
+    widths = [0.7 if phase == "train" else 1.0 for _, phase in slots]
     fig, axes = plt.subplots(
         len(panels), len(slots), figsize=(max(12, 1.9 * len(slots)), 1.7 + 2.6 * len(panels)),
-        sharey="row", squeeze=False,
+        squeeze=False, gridspec_kw={"width_ratios": widths},
     )  # fmt: skip
     for col, (cycle, phase) in enumerate(slots):
         spans = {id(r): r.timeline.span(cycle, phase) for r in rows}
@@ -180,10 +212,11 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
                 elif relative:
                     texts.append((f"{row.label} {human(peak)}", colour))
                 else:
-                    texts.append((f"peak {human(peak)}", colour))
-            if phase != "train":
+                    texts.append((human(peak), colour))
+            if phase != "train" and texts:
+                texts.insert(0, ("exact peak", "black"))
                 for k, (text, colour) in enumerate(texts):
-                    ax.text(0.04, 0.96 - 0.1 * k, text, transform=ax.transAxes, color=colour,
+                    ax.text(0.04, 0.96 - 0.09 * k, text, transform=ax.transAxes, color=colour,
                             fontsize=7.5, va="top", fontweight="bold",
                             bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})  # fmt: skip
             ax.set_xlim(-pad / 1e6, (longest + pad) / 1e6)
@@ -195,9 +228,7 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
                 ax.set_ylabel(f"{panel.heading}\n({what})", fontsize=8)
         axes[0, col].set_title(f"cycle {cycle} · {phase}", fontsize=9)
         axes[-1, col].set_xlabel("ms from phase start", fontsize=7)
-    for ax in axes[:, 0]:
-        lo, hi = ax.get_ylim()
-        ax.set_ylim(lo, hi + 0.25 * (hi - lo))
+    _share_y(axes, [phase != "train" for _, phase in slots])
     handles, labels = [], []
     for ax in axes[:, 0]:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):

@@ -30,8 +30,9 @@ PLOT_SUFFIXES = (".png", ".svg")
 PHASE_COLOURS = {"train": "#dddddd", "offload": "#f6c28b", "load": "#a9cbe8", "rollout": "#b9e0a5"}
 GiB, MiB = 1 << 30, 1 << 20
 FOOTNOTE = (
-    "lines: samples, shape only · thick bars and printed values: exact per-phase peaks "
-    "(VmHWM, allocator peaks) · shaded: the phase"
+    "lines: samples, shape only (faded outside the row's phase) · thick bars and printed "
+    "values: exact per-phase peaks (VmHWM, allocator peaks) · shaded: the phase (longest "
+    "row) · dotted: each row's phase end"
 )
 PANELS = (
     ("host", "host memory", ("host.rss", "host.anon", "host.shmem", "cgroup.current")),
@@ -91,27 +92,44 @@ def _window(series: Series, lo_ns: int, hi_ns: int) -> tuple[list[int], list[int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class _Line:
-    """One drawn series: which row, which series, its colour and legend label."""
-
-    row: TraceRow
-    name: str
-    colour: Any
-    label: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class _Panel:
     key: str
     heading: str
     names: tuple[str, ...]
+    unit: int
+    """Bytes per y unit (GiB or MiB); the payload for compare's host panel."""
 
 
-def _scale(panel: str, row: TraceRow, *, relative: bool, payload: int, unit: int) -> tuple:
-    """``(offset, divisor)`` turning bytes into the panel's unit for this row."""
-    if relative and panel == "host":
-        return _raw_baseline(row), payload
-    return 0, unit
+def _panels(rows: Sequence[TraceRow], relative: bool, payload: int) -> list[_Panel]:
+    """Panels with something to draw: every series for ``run``, the main one for compare."""
+    panels = []
+    for key, heading, names in PANELS:
+        names = tuple(n for n in names if any(r.timeline.get(n) for r in rows))
+        if not names:
+            continue
+        top = max((max(s.values) for r in rows for n in names
+                   if (s := r.timeline.get(n)) is not None and s.values), default=0)  # fmt: skip
+        unit = GiB if top >= GiB else MiB
+        if relative:
+            names, heading = names[:1], COMPARE_HEADINGS[key]
+            if key == "host":
+                unit = payload
+                if any(r.emulated for r in rows):
+                    heading += "\n(incl. emulated device)"
+        panels.append(_Panel(key=key, heading=heading, names=names, unit=unit))
+    return panels
+
+
+COMPARE_HEADINGS = {
+    "host": "host RSS over RSS before\nthe first offload",
+    "pinned": "pinned reserved",
+    "gpu": "GPU allocated",
+}
+
+
+def _offset(panel: _Panel, row: TraceRow, relative: bool) -> int:
+    """Bytes subtracted before scaling: compare's host panel starts at the row's baseline."""
+    return _raw_baseline(row) if relative and panel.key == "host" else 0
 
 
 def _raw_baseline(row: TraceRow) -> int:
@@ -139,6 +157,82 @@ def _share_y(axes: Any, moving: list[bool]) -> None:
                 ax.set_ylim(a, b + 0.3 * (b - a))
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Cell:
+    """One column (a cycle's phase) of the grid: where each row's phase lies."""
+
+    cycle: int
+    phase: str
+    spans: dict[int, Any]
+    longest: int
+    pad: int
+
+
+def _draw(ax: Any, cell: _Cell, panel: _Panel, rows: Sequence[TraceRow], colours: Any) -> list:
+    """One panel of one column; returns the exact-peak labels to print there."""
+    relative = len(rows) > 1
+    texts = []
+    for index, row in enumerate(rows):
+        span = cell.spans[index]
+        if span is None:
+            continue
+        offset = _offset(panel, row, relative)
+        colour = colours[index % len(colours)] if relative else "black"
+        for name in panel.names:
+            series = row.timeline.get(name)
+            if series is None or not any(series.values):
+                continue
+            # Each row up to its own phase end (plus the pad): what it did next is not this phase.
+            lo, hi = span.start_ns - cell.pad, span.end_ns + cell.pad
+            ts, vs = _window(series, lo, hi)
+            if not vs:
+                continue
+            xs = [max(-cell.pad, t - span.start_ns) / 1e6 for t in ts]
+            ys = [(v - offset) / panel.unit for v in vs]
+            style = {"lw": 1.4, "color": colour} if relative else dict(STYLES[name])
+            label = row.label if relative else f"{series.label} (sampled)"
+            xs.append((hi - span.start_ns) / 1e6)
+            ys.append(ys[-1])
+            # Faded outside the row's own phase, solid inside it.
+            ax.step(xs, ys, where="post", alpha=0.3, **style)
+            end = (span.end_ns - span.start_ns) / 1e6
+            inside = [(x, y) for x, y in zip(xs, ys, strict=True) if x <= end]
+            ax.step([max(0.0, x) for x, _ in inside] + [end], [y for _, y in inside] +
+                    [inside[-1][1]], where="post", label=label, **style)  # fmt: skip
+        rec = next((p for p in (row.run.phases if row.run else [])
+                    if p.cycle == cell.cycle and p.phase == cell.phase), None)  # fmt: skip
+        peak = _exact_peak(rec, panel.key) if rec else None
+        if peak is None:
+            continue
+        exact = (peak - offset) / panel.unit
+        ax.hlines(exact, 0, (span.end_ns - span.start_ns) / 1e6, color=colour, lw=3.5,
+                  label=None if relative else "exact phase peak")  # fmt: skip
+        ax.axvline((span.end_ns - span.start_ns) / 1e6, color=colour, lw=0.8, ls=":")
+        if relative and panel.key == "host":
+            texts.append((f"{row.label} {exact:+.2f}x", colour))
+        else:
+            texts.append((f"{row.label} {human(peak)}" if relative else human(peak), colour))
+    return texts
+
+
+def _print_peaks(ax: Any, texts: list) -> None:
+    for k, (text, colour) in enumerate([("exact peak", "black"), *texts]):
+        ax.text(0.04, 0.96 - 0.09 * k, text, transform=ax.transAxes, color=colour,
+                fontsize=7.5, va="top", fontweight="bold",
+                bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})  # fmt: skip
+
+
+def _cells(rows: Sequence[TraceRow]) -> list[_Cell]:
+    slots = list(dict.fromkeys((s.cycle, s.phase) for r in rows for s in r.timeline.spans))
+    cells = []
+    for cycle, phase in slots:
+        spans = {i: r.timeline.span(cycle, phase) for i, r in enumerate(rows)}
+        longest = max((s.end_ns - s.start_ns for s in spans.values() if s), default=1)
+        cells.append(_Cell(cycle=cycle, phase=phase, spans=spans, longest=longest,
+                           pad=max(longest // 4, 2_000_000)))  # fmt: skip
+    return cells
+
+
 def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: int) -> None:
     """Draw ``rows`` (one: ``run``; several: ``compare``) column by column per phase."""
     plt = _pyplot()
@@ -146,89 +240,30 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
     if not rows:
         raise UsageError("no timeline with a phase was recorded: nothing to plot")
     relative = len(rows) > 1
-    slots = list(dict.fromkeys((s.cycle, s.phase) for r in rows for s in r.timeline.spans))
+    cells, panels = _cells(rows), _panels(rows, relative, payload)
     colours = plt.get_cmap("tab10").colors
-    panels = []
-    for key, heading, names in PANELS:
-        names = tuple(n for n in names if any(r.timeline.get(n) for r in rows))
-        if relative:
-            names = names[:1]
-            heading = {
-                "host": "host RSS over RSS before\nthe first offload",
-                "pinned": "pinned reserved",
-                "gpu": "GPU allocated",
-            }[key]
-            if key == "host" and any(r.emulated for r in rows):
-                heading += "\n(incl. emulated device)"
-        if names:
-            panels.append(_Panel(key=key, heading=heading, names=names))
-    top = {p.key: max((max(s.values) for r in rows for n in p.names
-                       if (s := r.timeline.get(n)) is not None and s.values), default=0)
-           for p in panels}  # fmt: skip
-    unit = {k: (GiB if v >= GiB else MiB) for k, v in top.items()}
-    widths = [0.7 if phase == "train" else 1.0 for _, phase in slots]
     fig, axes = plt.subplots(
-        len(panels), len(slots), figsize=(max(12, 1.9 * len(slots)), 1.7 + 2.6 * len(panels)),
-        squeeze=False, gridspec_kw={"width_ratios": widths},
+        len(panels), len(cells), figsize=(max(12, 1.9 * len(cells)), 1.7 + 2.6 * len(panels)),
+        squeeze=False, gridspec_kw={"width_ratios": [0.7 if c.phase == "train" else 1.0
+                                                     for c in cells]},
     )  # fmt: skip
-    for col, (cycle, phase) in enumerate(slots):
-        spans = {id(r): r.timeline.span(cycle, phase) for r in rows}
-        longest = max((s.end_ns - s.start_ns for s in spans.values() if s), default=1)
-        pad = max(longest // 4, 2_000_000)
+    for col, cell in enumerate(cells):
         for panel, ax in zip(panels, axes[:, col], strict=True):
-            ax.axvspan(0, longest / 1e6, color=PHASE_COLOURS.get(phase, "#eeeeee"), alpha=0.6,
-                       lw=0)  # fmt: skip
-            texts = []
-            for index, row in enumerate(rows):
-                span = spans[id(row)]
-                if span is None:
-                    continue
-                offset, div = _scale(panel.key, row, relative=relative, payload=payload,
-                                     unit=unit[panel.key])  # fmt: skip
-                for name in panel.names:
-                    series = row.timeline.get(name)
-                    if series is None or not any(series.values):
-                        continue
-                    ts, vs = _window(series, span.start_ns - pad, span.start_ns + longest + pad)
-                    if not vs:
-                        continue
-                    xs = [max(-pad, t - span.start_ns) / 1e6 for t in ts] + [(longest + pad) / 1e6]
-                    ys = [(v - offset) / div for v in vs]
-                    style = dict(STYLES[name]) if not relative else {"lw": 1.4}
-                    style["color"] = colours[index % len(colours)] if relative else style["color"]
-                    label = row.label if relative else f"{series.label} (sampled)"
-                    ax.step(xs, [*ys, ys[-1]], where="post", label=label, **style)
-                rec = next((p for p in (row.run.phases if row.run else [])
-                            if p.cycle == cycle and p.phase == phase), None)  # fmt: skip
-                peak = _exact_peak(rec, panel.key) if rec else None
-                if peak is None:
-                    continue
-                colour = colours[index % len(colours)] if relative else "black"
-                exact = (peak - offset) / div
-                ax.hlines(exact, 0, (span.end_ns - span.start_ns) / 1e6, color=colour, lw=3.5,
-                          label="exact phase peak" if not relative else None)  # fmt: skip
-                if relative and panel.key == "host":
-                    texts.append((f"{row.label} {exact:+.2f}x", colour))
-                elif relative:
-                    texts.append((f"{row.label} {human(peak)}", colour))
-                else:
-                    texts.append((human(peak), colour))
-            if phase != "train" and texts:
-                texts.insert(0, ("exact peak", "black"))
-                for k, (text, colour) in enumerate(texts):
-                    ax.text(0.04, 0.96 - 0.09 * k, text, transform=ax.transAxes, color=colour,
-                            fontsize=7.5, va="top", fontweight="bold",
-                            bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})  # fmt: skip
-            ax.set_xlim(-pad / 1e6, (longest + pad) / 1e6)
+            ax.axvspan(0, cell.longest / 1e6, color=PHASE_COLOURS.get(cell.phase, "#eeeeee"),
+                       alpha=0.6, lw=0)  # fmt: skip
+            texts = _draw(ax, cell, panel, rows, colours)
+            if cell.phase != "train" and texts:
+                _print_peaks(ax, texts)
+            ax.set_xlim(-cell.pad / 1e6, (cell.longest + cell.pad) / 1e6)
             ax.grid(axis="y", alpha=0.3)
             ax.tick_params(labelsize=7)
-            if col == 0:
-                what = "x payload" if relative and panel.key == "host" else (
-                    "GiB" if unit[panel.key] == GiB else "MiB")  # fmt: skip
-                ax.set_ylabel(f"{panel.heading}\n({what})", fontsize=8)
-        axes[0, col].set_title(f"cycle {cycle} · {phase}", fontsize=9)
+        axes[0, col].set_title(f"cycle {cell.cycle} · {cell.phase}", fontsize=9)
         axes[-1, col].set_xlabel("ms from phase start", fontsize=7)
-    _share_y(axes, [phase != "train" for _, phase in slots])
+    for panel, ax in zip(panels, axes[:, 0], strict=True):
+        what = "x payload" if relative and panel.key == "host" else (
+            "GiB" if panel.unit == GiB else "MiB")  # fmt: skip
+        ax.set_ylabel(f"{panel.heading}\n({what})", fontsize=8)
+    _share_y(axes, [c.phase != "train" for c in cells])
     handles, labels = [], []
     for ax in axes[:, 0]:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):

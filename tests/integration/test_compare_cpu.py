@@ -1,24 +1,56 @@
 """`offloadprobe compare` driven through the CLI, each strategy in a real child process."""
 
+import importlib.util
 import json
 
 import pytest
 
 from tests.conftest import SMALL_MODEL
 
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+
 
 @pytest.fixture(scope="module")
-def compared(tmp_path_factory):
+def compare_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("compare")
+
+
+@pytest.fixture(scope="module")
+def compared(compare_dir):
     from tests.conftest import run_cli
 
-    out = tmp_path_factory.mktemp("compare")
+    out = compare_dir
     proc = run_cli(
         "compare", "naive", "lazy", "tests.integration.user_strategies:KillsItself",
         "--device", "cpu", "--cycles", "2", *SMALL_MODEL,
         "--json", str(out / "c.json"), "--markdown", str(out / "c.md"),
-        "--max-host-peak", "1.5x",
+        "--max-host-peak", "1.5x", "--trace", str(out / "t.json"),
+        *(["--plot", str(out / "p.png")] if HAS_MATPLOTLIB else []),
     )  # fmt: skip
     return proc, json.loads((out / "c.json").read_text()), (out / "c.md").read_text()
+
+
+def test_trace_has_one_process_per_row_and_the_plot_is_drawn(compared, compare_dir):
+    from offloadprobe.report.trace_format import validate
+
+    _, doc, _ = compared
+    trace_path = compare_dir / "t.json"
+    trace = json.loads(trace_path.read_text())
+    assert validate(trace) == []
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}  # fmt: skip
+    assert names == {i: r["label"] for i, r in enumerate(doc["runs"])}
+    for pid in (0, 1):
+        slices = [(e["args"]["cycle"], e["name"]) for e in trace["traceEvents"]
+                  if e["ph"] == "X" and e["pid"] == pid]  # fmt: skip
+        assert slices == [(c["cycle"], p["phase"]) for c in doc["runs"][pid]["cycles"]
+                          for p in c["phases"]]  # fmt: skip
+    # The killed child left no timeline: its track is named and the trace says why it is empty.
+    assert not [e for e in trace["traceEvents"] if e["pid"] == 2 and e["ph"] != "M"]
+    assert trace["otherData"]["no timeline"] == [doc["runs"][2]["label"]]
+    if HAS_MATPLOTLIB:
+        png = trace_path.with_name("p.png").read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 50_000
 
 
 def test_naive_breaks_the_budget_lazy_keeps(compared):

@@ -32,7 +32,7 @@ from offloadprobe.engine.model.train import train_step  # noqa: E402
 from offloadprobe.engine.runtime import open_runtime  # noqa: E402
 from offloadprobe.engine.strategies import make_model_strategy  # noqa: E402
 from offloadprobe.measure.meter import PhaseMeter  # noqa: E402
-from offloadprobe.measure.sampler import Sampler, default_sources, read_cost_ns  # noqa: E402
+from offloadprobe.measure.sampler import default_sources, read_cost_ns, sampler_for  # noqa: E402
 
 BUDGET = 0.02
 PHASES = ("train", "offload", "load")
@@ -52,7 +52,7 @@ def main() -> None:
         parse_size(args.payload),
     )
     times: dict[str, dict[str, list[float]]] = {m: {p: [] for p in PHASES} for m in ("off", "on")}
-    rates: dict[str, list[float]] = {p: [] for p in PHASES}
+    rates: dict[str, list[float]] = {}
     notes: set[str] = set()
     with open_runtime(args.device, 1234) as runtime:
         model = build_probe_model(model_cfg, runtime, seed=1234)
@@ -81,16 +81,18 @@ def main() -> None:
         for rep in range(args.repetitions):
             order = ("off", "on") if rep % 2 == 0 else ("on", "off")
             for mode in order:
-                sampler = Sampler(default_sources(cuda)).start() if mode == "on" else None
+                sampler = sampler_for(cuda).start() if mode == "on" else None
                 meter.sampler = sampler
                 for phase in PHASES:
-                    ticks = sampler.timeline.ticks if sampler else 0
                     rec, _ = meter.measure(rep, phase, actions[phase])
                     times[mode][phase].append(rec.seconds)
-                    if sampler is not None:
-                        rates[phase].append((sampler.timeline.ticks - ticks) / rec.seconds)
                 if sampler is not None:
-                    notes.update(sampler.stop().notes[1:])
+                    timeline = sampler.stop()
+                    notes.update(timeline.notes[1:])
+                    for series in timeline.series:
+                        rates.setdefault(series.name, []).append(
+                            series.samples / (timeline.end_ns / 1e9)
+                        )
                 meter.sampler = None
         close = getattr(strategy, "close", None)
         if callable(close):
@@ -105,8 +107,6 @@ def main() -> None:
             "median_on_s": statistics.median(on),
             "median_paired_difference_s": statistics.median(paired),
             "overhead": statistics.median(paired) / statistics.median(off),
-            "sampler_ticks_per_s_median": statistics.median(rates[phase])
-            if rates[phase] else None,
             "off_s": off,
             "on_s": on,
         }  # fmt: skip
@@ -123,6 +123,8 @@ def main() -> None:
         "versions": environment.versions(),
         "machine": environment.machine(),
         "source_read_cost_us": costs,
+        "reads_per_s_median": {k: statistics.median(v) for k, v in rates.items()},
+        "sampler": "host and cgroup from a sidecar process, CUDA counters from a thread",
         "sampler_notes": sorted(notes),
         "phases": phases,
         "overhead_total": total_paired / total_off,

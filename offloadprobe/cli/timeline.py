@@ -12,7 +12,7 @@ import typer
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.records import Report, RunRecord
 from offloadprobe.core.units import format_bytes
-from offloadprobe.measure.sampler import Sampler, default_sources
+from offloadprobe.measure.sampler import Sampler, sampler_for
 from offloadprobe.measure.timeline import Timeline
 from offloadprobe.report.trace import TraceRow, trace_document, write_trace
 
@@ -71,7 +71,7 @@ class TimelineOutputs:
         """A started sampler, or None when no output needs one."""
         if not self.wanted:
             return None
-        return Sampler(default_sources(cuda=device == "cuda")).start()
+        return sampler_for(cuda=device == "cuda").start()
 
     def write_run(self, report: Report, timeline: Timeline | None) -> None:
         if timeline is None:

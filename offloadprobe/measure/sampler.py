@@ -1,45 +1,45 @@
-"""A background thread that samples memory counters at about 1 kHz, with timestamps.
+"""Sample memory counters at about 1 kHz, with timestamps, beside a running phase.
 
 It runs only when a timeline was asked for (``--trace``/``--plot``); the exact
 per-phase peaks never come from it (see ``measure.timeline``).
 
-Sources, and why each is read the way it is (costs measured on the 2-core CI host,
-see ``benchmarks/sampler_overhead.py``, which also reports them on the H200):
+Host RSS, RssAnon, RssShmem and the cgroup's usage are read by a sidecar process
+(``measure.sidecar``): no GIL is shared with the measured code. Only the CUDA counters,
+which exist inside this process, are read by a thread here. Read costs (measured on the
+2-core CI host; ``benchmarks/sampler_overhead.py`` reports them on any host):
 
-- host RSS, RssAnon, RssShmem: one ``pread`` of ``/proc/self/status`` on a descriptor
-  kept open (about 10 us). ``/proc/self/statm`` is cheaper (about 1.3 us) but lumps
-  RssShmem with RssFile, and ``/proc/self/smaps_rollup`` walks every mapping (about
-  2.5 ms): neither is both exact and cheap.
+- host: one ``pread`` of ``/proc/PID/status`` on a descriptor kept open (6-10 us).
+  ``/proc/PID/statm`` is cheaper (about 1.3 us) but lumps RssShmem with RssFile, and
+  ``/proc/PID/smaps_rollup`` walks every mapping (about 2.5 ms): neither is both
+  exact and cheap.
 - cgroup usage: one ``pread`` of ``memory.current`` (v2) or ``memory.usage_in_bytes``
   (v1), about 1 us.
-- GPU allocated/reserved: ``torch.cuda.memory_allocated``/``memory_reserved``
-  (allocator counters, no device call).
+- GPU allocated/reserved: ``torch.cuda.memory_allocated``/``memory_reserved``.
 - pinned allocator bytes: ``torch.cuda.host_memory_stats`` (builds a dict).
 - device memory in use: ``torch.cuda.mem_get_info`` (a driver call).
 
-Every source's read cost is timed when the sampler starts; one slower than
-``COST_FRACTION`` of the interval is read every n-th tick only, and the timeline's
-notes say so. If the thread's own CPU time exceeds ``BUSY_LIMIT`` of one CPU, the
-interval doubles, up to ``MAX_INTERVAL_NS`` (a guard against a pathological source).
-
-The GIL: every read that enters the kernel releases it, and taking it back while the
-measured code runs Python (a train step) waits for the 5 ms switch interval. So
-during Python-heavy phases the samples come at about 100-200 Hz, and the measured
-code only yields the GIL for a few microseconds per tick; during copies that run in
-C++ without the GIL (offload, load) they come at the full rate. What that costs the
-phases is measured, not assumed: ``benchmarks/sampler_overhead.py``.
+The thread times each of its sources when it starts; one slower than ``COST_FRACTION``
+of the interval is read every n-th tick only, and the timeline's notes say so. If the
+thread's own CPU time exceeds ``BUSY_LIMIT`` of one CPU, its interval doubles, up to
+``MAX_INTERVAL_NS``. Where ``/proc`` has no entry for this process, the thread reads
+the host counters too (``default_sources``).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from offloadprobe.measure.probes.cgroup import locate
+from offloadprobe.measure.sidecar import RECORD
 from offloadprobe.measure.timeline import SAMPLED_NOTE, PhaseSpan, Series, Timeline
 
 INTERVAL_NS = 1_000_000
@@ -153,8 +153,54 @@ def cuda_sources(device: int = 0) -> list[CallSource]:
     return sources
 
 
+class Sidecar:
+    """Host and cgroup series sampled by a separate process (``measure.sidecar``)."""
+
+    series = (
+        ("host.rss", "host RSS"),
+        ("host.anon", "RssAnon"),
+        ("host.shmem", "RssShmem"),
+        ("cgroup.current", "cgroup usage"),
+    )
+
+    def __init__(self, interval_ns: int = INTERVAL_NS) -> None:
+        self.interval_ns = interval_ns
+        files = locate()
+        self.cgroup = str(files.current) if files is not None else ""
+        self.process: subprocess.Popen | None = None
+        self.path = ""
+
+    def start(self) -> None:
+        fd, self.path = tempfile.mkstemp(prefix="offloadprobe-samples-", suffix=".bin")
+        os.close(fd)
+        script = str(Path(__file__).with_name("sidecar.py"))
+        args = [sys.executable, "-I", "-S", script, str(os.getpid()), self.path,
+                str(self.interval_ns), *([self.cgroup] if self.cgroup else [])]  # fmt: skip
+        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+
+    def stop(self, epoch_ns: int) -> list[Series]:
+        """Stop the process and read its records, times relative to ``epoch_ns``."""
+        if self.process is None:
+            return []
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+        data = Path(self.path).read_bytes()
+        Path(self.path).unlink(missing_ok=True)
+        out = [Series(name=n, label=label) for n, label in self.series]
+        for t, *values in RECORD.iter_unpack(data[: len(data) - len(data) % RECORD.size]):
+            for series, value in zip(out, values, strict=True):
+                if value >= 0:
+                    series.append(t - epoch_ns, value)
+        return [s for s in out if s.samples]
+
+
 def default_sources(cuda: bool) -> list[Source]:
-    """Host and cgroup always; the CUDA counters when the run uses a GPU."""
+    """In-process sources: host and cgroup, plus the CUDA counters on a GPU."""
     sources: list[Source] = [StatusSource()]
     cgroup = cgroup_source()
     if cgroup is not None:
@@ -162,6 +208,13 @@ def default_sources(cuda: bool) -> list[Source]:
     if cuda:
         sources += cuda_sources()
     return sources
+
+
+def sampler_for(cuda: bool) -> Sampler:
+    """Host and cgroup from a sidecar process; only the CUDA counters need a thread here."""
+    if Path(f"/proc/{os.getpid()}/status").exists():
+        return Sampler(cuda_sources() if cuda else [], sidecar=Sidecar())
+    return Sampler(default_sources(cuda))
 
 
 def read_cost_ns(source: Source, reads: int = 20, clock=time.perf_counter_ns) -> int:
@@ -184,8 +237,10 @@ class Sampler:
         interval_ns: int = INTERVAL_NS,
         clock: Callable[[], int] = time.perf_counter_ns,
         rank: int | None = None,
+        sidecar: Sidecar | None = None,
     ) -> None:
         self.sources = list(sources)
+        self.sidecar = sidecar
         self.interval_ns = interval_ns
         self.clock = clock
         self.epoch = clock()
@@ -199,6 +254,7 @@ class Sampler:
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._started = False
         self.busy_ns = 0
 
     def now(self) -> int:
@@ -262,10 +318,15 @@ class Sampler:
             self._stop.wait((deadline - self.clock()) / 1e9)
 
     def start(self) -> Sampler:
-        self.calibrate()
-        self.tick(0)
-        self._thread = threading.Thread(target=self._loop, name="offloadprobe-sampler", daemon=True)
-        self._thread.start()
+        if self.sidecar is not None:
+            self.sidecar.start()
+        if self.sources:
+            self.calibrate()
+            self.tick(0)
+            self._thread = threading.Thread(target=self._loop, name="offloadprobe-sampler",
+                                            daemon=True)  # fmt: skip
+            self._thread.start()
+        self._started = True
         return self
 
     def stop(self) -> Timeline:
@@ -276,6 +337,12 @@ class Sampler:
             self._thread = None
             self.tick(self.timeline.ticks, every_source=True)
         self.timeline.interval_ns = self.interval_ns
+        if self.sidecar is not None:
+            drawn = self.sidecar.stop(self.epoch)
+            self.timeline.series[:0] = drawn
+            last = max((s.times_ns[-1] for s in drawn if s.times_ns), default=0)
+            self.timeline.end_ns = max(self.timeline.end_ns, last, self.now())
+        self._started = False
         for source in self.sources:
             close = getattr(source, "close", None)
             if callable(close):
@@ -284,4 +351,4 @@ class Sampler:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None
+        return self._started

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from offloadprobe.measure.probes.host import read_status
-from offloadprobe.measure.sampler import Sampler, StatusSource
+from offloadprobe.measure.sampler import Sampler, StatusSource, sampler_for
 from offloadprobe.measure.timeline import Series, Timeline
 
 
@@ -75,3 +75,22 @@ def test_timeline_round_trips_through_json_form():
     timeline = sampler.stop()
     again = Timeline.from_dict(timeline.to_dict())
     assert again.to_dict() == timeline.to_dict()
+
+
+def test_sidecar_process_draws_a_64_mib_allocation_and_starts_no_thread():
+    sampler = sampler_for(cuda=False)
+    assert sampler.sources == []
+    sampler.start()
+    time.sleep(0.1)
+    block = bytearray(64 << 20)  # zero-filled: every page touched
+    time.sleep(0.2)
+    del block
+    time.sleep(0.1)
+    timeline = sampler.stop()
+    assert sampler._thread is None
+    rss = timeline.get("host.rss")
+    times = list(rss.times_ns)
+    assert times == sorted(times) and rss.samples > 50
+    # GIVEN 64 MiB held for 200 ms THEN the samples rise by most of it
+    assert max(rss.values) - rss.values[0] > 48 << 20
+    assert timeline.end_ns >= times[-1]

@@ -1,0 +1,65 @@
+"""A sampling process beside the measured one: host memory counters with no GIL shared.
+
+A sampling thread inside the measured process takes the GIL for every sample, three
+times per sample (each read that enters the kernel gives it back), and the measured
+code's Python waits each time. On a loaded 2-core host that cost a train step about
+20% (``benchmarks/sampler_overhead.py``). The kernel's counters need no GIL: this
+process reads ``/proc/PID/status`` (VmRSS, RssAnon, RssShmem) and the cgroup's usage
+file of the measured process about every millisecond and appends fixed-size binary
+records to a file, until SIGTERM or until the measured process is gone.
+
+Standard library only, run as ``python -I -S sidecar.py PID OUT INTERVAL_NS [CGROUP]``
+(no site-packages to import: it starts in a few milliseconds). Its timestamps are
+``time.perf_counter_ns``, CLOCK_MONOTONIC on Linux: the same clock as the parent's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import sys
+import time
+
+RECORD = struct.Struct("<qqqqq")
+"""time (ns), VmRSS, RssAnon, RssShmem, cgroup usage (bytes; -1 where unreadable)."""
+KEYS = (b"VmRSS:", b"RssAnon:", b"RssShmem:")
+
+
+def parse_status(text: bytes) -> list[int]:
+    """VmRSS, RssAnon, RssShmem in bytes (-1 for a key the kernel does not report)."""
+    out = []
+    for key in KEYS:
+        start = text.find(key)
+        if start < 0:
+            out.append(-1)
+            continue
+        start += len(key)
+        out.append(int(text[start : text.index(b"kB", start)]) * 1024)
+    return out
+
+
+def sample(pid: int, out: str, interval_ns: int, cgroup: str = "") -> None:
+    status = os.open(f"/proc/{pid}/status", os.O_RDONLY)
+    group = os.open(cgroup, os.O_RDONLY) if cgroup else -1
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    with open(out, "wb", buffering=1 << 16) as fh:
+        deadline = time.perf_counter_ns()
+        while not stopping:
+            now = time.perf_counter_ns()
+            try:
+                text = os.pread(status, 8192, 0)
+                usage = int(os.pread(group, 64, 0)) if group >= 0 else -1
+            except (OSError, ValueError):
+                break
+            values = parse_status(text)
+            if values[0] < 0:
+                break  # the measured process is gone (a zombie has no VmRSS)
+            fh.write(RECORD.pack(now, *values, usage))
+            deadline = max(deadline + interval_ns, time.perf_counter_ns())
+            time.sleep(max(0, deadline - time.perf_counter_ns()) / 1e9)
+
+
+if __name__ == "__main__":
+    sample(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), *sys.argv[4:5])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -53,7 +54,9 @@ def main() -> None:
     )
     times: dict[str, dict[str, list[float]]] = {m: {p: [] for p in PHASES} for m in ("off", "on")}
     rates: dict[str, list[float]] = {}
+    cpu_shares: list[str] = []
     notes: set[str] = set()
+    load_before = os.getloadavg()
     with open_runtime(args.device, 1234) as runtime:
         model = build_probe_model(model_cfg, runtime, seed=1234)
         strategy = make_model_strategy(args.strategy, runtime)
@@ -88,7 +91,8 @@ def main() -> None:
                     times[mode][phase].append(rec.seconds)
                 if sampler is not None:
                     timeline = sampler.stop()
-                    notes.update(timeline.notes[1:])
+                    notes.update(n for n in timeline.notes[1:] if "of one CPU" not in n)
+                    cpu_shares.append(next((n for n in timeline.notes if "of one CPU" in n), ""))
                     for series in timeline.series:
                         rates.setdefault(series.name, []).append(
                             series.samples / (timeline.end_ns / 1e9)
@@ -122,10 +126,13 @@ def main() -> None:
         "repetitions": args.repetitions,
         "versions": environment.versions(),
         "machine": environment.machine(),
+        "load_average_before_after": [load_before, os.getloadavg()],
+        "cpus": os.cpu_count(),
         "source_read_cost_us": costs,
         "reads_per_s_median": {k: statistics.median(v) for k, v in rates.items()},
         "sampler": "host and cgroup from a sidecar process, CUDA counters from a thread",
         "sampler_notes": sorted(notes),
+        "sidecar_cpu_per_repetition": cpu_shares,
         "phases": phases,
         "overhead_total": total_paired / total_off,
         "budget": BUDGET,

@@ -119,24 +119,38 @@ def cgroup_source() -> FileSource | None:
         return None
 
 
-def cuda_sources(device: int = 0) -> list[CallSource]:
-    """Allocator, pinned-allocator and driver counters; reads wait for CUDA's own init."""
-    import torch
+def nested_pinned(stats: dict) -> tuple[int, int]:
+    """``(reserved, in_use)`` from ``host_memory_stats_as_nested_dict``, both key schemas
+    (see ``measure.probes.pinned``)."""
+    if "reserved_bytes" in stats:
+        return int(stats["reserved_bytes"]["current"]), int(stats["allocated_bytes"]["current"])
+    return int(stats["allocated_bytes"]["current"]), int(stats["active_bytes"]["current"])
 
-    from offloadprobe.measure.probes.pinned import normalise
+
+def cuda_sources(device: int = 0) -> list[CallSource]:
+    """Allocator, pinned-allocator and driver counters; reads wait for CUDA's own init.
+
+    One nested-dict call each: ``torch.cuda.memory_allocated`` and its siblings build
+    and flatten the whole statistics dict on every call, several times the cost.
+    """
+    import torch
 
     cuda = torch.cuda
 
     def allocator() -> Sequence[int] | None:
         if not cuda.is_initialized():
             return None
-        return cuda.memory_allocated(device), cuda.memory_reserved(device)
+        stats = cuda.memory_stats_as_nested_dict(device)
+        if not stats:
+            return None
+        return (stats["allocated_bytes"]["all"]["current"],
+                stats["reserved_bytes"]["all"]["current"])  # fmt: skip
 
     def pinned() -> Sequence[int] | None:
         if not cuda.is_initialized():
             return None
-        reserved, in_use, _, _ = normalise(cuda.host_memory_stats())
-        return reserved, in_use
+        stats = cuda.host_memory_stats_as_nested_dict()
+        return nested_pinned(stats) if stats else None
 
     def used() -> Sequence[int] | None:
         if not cuda.is_initialized():
@@ -147,7 +161,7 @@ def cuda_sources(device: int = 0) -> list[CallSource]:
     gpu_series = (("gpu.allocated", "GPU allocated"), ("gpu.reserved", "GPU reserved"))
     pinned_series = (("pinned.reserved", "pinned reserved"), ("pinned.in_use", "pinned in use"))
     sources = [CallSource(gpu_series, allocator)]
-    if hasattr(cuda, "host_memory_stats"):
+    if hasattr(cuda, "host_memory_stats_as_nested_dict"):
         sources.append(CallSource(pinned_series, pinned))
     sources.append(CallSource((("gpu.device_used", "device memory in use"),), used))
     return sources
@@ -169,6 +183,8 @@ class Sidecar:
         self.cgroup = str(files.current) if files is not None else ""
         self.process: subprocess.Popen | None = None
         self.path = ""
+        self.cpu_s = 0.0
+        """CPU seconds the sampling process used (known once stopped)."""
 
     def start(self) -> None:
         fd, self.path = tempfile.mkstemp(prefix="offloadprobe-samples-", suffix=".bin")
@@ -183,12 +199,10 @@ class Sidecar:
         if self.process is None:
             return []
         self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        _, status, usage = os.wait4(self.process.pid, 0)
+        self.process.returncode = os.waitstatus_to_exitcode(status)
         self.process = None
+        self.cpu_s = usage.ru_utime + usage.ru_stime
         data = Path(self.path).read_bytes()
         Path(self.path).unlink(missing_ok=True)
         out = [Series(name=n, label=label) for n, label in self.series]
@@ -342,6 +356,10 @@ class Sampler:
             self.timeline.series[:0] = drawn
             last = max((s.times_ns[-1] for s in drawn if s.times_ns), default=0)
             self.timeline.end_ns = max(self.timeline.end_ns, last, self.now())
+            share = self.sidecar.cpu_s / max(self.timeline.end_ns / 1e9, 1e-9)
+            self.timeline.notes.append(
+                f"host and cgroup sampled by a separate process: {share:.1%} of one CPU"
+            )
         self._started = False
         for source in self.sources:
             close = getattr(source, "close", None)

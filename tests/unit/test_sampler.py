@@ -94,3 +94,11 @@ def test_sidecar_process_draws_a_64_mib_allocation_and_starts_no_thread():
     # GIVEN 64 MiB held for 200 ms THEN the samples rise by most of it
     assert max(rss.values) - rss.values[0] > 48 << 20
     assert timeline.end_ns >= times[-1]
+
+
+def test_nested_pinned_stats_read_both_torch_key_schemas():
+    from offloadprobe.measure.sampler import nested_pinned
+
+    old = {"reserved_bytes": {"current": 8}, "allocated_bytes": {"current": 3}}
+    new = {"allocated_bytes": {"current": 8}, "active_bytes": {"current": 3}}
+    assert nested_pinned(old) == nested_pinned(new) == (8, 3)

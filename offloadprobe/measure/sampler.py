@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Protocol
 
 from offloadprobe.measure.probes.cgroup import locate
+from offloadprobe.measure.sidecar import CPU_BUDGET as SIDECAR_CPU_BUDGET
 from offloadprobe.measure.sidecar import RECORD
 from offloadprobe.measure.timeline import SAMPLED_NOTE, PhaseSpan, Series, Timeline
 
@@ -356,9 +357,12 @@ class Sampler:
             self.timeline.series[:0] = drawn
             last = max((s.times_ns[-1] for s in drawn if s.times_ns), default=0)
             self.timeline.end_ns = max(self.timeline.end_ns, last, self.now())
-            share = self.sidecar.cpu_s / max(self.timeline.end_ns / 1e9, 1e-9)
+            seconds = max(self.timeline.end_ns / 1e9, 1e-9)
+            reads = drawn[0].samples if drawn else 0
             self.timeline.notes.append(
-                f"host and cgroup sampled by a separate process: {share:.1%} of one CPU"
+                f"host and cgroup sampled by a separate process: {reads / seconds:.0f} reads/s "
+                f"on average, {self.sidecar.cpu_s / seconds:.1%} of one CPU (it slows down "
+                f"to stay under {SIDECAR_CPU_BUDGET:.0%})"
             )
         self._started = False
         for source in self.sources:

@@ -28,4 +28,4 @@ def test_benchmark_writes_paired_timings_and_a_verdict(tmp_path, monkeypatch):
         assert timing["median_off_s"] > 0
     assert doc["within_budget"] == (doc["overhead_total"] <= doc["budget"])
     assert "host.rss, host.anon, host.shmem" in doc["source_read_cost_us"]
-    assert doc["reads_per_s_median"]["host.rss"] > 50
+    assert doc["reads_per_s_median"]["host.rss"] > 20

@@ -90,7 +90,7 @@ def test_sidecar_process_draws_a_64_mib_allocation_and_starts_no_thread():
     assert sampler._thread is None
     rss = timeline.get("host.rss")
     times = list(rss.times_ns)
-    assert times == sorted(times) and rss.samples > 50
+    assert times == sorted(times) and rss.samples > 20
     # GIVEN 64 MiB held for 200 ms THEN the samples rise by most of it
     assert max(rss.values) - rss.values[0] > 48 << 20
     assert timeline.end_ns >= times[-1]

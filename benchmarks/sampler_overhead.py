@@ -19,6 +19,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +37,7 @@ from offloadprobe.measure.meter import PhaseMeter  # noqa: E402
 from offloadprobe.measure.sampler import default_sources, read_cost_ns, sampler_for  # noqa: E402
 
 BUDGET = 0.02
+SETTLE_S = 0.5
 PHASES = ("train", "offload", "load")
 
 
@@ -85,6 +87,10 @@ def main() -> None:
             order = ("off", "on") if rep % 2 == 0 else ("on", "off")
             for mode in order:
                 sampler = sampler_for(cuda).start() if mode == "on" else None
+                if sampler is not None:
+                    # As in a run, where it starts before the model is built: its rate
+                    # has settled before the first phase.
+                    time.sleep(SETTLE_S)
                 meter.sampler = sampler
                 for phase in PHASES:
                     rec, _ = meter.measure(rep, phase, actions[phase])

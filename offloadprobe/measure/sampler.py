@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,7 @@ COST_FRACTION = 0.02
 BUSY_LIMIT = 0.10
 """If the thread's own CPU time exceeds this fraction of one CPU, the interval doubles."""
 BUSY_WINDOW_NS = 250_000_000
+READY_TIMEOUT_S = 5.0
 
 
 class Source(Protocol):
@@ -193,13 +195,17 @@ class Sidecar:
         script = str(Path(__file__).with_name("sidecar.py"))
         args = [sys.executable, "-I", "-S", script, str(os.getpid()), self.path,
                 str(self.interval_ns), *([self.cgroup] if self.cgroup else [])]  # fmt: skip
-        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        # Wait for the first sample, so that the samples cover what follows and the
+        # interpreter's start-up is over before the caller's first phase.
+        select.select([self.process.stdout], [], [], READY_TIMEOUT_S)
 
     def stop(self, epoch_ns: int) -> list[Series]:
         """Stop the process and read its records, times relative to ``epoch_ns``."""
         if self.process is None:
             return []
         self.process.terminate()
+        self.process.stdout.close()
         _, status, usage = os.wait4(self.process.pid, 0)
         self.process.returncode = os.waitstatus_to_exitcode(status)
         self.process = None

@@ -51,7 +51,7 @@ def parse_status(text: bytes) -> list[int]:
 def sample(pid: int, out: str, interval_ns: int, cgroup: str = "") -> None:
     status = os.open(f"/proc/{pid}/status", os.O_RDONLY)
     group = os.open(cgroup, os.O_RDONLY) if cgroup else -1
-    stopping = []
+    stopping, ready = [], []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     base, window = interval_ns, (time.perf_counter_ns(), time.process_time_ns())
     with open(out, "wb", buffering=1 << 16) as fh:
@@ -74,6 +74,9 @@ def sample(pid: int, out: str, interval_ns: int, cgroup: str = "") -> None:
             if values[0] < 0:
                 break  # the measured process is gone (a zombie has no VmRSS)
             fh.write(RECORD.pack(now, *values, usage))
+            if not ready:
+                ready.append(True)
+                os.write(1, b"r")  # tells the parent the first sample is taken
             deadline = max(deadline + interval_ns, time.perf_counter_ns())
             time.sleep(max(0, deadline - time.perf_counter_ns()) / 1e9)
 

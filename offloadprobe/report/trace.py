@@ -11,6 +11,7 @@ separate processes run one after another, so each starts at 0.
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -105,12 +106,17 @@ def trace_document(rows: list[TraceRow], *, context: dict[str, Any] | None = Non
 
 
 def write_trace(doc: dict[str, Any], path: Path) -> None:
-    """Validate (a failure is a bug here, not the user's) and write."""
+    """Validate (a failure is a bug here, not the user's) and write; gzipped for ``.gz``."""
     problems = validate(doc)
     if problems:
         raise AssertionError("trace does not follow the trace-event format: " + problems[0])
+    text = json.dumps(doc, separators=(",", ":")) + "\n"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+        if path.suffix == ".gz":
+            with gzip.open(path, "wt") as fh:
+                fh.write(text)
+        else:
+            path.write_text(text)
     except OSError as exc:
         raise UsageError(f"cannot write --trace {path}: {exc.strerror}") from None

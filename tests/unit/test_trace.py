@@ -118,3 +118,15 @@ def test_plot_suffix_must_be_png_or_svg(tmp_path):
 
     with pytest.raises(UsageError, match=r"\.png or \.svg"):
         check_plot_path(tmp_path / "p.jpg")
+
+
+def test_a_gz_trace_is_gzipped_json(tmp_path):
+    import gzip
+    import json
+
+    from offloadprobe.report.trace import write_trace
+
+    doc = trace_document([fake_row(0, "naive", 96 * MiB)])
+    write_trace(doc, tmp_path / "t.json.gz")
+    with gzip.open(tmp_path / "t.json.gz", "rt") as fh:
+        assert json.load(fh) == doc

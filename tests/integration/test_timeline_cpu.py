@@ -26,10 +26,11 @@ def run_main(*args: str) -> int:
 
 @pytest.fixture
 def started_threads(monkeypatch):
-    """Names of every thread started, and every Sampler started, during the test."""
+    """Names of every thread, Sampler and sidecar process started during the test."""
     names: list[str] = []
     original_thread_start = threading.Thread.start
     original_sampler_start = sampler_module.Sampler.start
+    original_sidecar_start = sampler_module.Sidecar.start
 
     def thread_start(self):
         names.append(self.name)
@@ -39,7 +40,12 @@ def started_threads(monkeypatch):
         names.append("Sampler.start")
         return original_sampler_start(self)
 
+    def sidecar_start(self):
+        names.append("Sidecar.start")
+        return original_sidecar_start(self)
+
     monkeypatch.setattr(threading.Thread, "start", thread_start)
+    monkeypatch.setattr(sampler_module.Sidecar, "start", sidecar_start)
     monkeypatch.setattr(sampler_module.Sampler, "start", sampler_start)
     return names
 
@@ -47,13 +53,14 @@ def started_threads(monkeypatch):
 def test_no_sampler_runs_without_trace_or_plot(tmp_path, started_threads):
     assert run_main(*TINY, "--json", str(tmp_path / "r.json")) == 0
     assert "Sampler.start" not in started_threads
+    assert "Sidecar.start" not in started_threads
     assert "offloadprobe-sampler" not in started_threads
 
 
 def test_run_trace_has_one_slice_per_phase_with_its_exact_readings(tmp_path, started_threads):
     trace, report = tmp_path / "t.json", tmp_path / "r.json"
     assert run_main(*TINY, "--json", str(report), "--trace", str(trace)) == 0
-    assert "offloadprobe-sampler" in started_threads
+    assert "Sampler.start" in started_threads and "Sidecar.start" in started_threads
     doc = json.loads(trace.read_text())
     assert validate(doc) == []
     phases = [p for c in json.loads(report.read_text())["runs"][0]["cycles"] for p in c["phases"]]

@@ -72,13 +72,15 @@ def sample(pid: int, out: str, interval_ns: int, cgroup: str = "") -> None:
                 break
             values = parse_status(text)
             if values[0] < 0:
-                break  # the measured process is gone (a zombie has no VmRSS)
+                break  # a zombie has no VmRSS
             fh.write(RECORD.pack(now, *values, usage))
             if not ready:
                 ready.append(True)
                 os.write(1, b"r")  # tells the parent the first sample is taken
             deadline = max(deadline + interval_ns, time.perf_counter_ns())
             time.sleep(max(0, deadline - time.perf_counter_ns()) / 1e9)
+    if not stopping:  # the measured process died without stopping us: nobody will read it
+        os.unlink(out)
 
 
 if __name__ == "__main__":

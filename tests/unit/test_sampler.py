@@ -102,3 +102,23 @@ def test_nested_pinned_stats_read_both_torch_key_schemas():
     old = {"reserved_bytes": {"current": 8}, "allocated_bytes": {"current": 3}}
     new = {"allocated_bytes": {"current": 8}, "active_bytes": {"current": 3}}
     assert nested_pinned(old) == nested_pinned(new) == (8, 3)
+
+
+def test_sidecar_exits_and_removes_its_file_when_the_measured_process_dies(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import offloadprobe.measure.sidecar as sidecar
+
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    out = tmp_path / "samples.bin"
+    side = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(Path(sidecar.__file__)), str(victim.pid), str(out),
+         "1000000"], stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert side.stdout.read(1) == b"r"
+    victim.wait()
+    assert side.wait(timeout=10) == 0
+    side.stdout.close()
+    assert not out.exists()

@@ -30,10 +30,10 @@ PLOT_SUFFIXES = (".png", ".svg")
 PHASE_COLOURS = {"train": "#dddddd", "offload": "#f6c28b", "load": "#a9cbe8", "rollout": "#b9e0a5"}
 GiB, MiB = 1 << 30, 1 << 20
 FOOTNOTE = (
-    "lines: samples, shape only (faded outside the row's phase) · thick bars and printed "
-    "values: exact per-phase peaks (VmHWM, allocator peaks) · shaded: the phase (longest "
-    "row) · dotted: each row's phase end"
+    "lines: samples, shape only (faded outside the phase) · thick bars and printed values: "
+    "exact per-phase peaks (VmHWM, allocator peaks) · shaded: the phase"
 )
+ROWS_FOOTNOTE = " (longest row) · dotted: each row's phase end"
 PANELS = (
     ("host", "host memory", ("host.rss", "host.anon", "host.shmem", "cgroup.current")),
     ("pinned", "pinned allocator", ("pinned.reserved", "pinned.in_use")),
@@ -272,7 +272,7 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
                 labels.append(lab)
     fig.legend(handles, labels, loc="upper right", ncols=min(len(labels), 5), fontsize=8)
     fig.suptitle(title, fontsize=10, x=0.01, ha="left")
-    fig.text(0.01, 0.005, FOOTNOTE, fontsize=8)
+    fig.text(0.01, 0.005, FOOTNOTE + (ROWS_FOOTNOTE if relative else ""), fontsize=8)
     fig.tight_layout(rect=(0, 0.02, 1, 0.93))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -13,7 +13,14 @@ from rich.console import Console
 from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
-from offloadprobe.cli.timeline import PlotPath, TimelineOutputs, TracePath, compare_rows, side_file
+from offloadprobe.cli.timeline import (
+    TIMELINE_ENV,
+    PlotPath,
+    TimelineOutputs,
+    TracePath,
+    compare_rows,
+    side_file,
+)
 from offloadprobe.compare.comparison import Candidate, candidates, compare, model_args
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
@@ -119,7 +126,7 @@ def compare_command(
         folder = Path(tmp)
         comparison = compare(
             items, common, baseline=base, timeout_s=child_timeout, on_start=started,
-            extra_args=(lambda i: ["--timeline", str(side_file(folder, i))])
+            extra_env=(lambda i: {TIMELINE_ENV: str(side_file(folder, i))})
             if outputs.wanted else None,
         )  # fmt: skip
         render_comparison(comparison, Console())

@@ -31,9 +31,16 @@ PlotPath = Annotated[
         help="Draw the memory timeline to a PNG or SVG (needs offloadprobe[plot]).",
     ),
 ]
+TIMELINE_ENV = "OFFLOADPROBE_TIMELINE"
+"""How ``compare`` tells each child where to write its timeline (whatever its arguments)."""
 TimelinePath = Annotated[
     Path | None,
-    typer.Option("--timeline", hidden=True, help="Write the raw sampled timeline (JSON)."),
+    typer.Option(
+        "--timeline",
+        hidden=True,
+        envvar=TIMELINE_ENV,
+        help="Write the raw sampled timeline (JSON).",
+    ),
 ]
 
 

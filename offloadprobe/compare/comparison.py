@@ -112,11 +112,11 @@ def compare(
     baseline: str,
     timeout_s: float | None = None,
     on_start: Callable[[int, Candidate], None] | None = None,
-    extra_args: Callable[[int], list[str]] | None = None,
+    extra_env: Callable[[int], dict[str, str]] | None = None,
 ) -> Comparison:
     """Run every candidate in its own process, one after another.
 
-    ``extra_args(index)`` adds per-row ``run`` flags (e.g. where to write its timeline).
+    ``extra_env(index)`` adds per-row environment (e.g. where to write its timeline).
     """
     rows = []
     for index, item in enumerate(items):
@@ -125,11 +125,8 @@ def compare(
         args = ["--strategy", item.strategy, *common_args]
         if item.optimizer_strategy:
             args += ["--optimizer-strategy", item.optimizer_strategy]
-        if extra_args is not None:
-            args += extra_args(index)
-        spec = ChildSpec(
-            label=item.label, args=args, env=alloc_conf_env(item.alloc_conf), timeout_s=timeout_s
-        )
+        env = {**alloc_conf_env(item.alloc_conf), **(extra_env(index) if extra_env else {})}
+        spec = ChildSpec(label=item.label, args=args, env=env, timeout_s=timeout_s)
         outcome = run_child(spec)
         rows.append(ComparisonRow(candidate=item, outcome=outcome, run=outcome.run))
     return Comparison(rows=rows, baseline=baseline)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,6 +14,14 @@ from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
 from offloadprobe.cli.fit import check_fits
+from offloadprobe.cli.timeline import (
+    TIMELINE_ENV,
+    PlotPath,
+    TimelineOutputs,
+    TracePath,
+    compare_rows,
+    side_file,
+)
 from offloadprobe.compare.comparison import Candidate
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
@@ -73,6 +82,8 @@ def compare_command(
     max_host_peak: opt.MaxHostPeak = None,
     max_gpu_residual: opt.MaxGpuResidual = None,
     min_offload_bandwidth: opt.MinOffloadBandwidth = None,
+    trace: TracePath = None,
+    plot: PlotPath = None,
 ) -> None:
     """Run each strategy in a fresh process with the same model, seed and cycles."""
     from offloadprobe.compare.comparison import candidates, compare
@@ -82,6 +93,8 @@ def compare_command(
 
     check_writable(json_path, "--json")
     check_writable(markdown, "--markdown")
+    outputs = TimelineOutputs(trace=trace, plot=plot)
+    outputs.check()
     model = opt.model_config(
         layers=layers,
         hidden=hidden,
@@ -127,17 +140,26 @@ def compare_command(
             highlight=False,
         )
 
-    comparison = compare(
-        items,
-        base_config,
-        baseline=base,
-        budgets=budgets,
-        environment=_own_environment(model, device, cycles, train_steps, seed),
-        timeout_s=child_timeout,
-        on_start=started,
-    )
-    render_comparison(comparison, Console())
-    doc = comparison.to_dict()
+    with tempfile.TemporaryDirectory(prefix="offloadprobe-timelines-") as tmp:
+        folder = Path(tmp)
+        comparison = compare(
+            items,
+            base_config,
+            baseline=base,
+            budgets=budgets,
+            environment=_own_environment(model, device, cycles, train_steps, seed),
+            timeout_s=child_timeout,
+            on_start=started,
+            extra_env=(lambda i: {TIMELINE_ENV: str(side_file(folder, i))})
+            if outputs.wanted
+            else None,
+        )
+        render_comparison(comparison, Console())
+        doc = comparison.to_dict()
+        if outputs.wanted:
+            runs = [row.run for row in comparison.rows]
+            labels = [c.label for c in items]
+            outputs.write_rows(compare_rows(labels, runs, folder, doc), doc)
     if json_path is not None:
         write_json(doc, json_path)
     if markdown is not None:

@@ -16,12 +16,14 @@ from offloadprobe.cli import app
 from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
 from offloadprobe.cli.fit import check_fits
+from offloadprobe.cli.timeline import PlotPath, TimelineOutputs, TimelinePath, TracePath
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.units import parse_size
 from offloadprobe.core.verdicts import judge
 from offloadprobe.measure.phase_log import PhaseLog
+from offloadprobe.measure.sampler import Sampler
 from offloadprobe.report.output import check_writable, write_json
 from offloadprobe.report.table import render_report
 
@@ -87,6 +89,9 @@ def run_command(
             help="Read the whole run configuration from this JSON file (child processes).",
         ),
     ] = None,
+    trace: TracePath = None,
+    plot: PlotPath = None,
+    timeline: TimelinePath = None,
 ) -> None:
     """Run offload/load cycles of one strategy and print what each phase cost."""
     from offloadprobe.engine.optimizer.strategies import optimizer_strategy
@@ -94,6 +99,8 @@ def run_command(
     from offloadprobe.engine.strategies import model_strategy
 
     check_writable(json_path, "--json")
+    outputs = TimelineOutputs(trace=trace, plot=plot, side=timeline)
+    outputs.check()
     if config is not None:
         cfg = _read_config(config)
     else:
@@ -132,12 +139,17 @@ def run_command(
         check_fits(cfg.model, strategies=pairs, optimizer=cfg.optimizer, device=resolved,
                    force=force)  # fmt: skip
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
-    report = _run_with_progress(cfg, show=progress, phase_log=phase_log)
+    sampler = outputs.sampler(resolved)
+    try:
+        report = _run_with_progress(cfg, show=progress, phase_log=phase_log, sampler=sampler)
+    finally:
+        drawn = sampler.stop() if sampler is not None else None
     judged = [(run.label, *judge(run, budgets)) for run in report.runs]
     report = dataclasses.replace(report, verdicts=[verdict for _, verdict, _ in judged])
     render_report(report, Console())
     if json_path is not None:
         write_json(report.to_dict(), json_path)
+    outputs.write_run(report, drawn)
     enforce(judged)
 
 
@@ -160,7 +172,9 @@ def _config_from_flags(
     )
 
 
-def _run_with_progress(cfg: RunConfig, *, show: bool, phase_log: Path | None) -> Report:
+def _run_with_progress(
+    cfg: RunConfig, *, show: bool, phase_log: Path | None, sampler: Sampler | None = None
+) -> Report:
     from offloadprobe.engine.runner import Hooks, phases_per_run, run
 
     console = Console(file=sys.stderr)
@@ -186,5 +200,6 @@ def _run_with_progress(cfg: RunConfig, *, show: bool, phase_log: Path | None) ->
             Hooks(
                 on_phase=lambda rec: (advance(rec), log and log.end(rec.cycle, rec.phase)),
                 on_start=log.start if log else None,
+                sampler=sampler,
             ),
         )

@@ -112,8 +112,12 @@ def compare(
     environment: dict[str, Any] | None = None,
     timeout_s: float | None = None,
     on_start: Callable[[int, Candidate], None] | None = None,
+    extra_env: Callable[[int], dict[str, str]] | None = None,
 ) -> Comparison:
-    """Run every candidate in its own process, one after another."""
+    """Run every candidate in its own process, one after another.
+
+    ``extra_env(index)`` adds per-row environment (e.g. where to write its timeline).
+    """
     rows = []
     for index, item in enumerate(items):
         if on_start is not None:
@@ -123,12 +127,8 @@ def compare(
             strategy=item.strategy,
             optimizer_strategy=item.optimizer_strategy or base.optimizer_strategy,
         )
-        spec = ChildSpec(
-            label=item.label,
-            config=config,
-            env=alloc_conf_env(item.alloc_conf),
-            timeout_s=timeout_s,
-        )
+        env = {**alloc_conf_env(item.alloc_conf), **(extra_env(index) if extra_env else {})}
+        spec = ChildSpec(label=item.label, config=config, env=env, timeout_s=timeout_s)
         outcome = run_child(spec)
         run = outcome.run
         verdict, breaches = judge(run, budgets or [], failure=failure_of(outcome))

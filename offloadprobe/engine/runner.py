@@ -34,6 +34,7 @@ from offloadprobe.engine.runtime.emulation import on_device
 from offloadprobe.engine.strategies import model_strategy
 from offloadprobe.engine.strategies.base import close, ddp_buffers, registered_bytes
 from offloadprobe.measure.meter import PhaseMeter
+from offloadprobe.measure.sampler import Sampler
 from offloadprobe.measure.summary import LOADS, OFFLOADS, summarise
 
 PhaseCallback = Callable[[PhaseRecord], None]
@@ -45,6 +46,8 @@ class Hooks:
 
     on_phase: PhaseCallback | None = None
     on_start: Callable[[int, str], None] | None = None
+    sampler: Sampler | None = None
+    """Marks phase spans on a running timeline sampler (``--trace``/``--plot``)."""
 
 
 def moves_optimizer(cfg: RunConfig) -> bool:
@@ -100,6 +103,7 @@ class _Cycles:
             device_counters=(lambda: (memory.freed_bytes, memory.allocated_bytes))
             if memory is not None
             else None,
+            sampler=hooks.sampler,
         )
         self.payload = self.model.payload_bytes
         self.param_to_move = self.payload if self.info.moves_params else 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from offloadprobe.core.records import GpuReading, PhaseRecord
 from offloadprobe.core.units import gbps
@@ -12,6 +12,9 @@ from offloadprobe.measure.probes.cgroup import CgroupProbe
 from offloadprobe.measure.probes.gpu import GpuProbe
 from offloadprobe.measure.probes.host import DeviceArena, HostProbe
 from offloadprobe.measure.probes.pinned import PinnedProbe
+
+if TYPE_CHECKING:
+    from offloadprobe.measure.sampler import Sampler
 
 
 class Device(Protocol):
@@ -35,6 +38,7 @@ class PhaseMeter:
         arena: DeviceArena | None = None,
         device_counters: Callable[[], tuple[int, int]] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        sampler: Sampler | None = None,
     ) -> None:
         self.runtime = runtime
         self.clock = clock
@@ -44,6 +48,8 @@ class PhaseMeter:
         self.pinned = PinnedProbe(enabled=not runtime.emulated)
         self.gpu = GpuProbe(enabled=not runtime.emulated)
         self.cgroup = CgroupProbe()
+        self.sampler = sampler
+        """Marks each phase's timed region on the timeline (``--trace``/``--plot`` only)."""
 
     def measure(
         self, cycle: int, phase: str, action: Callable[[], Any], *, bytes_moved: int = 0
@@ -54,10 +60,15 @@ class PhaseMeter:
         for probe in (self.cgroup, self.gpu, self.pinned, self.host):
             probe.begin()
         counted = self.device_counters() if self.device_counters else (0, 0)
+        mark = self.sampler.now() if self.sampler else 0
         start = self.clock()
-        result = action()
-        self.runtime.synchronize()
-        seconds = self.clock() - start
+        try:
+            result = action()
+            self.runtime.synchronize()
+        finally:
+            seconds = self.clock() - start
+            if self.sampler:
+                self.sampler.span(cycle, phase, mark, self.sampler.now())
         self.runtime.settle()
         host = self.host.end()
         gpu = self.gpu.end()

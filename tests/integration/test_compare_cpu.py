@@ -16,17 +16,41 @@ MODEL = ["--layers", "2", "--payload", "40MiB", "--seq-length", "32", "--micro-b
 
 
 @pytest.fixture(scope="module")
-def compared(tmp_path_factory):
+def compare_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("compare")
+
+
+@pytest.fixture(scope="module")
+def compared(compare_dir):
     from tests.conftest import run_cli
 
-    out = tmp_path_factory.mktemp("compare")
+    out = compare_dir
     proc = run_cli(
         "compare", "naive", KILLED, "--device", "cpu", "--cycles", "2", "--train-steps", "0",
         "--no-reference-check", *MODEL, "--json", str(out / "c.json"),
         "--markdown", str(out / "c.md"), "--max-host-peak", "1.5x",
+        "--trace", str(out / "t.json"),
         timeout=SUBPROCESS_TIMEOUT,
     )  # fmt: skip
     return proc, json.loads((out / "c.json").read_text()), (out / "c.md").read_text()
+
+
+def test_trace_has_one_process_per_row(compared, compare_dir):
+    from offloadprobe.report.trace_format import validate
+
+    _, doc, _ = compared
+    trace = json.loads((compare_dir / "t.json").read_text())
+    assert validate(trace) == []
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}  # fmt: skip
+    assert names == {i: r["label"] for i, r in enumerate(doc["runs"])}
+    slices = [(e["args"]["cycle"], e["name"]) for e in trace["traceEvents"]
+              if e["ph"] == "X" and e["pid"] == 0]  # fmt: skip
+    assert slices == [(c["cycle"], p["phase"]) for c in doc["runs"][0]["cycles"]
+                      for p in c["phases"]]  # fmt: skip
+    # The killed child left no timeline: its track is named and the trace says why it is empty.
+    assert not [e for e in trace["traceEvents"] if e["pid"] == 1 and e["ph"] != "M"]
+    assert trace["otherData"]["no timeline"] == [doc["runs"][1]["label"]]
 
 
 def test_naive_breaks_the_budget(compared):

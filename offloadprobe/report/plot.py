@@ -1,0 +1,278 @@
+"""Timeline plots (PNG or SVG) with matplotlib, the optional ``offloadprobe[plot]`` extra.
+
+One column per cycle and phase, each with its own time axis in milliseconds from the
+phase start (phases last milliseconds to seconds, and the work between them longer:
+one shared axis would draw an offload as a hairline); host, pinned and GPU panels are
+stacked under each other, one row each. ``run`` draws every series of its process;
+``compare`` overlays its rows, each aligned at the start of the same phase, with host
+RSS over each row's own pre-offload baseline in multiples of the payload, so that a
+second copy reads as +1x. Pinned pages are inside host RSS, so the panels are not
+stacked as areas: that would count them twice.
+
+Lines are samples and draw the shape only. Every number printed is an exact per-phase
+reading from the records (VmHWM, allocator peaks), drawn as a thick bar over its phase.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from offloadprobe.core.errors import UsageError
+from offloadprobe.core.records import PhaseRecord
+from offloadprobe.measure.timeline import Series
+from offloadprobe.report.trace import TraceRow
+
+PLOT_SUFFIXES = (".png", ".svg")
+PHASE_COLOURS = {"train": "#dddddd", "offload": "#f6c28b", "load": "#a9cbe8", "rollout": "#b9e0a5"}
+GiB, MiB = 1 << 30, 1 << 20
+FOOTNOTE = (
+    "lines: samples, shape only (faded outside the phase) · thick bars and printed values: "
+    "exact per-phase peaks (VmHWM, allocator peaks) · shaded: the phase"
+)
+ROWS_FOOTNOTE = " (longest row) · dotted: each row's phase end"
+PANELS = (
+    ("host", "host memory", ("host.rss", "host.anon", "host.shmem", "cgroup.current")),
+    ("pinned", "pinned allocator", ("pinned.reserved", "pinned.in_use")),
+    ("gpu", "GPU memory", ("gpu.allocated", "gpu.reserved", "gpu.device_used")),
+)
+STYLES = {
+    "host.rss": {"color": "#1f77b4", "lw": 1.6},
+    "host.anon": {"color": "#17becf", "lw": 1.0},
+    "host.shmem": {"color": "#9467bd", "lw": 1.0},
+    "cgroup.current": {"color": "#7f7f7f", "lw": 1.0, "ls": "--"},
+    "pinned.reserved": {"color": "#d62728", "lw": 1.6},
+    "pinned.in_use": {"color": "#ff9896", "lw": 1.0},
+    "gpu.allocated": {"color": "#2ca02c", "lw": 1.6},
+    "gpu.reserved": {"color": "#98df8a", "lw": 1.0},
+    "gpu.device_used": {"color": "#8c564b", "lw": 1.0, "ls": "--"},
+}
+
+
+def check_plot_path(path: Path) -> None:
+    """Fail before any work: a known suffix, and matplotlib installed."""
+    if path.suffix.lower() not in PLOT_SUFFIXES:
+        raise UsageError(f"--plot {path}: the file name must end in .png or .svg")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'offloadprobe[plot]'") from None
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def human(n: float) -> str:
+    """Bytes for a plot label: GiB from 1 GiB up, else MiB."""
+    return f"{n / GiB:.2f} GiB" if abs(n) >= GiB else f"{n / MiB:.0f} MiB"
+
+
+def _exact_peak(rec: PhaseRecord, panel: str) -> int | None:
+    if panel == "host":
+        return rec.host.peak
+    if panel == "pinned":
+        return rec.pinned.reserved_peak if rec.pinned else None
+    return rec.gpu.allocated_peak if rec.gpu else None
+
+
+def _window(series: Series, lo_ns: int, hi_ns: int) -> tuple[list[int], list[int]]:
+    """The samples in [lo, hi] plus the value holding at ``lo``."""
+    i = max(0, bisect.bisect_right(series.times_ns, lo_ns) - 1)
+    j = bisect.bisect_right(series.times_ns, hi_ns)
+    return list(series.times_ns[i:j]), list(series.values[i:j])
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Panel:
+    key: str
+    heading: str
+    names: tuple[str, ...]
+    unit: int
+    """Bytes per y unit (GiB or MiB); the payload for compare's host panel."""
+
+
+def _panels(rows: Sequence[TraceRow], relative: bool, payload: int) -> list[_Panel]:
+    """Panels with something to draw: every series for ``run``, the main one for compare."""
+    panels = []
+    for key, heading, names in PANELS:
+        names = tuple(n for n in names if any(r.timeline.get(n) for r in rows))
+        if not names:
+            continue
+        top = max((max(s.values) for r in rows for n in names
+                   if (s := r.timeline.get(n)) is not None and s.values), default=0)  # fmt: skip
+        unit = GiB if top >= GiB else MiB
+        if relative:
+            names, heading = names[:1], COMPARE_HEADINGS[key]
+            if key == "host":
+                unit = payload
+                if any(r.emulated for r in rows):
+                    heading += "\n(incl. emulated device)"
+        panels.append(_Panel(key=key, heading=heading, names=names, unit=unit))
+    return panels
+
+
+COMPARE_HEADINGS = {
+    "host": "host RSS over RSS before\nthe first offload",
+    "pinned": "pinned reserved",
+    "gpu": "GPU allocated",
+}
+
+
+def _offset(panel: _Panel, row: TraceRow, relative: bool) -> int:
+    """Bytes subtracted before scaling: compare's host panel starts at the row's baseline."""
+    return _raw_baseline(row) if relative and panel.key == "host" else 0
+
+
+def _raw_baseline(row: TraceRow) -> int:
+    """RSS just before the first offload, as the kernel counts it (the samples' frame).
+
+    On CUDA this is the report's ``baseline_host_bytes``; in CPU emulation that figure
+    leaves out the emulated device bytes, which the sampled RSS includes.
+    """
+    first = next((p for p in (row.run.phases if row.run else []) if p.phase == "offload"), None)
+    return first.host.rss_before if first else 0
+
+
+def _share_y(axes: Any, moving: list[bool]) -> None:
+    """One y range per panel row over the offload/load columns (the strategies' phases);
+    train columns keep their own, the framework's memory swinging far wider."""
+    for row_axes in axes:
+        shared = [ax for ax, m in zip(row_axes, moving, strict=True) if m] or list(row_axes)
+        lo = min(ax.get_ylim()[0] for ax in shared)
+        hi = max(ax.get_ylim()[1] for ax in shared)
+        for ax in row_axes:
+            if ax in shared:
+                ax.set_ylim(lo, hi + 0.3 * (hi - lo))
+            else:
+                a, b = ax.get_ylim()
+                ax.set_ylim(a, b + 0.3 * (b - a))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Cell:
+    """One column (a cycle's phase) of the grid: where each row's phase lies."""
+
+    cycle: int
+    phase: str
+    spans: dict[int, Any]
+    longest: int
+    pad: int
+
+
+def _draw(ax: Any, cell: _Cell, panel: _Panel, rows: Sequence[TraceRow], colours: Any) -> list:
+    """One panel of one column; returns the exact-peak labels to print there."""
+    relative = len(rows) > 1
+    texts = []
+    for index, row in enumerate(rows):
+        span = cell.spans[index]
+        if span is None:
+            continue
+        offset = _offset(panel, row, relative)
+        colour = colours[index % len(colours)] if relative else "black"
+        for name in panel.names:
+            series = row.timeline.get(name)
+            if series is None or not any(series.values):
+                continue
+            # Each row up to its own phase end (plus the pad): what it did next is not this phase.
+            lo, hi = span.start_ns - cell.pad, span.end_ns + cell.pad
+            ts, vs = _window(series, lo, hi)
+            if not vs:
+                continue
+            xs = [max(-cell.pad, t - span.start_ns) / 1e6 for t in ts]
+            ys = [(v - offset) / panel.unit for v in vs]
+            style = {"lw": 1.4, "color": colour} if relative else dict(STYLES[name])
+            label = row.label if relative else f"{series.label} (sampled)"
+            xs.append((hi - span.start_ns) / 1e6)
+            ys.append(ys[-1])
+            # Faded outside the row's own phase, solid inside it.
+            ax.step(xs, ys, where="post", alpha=0.3, **style)
+            end = (span.end_ns - span.start_ns) / 1e6
+            inside = [(x, y) for x, y in zip(xs, ys, strict=True) if x <= end]
+            ax.step([max(0.0, x) for x, _ in inside] + [end], [y for _, y in inside] +
+                    [inside[-1][1]], where="post", label=label, **style)  # fmt: skip
+        rec = next((p for p in (row.run.phases if row.run else [])
+                    if p.cycle == cell.cycle and p.phase == cell.phase), None)  # fmt: skip
+        peak = _exact_peak(rec, panel.key) if rec else None
+        if peak is None:
+            continue
+        exact = (peak - offset) / panel.unit
+        ax.hlines(exact, 0, (span.end_ns - span.start_ns) / 1e6, color=colour, lw=3.5,
+                  label=None if relative else "exact phase peak")  # fmt: skip
+        ax.axvline((span.end_ns - span.start_ns) / 1e6, color=colour, lw=0.8, ls=":")
+        if relative and panel.key == "host":
+            texts.append((f"{row.label} {exact:+.2f}x", colour))
+        else:
+            texts.append((f"{row.label} {human(peak)}" if relative else human(peak), colour))
+    return texts
+
+
+def _print_peaks(ax: Any, texts: list) -> None:
+    for k, (text, colour) in enumerate([("exact peak", "black"), *texts]):
+        ax.text(0.04, 0.96 - 0.09 * k, text, transform=ax.transAxes, color=colour,
+                fontsize=7.5, va="top", fontweight="bold",
+                bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})  # fmt: skip
+
+
+def _cells(rows: Sequence[TraceRow]) -> list[_Cell]:
+    slots = list(dict.fromkeys((s.cycle, s.phase) for r in rows for s in r.timeline.spans))
+    cells = []
+    for cycle, phase in slots:
+        spans = {i: r.timeline.span(cycle, phase) for i, r in enumerate(rows)}
+        longest = max((s.end_ns - s.start_ns for s in spans.values() if s), default=1)
+        cells.append(_Cell(cycle=cycle, phase=phase, spans=spans, longest=longest,
+                           pad=max(longest // 4, 2_000_000)))  # fmt: skip
+    return cells
+
+
+def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: int) -> None:
+    """Draw ``rows`` (one: ``run``; several: ``compare``) column by column per phase."""
+    plt = _pyplot()
+    rows = [r for r in rows if r.timeline is not None and r.timeline.spans]
+    if not rows:
+        raise UsageError("no timeline with a phase was recorded: nothing to plot")
+    relative = len(rows) > 1
+    cells, panels = _cells(rows), _panels(rows, relative, payload)
+    colours = plt.get_cmap("tab10").colors
+    fig, axes = plt.subplots(
+        len(panels), len(cells), figsize=(max(12, 1.9 * len(cells)), 1.7 + 2.6 * len(panels)),
+        squeeze=False, gridspec_kw={"width_ratios": [0.7 if c.phase == "train" else 1.0
+                                                     for c in cells]},
+    )  # fmt: skip
+    for col, cell in enumerate(cells):
+        for panel, ax in zip(panels, axes[:, col], strict=True):
+            ax.axvspan(0, cell.longest / 1e6, color=PHASE_COLOURS.get(cell.phase, "#eeeeee"),
+                       alpha=0.6, lw=0)  # fmt: skip
+            texts = _draw(ax, cell, panel, rows, colours)
+            if cell.phase != "train" and texts:
+                _print_peaks(ax, texts)
+            ax.set_xlim(-cell.pad / 1e6, (cell.longest + cell.pad) / 1e6)
+            ax.grid(axis="y", alpha=0.3)
+            ax.tick_params(labelsize=7)
+        axes[0, col].set_title(f"cycle {cell.cycle} · {cell.phase}", fontsize=9)
+        axes[-1, col].set_xlabel("ms from phase start", fontsize=7)
+    for panel, ax in zip(panels, axes[:, 0], strict=True):
+        what = "x payload" if relative and panel.key == "host" else (
+            "GiB" if panel.unit == GiB else "MiB")  # fmt: skip
+        ax.set_ylabel(f"{panel.heading}\n({what})", fontsize=8)
+    _share_y(axes, [c.phase != "train" for c in cells])
+    handles, labels = [], []
+    for ax in axes[:, 0]:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="upper right", ncols=min(len(labels), 5), fontsize=8)
+    fig.suptitle(title, fontsize=10, x=0.01, ha="left")
+    fig.text(0.01, 0.005, FOOTNOTE + (ROWS_FOOTNOTE if relative else ""), fontsize=8)
+    fig.tight_layout(rect=(0, 0.02, 1, 0.93))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,132 @@
+"""Trace-event JSON and plots from fake timelines and records (exact asserts on fakes)."""
+
+from __future__ import annotations
+
+import sys
+from array import array
+
+import pytest
+
+from offloadprobe.core.errors import UsageError
+from offloadprobe.core.records import HostReading, PhaseRecord, RunRecord
+from offloadprobe.measure.timeline import PhaseSpan, Series, Timeline
+from offloadprobe.report.trace import TraceRow, trace_document
+from offloadprobe.report.trace_format import validate
+
+MiB = 1 << 20
+PHASES = [(c, p) for c in range(2) for p in ("train", "offload", "load")]
+
+
+def record(cycle: int, phase: str, peak: int) -> PhaseRecord:
+    host = HostReading(rss_before=100 * MiB, rss_after=110 * MiB, peak=peak, shmem_after=0,
+                       method="vmhwm")  # fmt: skip
+    return PhaseRecord(cycle=cycle, phase=phase, seconds=0.1, bytes_moved=0, gbps=None,
+                       host=host, pinned=None, gpu=None, cgroup=None)  # fmt: skip
+
+
+def fake_row(pid: int, label: str, transient: int) -> TraceRow:
+    """Phases 100 ms apart, 50 ms long; RSS jumps by ``transient`` inside each offload."""
+    spans, times, values, records = [], array("q"), array("q"), []
+    for k, (cycle, phase) in enumerate(PHASES):
+        start = (k + 1) * 100_000_000
+        spans.append(PhaseSpan(cycle=cycle, phase=phase, start_ns=start, end_ns=start + 50_000_000))
+        bump = transient if phase == "offload" else 0
+        times.extend([start, start + 10_000_000, start + 40_000_000])
+        values.extend([100 * MiB, 100 * MiB + bump, 100 * MiB])
+        records.append(record(cycle, phase, 100 * MiB + bump + MiB))
+    series = Series(name="host.rss", label="host RSS", times_ns=times, values=values, samples=18)
+    timeline = Timeline(interval_ns=1_000_000, series=[series], spans=spans, end_ns=800_000_000)
+    run = RunRecord(strategy=label, description=label, payload_bytes=48 * MiB, grad_bytes=0,
+                    baseline_host_bytes=100 * MiB, gpu_baseline_bytes=None, phases=records,
+                    summary=None)  # fmt: skip
+    return TraceRow(pid=pid, label=label, run=run, timeline=timeline, emulated=True)
+
+
+def test_trace_has_a_slice_per_phase_with_exact_args_and_counters_per_series():
+    doc = trace_document([fake_row(0, "naive", 96 * MiB), fake_row(1, "lazy", 48 * MiB)])
+    assert validate(doc) == []
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == 2 * len(PHASES)
+    naive_offload = next(e for e in slices if e["pid"] == 0 and e["name"] == "offload")
+    assert naive_offload["args"]["host peak bytes"] == 197 * MiB
+    assert naive_offload["dur"] == 50_000.0
+    names = {(e["pid"], e["args"]["name"]) for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}  # fmt: skip
+    assert names == {(0, "naive"), (1, "lazy")}
+    counters = [e for e in doc["traceEvents"] if e["ph"] == "C" and e["pid"] == 0]
+    assert {e["name"] for e in counters} == {"host RSS (sampled)"}
+    assert [e["ts"] for e in counters] == sorted(e["ts"] for e in counters)
+    assert "not a peak" in doc["otherData"]["offloadprobe"]
+
+
+@pytest.mark.parametrize(
+    ("event", "problem"),
+    [
+        ({"ph": "X", "name": "a", "ts": 0, "pid": 0, "tid": 0}, "missing 'dur'"),
+        ({"ph": "X", "name": "a", "ts": 0, "dur": -1, "pid": 0, "tid": 0}, "dur"),
+        ({"ph": "C", "name": "a", "ts": 0, "pid": 0, "args": {"v": "x"}}, "numeric"),
+        ({"ph": "C", "name": "a", "ts": "0", "pid": 0, "args": {"v": 1}}, "ts"),
+        ({"ph": "M", "name": "process_name", "pid": 0, "args": {}}, "args.name"),
+        ({"ph": "M", "name": "bogus", "pid": 0, "args": {"name": "x"}}, "unknown metadata"),
+        ({"ph": "Q", "name": "a", "ts": 0, "pid": 0}, "ph"),
+        ({"ph": "X", "name": "a", "ts": 0, "dur": 1, "pid": "0", "tid": 0}, "pid"),
+    ],
+)
+def test_validator_rejects_each_broken_field(event, problem):
+    problems = validate({"traceEvents": [event]})
+    assert problems and problem in problems[0]
+
+
+def test_validator_rejects_partially_overlapping_slices_on_one_thread():
+    a = {"ph": "X", "name": "a", "ts": 0, "dur": 10, "pid": 0, "tid": 0}
+    b = {"ph": "X", "name": "b", "ts": 5, "dur": 10, "pid": 0, "tid": 0}
+    inner = {"ph": "X", "name": "c", "ts": 2, "dur": 3, "pid": 0, "tid": 0}
+    assert validate({"traceEvents": [a, inner]}) == []
+    assert "overlaps" in validate({"traceEvents": [a, b]})[0]
+    assert validate({"traceEvents": [a, {**b, "pid": 1}]}) == []
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+def test_plot_writes_a_nontrivial_image(tmp_path, suffix):
+    pytest.importorskip("matplotlib")
+    from offloadprobe.report.plot import plot_phases
+
+    rows = [fake_row(0, "naive", 96 * MiB), fake_row(1, "lazy", 48 * MiB)]
+    out = tmp_path / f"p{suffix}"
+    plot_phases(rows, out, title="fake", payload=48 * MiB)
+    data = out.read_bytes()
+    if suffix == ".png":
+        assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    else:
+        assert b"<svg" in data[:2000]
+    assert len(data) > 20_000
+    single = tmp_path / f"one{suffix}"
+    plot_phases(rows[:1], single, title="fake", payload=48 * MiB)
+    assert single.stat().st_size > 20_000
+
+
+def test_plot_without_matplotlib_names_the_extra(tmp_path, monkeypatch):
+    from offloadprobe.report.plot import check_plot_path
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(UsageError, match=r"offloadprobe\[plot\]"):
+        check_plot_path(tmp_path / "p.png")
+
+
+def test_plot_suffix_must_be_png_or_svg(tmp_path):
+    from offloadprobe.report.plot import check_plot_path
+
+    with pytest.raises(UsageError, match=r"\.png or \.svg"):
+        check_plot_path(tmp_path / "p.jpg")
+
+
+def test_a_gz_trace_is_gzipped_json(tmp_path):
+    import gzip
+    import json
+
+    from offloadprobe.report.trace import write_trace
+
+    doc = trace_document([fake_row(0, "naive", 96 * MiB)])
+    write_trace(doc, tmp_path / "t.json.gz")
+    with gzip.open(tmp_path / "t.json.gz", "rt") as fh:
+        assert json.load(fh) == doc

@@ -1,0 +1,50 @@
+"""``offloadprobe alloc-conf``: which pinned-allocator settings the installed torch has."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from offloadprobe.cli import app
+from offloadprobe.engine.alloc_conf import PinnedSetting, cuda_build, pinned_settings
+
+
+def render(settings: list[PinnedSetting]) -> Table:
+    table = Table(
+        box=box.SIMPLE_HEAD, title=f"pinned-allocator settings, torch {torch.__version__}"
+    )
+    table.add_column("setting", no_wrap=True)
+    table.add_column("here", no_wrap=True)
+    table.add_column("what it changes")
+    for s in settings:
+        table.add_row(s.key, "yes" if s.exists else "no", s.meaning)
+    return table
+
+
+@app.command("alloc-conf")
+def alloc_conf_command(
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the list as JSON.")
+    ] = None,
+) -> None:
+    """List the pinned-allocator settings (PYTORCH_ALLOC_CONF) the installed torch accepts."""
+    settings = pinned_settings()
+    console = Console()
+    console.print(render(settings))
+    if cuda_build():
+        note = "checked with torch's own parser"
+    else:
+        note = "CPU build: no pinned allocator here; keys read from torch's allocator library"
+    console.print(f"{note}; pass them as `compare --alloc-conf KEY:VALUE`")
+    if json_path is not None:
+        doc = {"torch": torch.__version__, "cuda": torch.version.cuda,
+               "settings": [asdict(s) for s in settings]}  # fmt: skip
+        json_path.write_text(json.dumps(doc, indent=2) + "\n")

@@ -103,12 +103,15 @@ class PipelinedStrategy:
         self.mappings: dict[int, HostMapping] = {}
         self.registered_bytes = 0
         """Bytes page-locked outside PyTorch's pinned allocator."""
+        self._cudart: Any = None
+        self._device = 0
 
     def _prepare(self, mapping: HostMapping, offset: int, size: int) -> tuple[int, int]:
         address = mapping.address + offset
         _populate(address, size)
-        if self.runtime.can_pin:
-            err = int(torch.cuda.cudart().cudaHostRegister(address, size, _PORTABLE))
+        if self._cudart is not None:
+            torch.cuda.set_device(self._device)  # a worker thread starts on device 0
+            err = int(self._cudart.cudaHostRegister(address, size, _PORTABLE))
             if err != 0:
                 raise OffloadProbeError(f"cudaHostRegister of {size} bytes failed: cudaError {err}")
         return offset, size
@@ -118,6 +121,8 @@ class PipelinedStrategy:
         return tensor.view(-1).view(torch.uint8)[offset : offset + size]
 
     def _first_offload(self, work: list[tuple[Any, HostMapping]]) -> None:
+        if self.runtime.can_pin:
+            self._cudart, self._device = torch.cuda.cudart(), torch.cuda.current_device()
         with ThreadPoolExecutor(max_workers=THREADS) as pool:
             futures = {
                 pool.submit(self._prepare, m, o, n): (buffer, m)

@@ -39,10 +39,12 @@ def alloc_conf_command(
     settings = pinned_settings()
     console = Console()
     console.print(render(settings))
-    if cuda_build():
+    if settings and settings[0].checked_by == "torch's parser":
         note = "checked with torch's own parser"
     else:
-        note = "CPU build: no pinned allocator here; keys read from torch's allocator library"
+        note = "keys read from torch's allocator libraries (its parser accepts any key here)"
+        if not cuda_build():
+            note = "CPU build, no pinned allocator: " + note
     console.print(f"{note}; pass them as `compare --alloc-conf KEY:VALUE`")
     if json_path is not None:
         doc = {"torch": torch.__version__, "cuda": torch.version.cuda,

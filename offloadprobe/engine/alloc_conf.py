@@ -4,9 +4,9 @@ installed torch has, and a check that a setting string is one torch accepts.
 On a CUDA build torch's own parser decides: the string is applied in a fresh child
 process with ``torch._C._accelerator_setAllocatorSettings`` (torch 2.11 raises
 ``ValueError: Unrecognized key`` there, where the same string in the environment is
-parsed only at the first CUDA allocation). A CPU build has no pinned allocator and its
-parser accepts any key, so the keys are read from torch's allocator library instead
-(``libc10*.so`` holds every key its parsers compare against).
+parsed only at the first CUDA allocation). Where the parser accepts any key (a CPU build,
+which has no pinned allocator, does), the keys are read from torch's allocator libraries
+instead (``libc10*.so`` hold every key their parsers compare against).
 """
 
 from __future__ import annotations
@@ -60,10 +60,11 @@ def _library_words() -> set[str]:
 
 
 _PROBE = """
-import sys, torch
-setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+import sys, warnings, torch
+warnings.simplefilter("ignore")
+setter = getattr(torch.cuda.memory, "_set_allocator_settings", None)
 if setter is None:
-    setter = torch.cuda.memory._set_allocator_settings
+    setter = torch._C._accelerator_setAllocatorSettings
 for conf in sys.argv[1:]:
     try:
         setter(conf)
@@ -73,23 +74,30 @@ for conf in sys.argv[1:]:
 """
 
 
-def _parser_verdicts(confs: list[str]) -> list[str]:
-    """torch's own parser on each string, in a fresh process: ``ok`` or ``rejected ...``."""
+_NO_SUCH_KEY = "offloadprobe_no_such_key:1"
+
+
+def _parser_verdicts(confs: list[str]) -> list[str] | None:
+    """torch's own parser on each string, in a fresh process: ``ok`` or ``rejected ...``;
+    None where the parser accepts a key that cannot exist (it does not validate keys)."""
     proc = subprocess.run(
-        [sys.executable, "-c", _PROBE, *confs], capture_output=True, text=True, timeout=120
-    )
+        [sys.executable, "-c", _PROBE, *confs, _NO_SUCH_KEY],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
     lines = proc.stdout.splitlines()
-    if proc.returncode != 0 or len(lines) != len(confs):
+    if proc.returncode != 0 or len(lines) != len(confs) + 1:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise UsageError(f"cannot check allocator settings with this torch: {tail}")
-    return lines
+    return None if lines[-1] == "ok" else lines[:-1]
 
 
 def pinned_settings() -> list[PinnedSetting]:
     """Every known pinned-allocator key and whether the installed torch accepts it."""
     keys = list(PINNED_KEYS)
-    if cuda_build():
-        verdicts = _parser_verdicts([f"{k}:{PINNED_KEYS[k][0]}" for k in keys])
+    verdicts = (
+        _parser_verdicts([f"{k}:{PINNED_KEYS[k][0]}" for k in keys]) if cuda_build() else None
+    )
+    if verdicts is not None:
         exists = [v == "ok" for v in verdicts]
         how = "torch's parser"
     else:
@@ -114,8 +122,9 @@ def validate_alloc_conf(conf: str, *, flag: str = "--alloc-conf") -> None:
     if not keys or any(":" not in p for p in re.split(r",(?![^\[]*\])", conf) if p.strip()):
         raise UsageError(f"{flag} {conf!r}: give key:value pairs separated by commas")
     version = torch.__version__
-    if cuda_build():
-        (verdict,) = _parser_verdicts([conf])
+    verdicts = _parser_verdicts([conf]) if cuda_build() else None
+    if verdicts is not None:
+        (verdict,) = verdicts
         if verdict != "ok":
             reason = verdict.removeprefix("rejected ").strip()
             raise UsageError(f"{flag} {conf!r}: torch {version} rejects it ({reason}); "

@@ -34,3 +34,11 @@ def test_compare_rejects_an_unknown_setting_before_running(cli):
     proc = cli("compare", "lazy", "--device", "cpu", "--alloc-conf", "pinned_bogus:True")
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "pinned_bogus" in proc.stderr
+
+
+def test_a_parser_that_accepts_any_key_is_not_trusted(monkeypatch):
+    # this CPU build's parser accepts anything: the check must fall back to the libraries
+    monkeypatch.setattr(alloc_conf, "cuda_build", lambda: True)
+    assert alloc_conf._parser_verdicts(["pinned_use_background_threads:True"]) is None
+    with pytest.raises(UsageError, match="pinned_bogus"):
+        alloc_conf.validate_alloc_conf("pinned_bogus:1")

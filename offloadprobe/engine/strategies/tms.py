@@ -114,12 +114,14 @@ class TmsStrategy:
 
 
 def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> list[Event]:
-    """Every pause page-locks an exact-size backup (``cudaMallocHost``); resume frees it."""
+    """Every pause page-locks an exact-size backup (``cudaMallocHost``), held while paused;
+    resume frees it, so the previous cycle's backup is gone before the next pause."""
     events: list[Event] = []
     for c in range(cycles):
+        if c:
+            events += [Free(name=f"{name} backup, cycle {c - 1}") for name in labels]
         for name, n in zip(labels, payloads, strict=True):
             events.append(Alloc(name=f"{name} backup, cycle {c}", nbytes=n, kind="registered"))
-        events += [Free(name=f"{name} backup, cycle {c}") for name in labels]
     return events
 
 

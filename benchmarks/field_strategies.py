@@ -125,7 +125,9 @@ def row(label: str, run: dict) -> dict:
         released = trains[-1]["gpu"]["device_used_after"] - offloads[-1]["gpu"]["device_used_after"]
     after_load = None
     if loads and run.get("baseline_host_bytes") is not None:
-        after_load = loads[-1]["host"]["rss_after"] - run["baseline_host_bytes"]
+        host = loads[-1]["host"]  # emulated device bytes in RSS are not host memory
+        after_load = host["rss_after"] - host.get("device_in_host_after", 0)
+        after_load -= run["baseline_host_bytes"]
     return {
         "row": label, "strategy": run.get("strategy"),
         "optimizer_strategy": run.get("optimizer_strategy"),

@@ -5,22 +5,21 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import torch
 import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from offloadprobe.cli import app
-from offloadprobe.engine.alloc_conf import PinnedSetting, cuda_build, pinned_settings
+
+if TYPE_CHECKING:
+    from offloadprobe.engine.alloc_conf import PinnedSetting
 
 
-def render(settings: list[PinnedSetting]) -> Table:
-    table = Table(
-        box=box.SIMPLE_HEAD, title=f"pinned-allocator settings, torch {torch.__version__}"
-    )
+def render(settings: list[PinnedSetting], torch_version: str) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, title=f"pinned-allocator settings, torch {torch_version}")
     table.add_column("setting", no_wrap=True)
     table.add_column("here", no_wrap=True)
     table.add_column("what it changes")
@@ -36,9 +35,15 @@ def alloc_conf_command(
     ] = None,
 ) -> None:
     """List the pinned-allocator settings (PYTORCH_ALLOC_CONF) the installed torch accepts."""
+    import torch
+
+    from offloadprobe.engine.alloc_conf import cuda_build, pinned_settings
+    from offloadprobe.report.output import check_writable, write_text
+
+    check_writable(json_path, "--json")
     settings = pinned_settings()
     console = Console()
-    console.print(render(settings))
+    console.print(render(settings, torch.__version__))
     if settings and settings[0].checked_by == "torch's parser":
         note = "checked with torch's own parser"
     else:
@@ -49,4 +54,4 @@ def alloc_conf_command(
     if json_path is not None:
         doc = {"torch": torch.__version__, "cuda": torch.version.cuda,
                "settings": [asdict(s) for s in settings]}  # fmt: skip
-        json_path.write_text(json.dumps(doc, indent=2) + "\n")
+        write_text(json.dumps(doc, indent=2) + "\n", json_path, "--json")

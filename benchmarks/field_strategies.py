@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # offloadprobe from this checkout
 VERL = "tests.integration.verl_shaped"
 PARAM_ROWS = {
     "verl pre-#6193": f"{VERL}:offload_megatron_model_to_cpu_pre6193,load_megatron_model_to_gpu",

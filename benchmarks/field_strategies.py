@@ -169,6 +169,7 @@ def main() -> None:
     parser.add_argument("--machine", default="h200")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args()
+    args.out = args.out.resolve()
     parts = [p for p in args.parts.split(",") if p]
     day = dt.date.today().isoformat()
     available = pinned_keys()
@@ -196,7 +197,10 @@ def main() -> None:
         cmd = command(job, out)
         print("+", " ".join(cmd), flush=True)
         start = time.perf_counter()
-        proc = subprocess.run(cmd, env={**os.environ, **job.env}, check=False)
+        env = {**os.environ, **job.env}
+        paths = (str(HERE.parent), env.get("PYTHONPATH"))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        proc = subprocess.run(cmd, env=env, cwd=HERE.parent, check=False)
         seconds = round(time.perf_counter() - start, 1)
         if not out.exists():
             result["rows"].append({"part": job.part, "error": f"compare exited {proc.returncode}",

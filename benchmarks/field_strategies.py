@@ -108,7 +108,9 @@ def jobs(payload: str, opt_payload: str, device: str, available: set[str]) -> di
             ["pipelined", *common, "--payload", payload, "--cycles", "2"],
             env={"OFFLOADPROBE_PIPELINED_THREADS": str(t)})
         for t in PIPELINE_THREADS
-    ]  # fmt: skip
+    ] + [Job("pipelined", {"pipelined": "pipelined, 8 threads, huge pages"},
+             ["pipelined", *common, "--payload", payload, "--cycles", "2"],
+             env={"OFFLOADPROBE_PIPELINED_HUGEPAGES": "1"})]  # fmt: skip
     return {"params": [params], "optimizer": optimizer, "alloc": alloc, "pipelined": sweep}
 
 

@@ -1,13 +1,13 @@
 """``pipelined``: ``registered``'s exact-size page-locked host buffers, made fast on the first
 offload by preparing them in chunks on worker threads while earlier chunks copy.
 
-(``OFFLOADPROBE_PIPELINED_THREADS`` and ``OFFLOADPROBE_PIPELINED_CHUNK_MIB`` override the
-defaults, for benchmark sweeps.)
+(``OFFLOADPROBE_PIPELINED_THREADS``, ``OFFLOADPROBE_PIPELINED_CHUNK_MIB`` and
+``OFFLOADPROBE_PIPELINED_HUGEPAGES=1`` override the defaults, for benchmark sweeps.)
 
 ``registered`` pays for its host memory inside the first offload: every page is faulted
 in (zeroed by the kernel) and then pinned by ``cudaHostRegister``, one thread, 4 KiB at
 a time. Here each DDP buffer gets one anonymous mapping of exactly its bytes (rounded to
-whole pages), advised to use transparent huge pages; the mapping is cut into chunks of
+whole pages; transparent huge pages on request); the mapping is cut into chunks of
 ``CHUNK_BYTES``, and a pool of ``THREADS`` workers populates each chunk
 (``MADV_POPULATE_WRITE``, or a ``memset`` where the kernel lacks it) and registers it with
 CUDA. The main thread issues each chunk's device-to-host copy as soon as its chunk is
@@ -47,6 +47,9 @@ CHUNK_BYTES = int(os.environ.get("OFFLOADPROBE_PIPELINED_CHUNK_MIB", "256")) * 2
 """Bytes populated and registered per task (keep it a multiple of the 2 MiB huge page)."""
 THREADS = int(os.environ.get("OFFLOADPROBE_PIPELINED_THREADS", "8"))
 """Workers populating and registering chunks."""
+HUGE_PAGES = os.environ.get("OFFLOADPROBE_PIPELINED_HUGEPAGES", "") == "1"
+"""Advise transparent huge pages for the mappings. Off by default: in CPU emulation at
+16 MiB it left one extra payload resident after the next train step."""
 _PORTABLE = 1  # cudaHostRegisterPortable
 _MADV_HUGEPAGE = 14
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+
@@ -83,7 +86,8 @@ def map_host(like: torch.Tensor, chunk_bytes: int | None = None) -> HostMapping:
     address = _libc.mmap(None, length, prot, flags, -1, 0)
     if address in (None, ctypes.c_void_p(-1).value):
         raise OffloadProbeError(f"mmap of {length} bytes failed: errno {ctypes.get_errno()}")
-    _libc.madvise(address, length, _MADV_HUGEPAGE)  # best effort
+    if HUGE_PAGES:
+        _libc.madvise(address, length, _MADV_HUGEPAGE)  # best effort
     raw = (ctypes.c_uint8 * size).from_address(address)
     host = torch.frombuffer(raw, dtype=torch.uint8).view(like.dtype).view(like.shape)
     chunks = [(o, min(chunk_bytes, size - o)) for o in range(0, size, chunk_bytes)]

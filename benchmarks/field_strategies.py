@@ -146,6 +146,7 @@ def row(label: str, run: dict) -> dict:
         "left_after_offload_bytes_by_key": s.get("left_after_offload_bytes_by_key"),
         "first_offload_gbps": s.get("first_offload_gbps"), "offload_gbps": s.get("offload_gbps"),
         "first_load_gbps": s.get("first_load_gbps"), "load_gbps": s.get("load_gbps"),
+        "params": s.get("params"), "optimizer": s.get("optimizer"),
         "integrity_ok": s.get("integrity_ok"), "integrity": run.get("integrity"),
         "failure": run.get("failure"),
     }  # fmt: skip

@@ -79,36 +79,43 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)
 
 
+def label(strategy: str, optimizer: str | None = None, alloc_conf: str | None = None) -> str:
+    """The row label ``offloadprobe compare`` gives this combination."""
+    from offloadprobe.compare.comparison import Candidate
+
+    return Candidate(strategy=strategy, optimizer_strategy=optimizer, alloc_conf=alloc_conf).label
+
+
 def jobs(payload: str, opt_payload: str, device: str, available: set[str]) -> dict[str, list[Job]]:
     common = ["--device", device, "--no-reference-check"]
     params = Job(
         "params",
-        {v: k for k, v in PARAM_ROWS.items()},
+        {label(v): k for k, v in PARAM_ROWS.items()},
         [*PARAM_ROWS.values(), *common, "--payload", payload, "--cycles", "3"],
     )
     opt_common = ["--device", device, "--payload", opt_payload, "--cycles", "2"]
     optimizer = [
-        Job("optimizer", {f"registered+{v}": k for k, v in OPTIMIZER_ROWS.items()},
+        Job("optimizer", {label("registered", v): k for k, v in OPTIMIZER_ROWS.items()},
             ["registered", *[a for v in OPTIMIZER_ROWS.values() for a in (OPT, v)],
              "--precision-aware", *opt_common]),
-        Job("optimizer", {"none+mcore": "megatron-core, parameters left on the GPU"},
+        Job("optimizer", {label("none", "mcore"): "megatron-core, parameters left on the GPU"},
             ["none", "--optimizer-strategy", "mcore", "--precision-aware", *opt_common]),
-        Job("optimizer", {"mcore+mcore": "megatron-core both, classic Adam"},
+        Job("optimizer", {label("mcore", "mcore"): "megatron-core both, classic Adam"},
             ["mcore", "--optimizer-strategy", "mcore", "--classic", *opt_common]),
     ]  # fmt: skip
     alloc = []
     for name, conf in ALLOC_SETTINGS.items():
         if not all(k.split(":")[0] in available for k in conf.split(",")):
             continue
-        labels = {f"{s} [{conf}]": f"{s}, {name}" for s in ALLOC_STRATEGIES}
+        labels = {label(s, alloc_conf=conf): f"{s}, {name}" for s in ALLOC_STRATEGIES}
         alloc.append(Job("alloc", labels, [*ALLOC_STRATEGIES, "--alloc-conf", conf, *common,
                                            "--payload", payload, "--cycles", "2"]))  # fmt: skip
     sweep = [
-        Job("pipelined", {"pipelined": f"pipelined, {t} threads"},
+        Job("pipelined", {label("pipelined"): f"pipelined, {t} threads"},
             ["pipelined", *common, "--payload", payload, "--cycles", "2"],
             env={"OFFLOADPROBE_PIPELINED_THREADS": str(t)})
         for t in PIPELINE_THREADS
-    ] + [Job("pipelined", {"pipelined": "pipelined, 8 threads, huge pages"},
+    ] + [Job("pipelined", {label("pipelined"): "pipelined, 8 threads, huge pages"},
              ["pipelined", *common, "--payload", payload, "--cycles", "2"],
              env={"OFFLOADPROBE_PIPELINED_HUGEPAGES": "1"})]  # fmt: skip
     return {"params": [params], "optimizer": optimizer, "alloc": alloc, "pipelined": sweep}

@@ -20,10 +20,9 @@ def classic(tmp_path_factory):
 
 
 def test_megatron_moves_every_buffer_and_all_optimizer_state(classic):
-    run, stdout = classic
+    run, _ = classic
     left = {k: v for k, v in run["summary"]["left_after_offload_bytes_by_key"].items() if v}
     assert left == {}
-    assert "left on device after offload: nothing" in stdout
     assert run["summary"]["integrity_ok"] and run["integrity"] == []
 
 

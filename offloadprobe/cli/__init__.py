@@ -45,7 +45,14 @@ def _root(
 
 
 def _register() -> None:
-    from offloadprobe.cli import compare, plan, repro, run, scenarios  # noqa: F401  (each verb registers)
+    from offloadprobe.cli import (  # noqa: F401  (each verb registers)
+        alloc_conf,
+        compare,
+        plan,
+        repro,
+        run,
+        scenarios,
+    )
 
 
 def _plain_flags(command) -> None:

@@ -87,6 +87,7 @@ def compare_command(
 ) -> None:
     """Run each strategy in a fresh process with the same model, seed and cycles."""
     from offloadprobe.compare.comparison import candidates, compare
+    from offloadprobe.engine.alloc_conf import validate_alloc_conf
     from offloadprobe.engine.optimizer.strategies import optimizer_strategy as optimizer_info
     from offloadprobe.engine.runtime.session import resolve_device
     from offloadprobe.engine.strategies import model_strategy
@@ -125,6 +126,8 @@ def compare_command(
         model_strategy(strategy)
     for spec in optimizer_strategy or []:
         optimizer_info(spec)
+    for conf in alloc_conf or []:
+        validate_alloc_conf(conf)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     items = candidates(strategies, optimizer_strategy or [], alloc_conf or [])
     pairs = [(c.strategy, c.optimizer_strategy or "none") for c in items]

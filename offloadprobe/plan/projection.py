@@ -182,7 +182,7 @@ def optimizer_host(strategy: str, stage: StageLayout, opt: OptimizerOptions) -> 
     """
     keys = moved_keys(strategy, opt)
     host_copy = _optimizer_info(strategy).host_copy
-    if not keys or host_copy == "none":
+    if not keys or host_copy == "nothing":
         return 0, Term(label=f"optimizer on host ({strategy})", formula="nothing moved", value=0)
     if host_copy == "exact":
         total, _ = optimizer_bytes(stage, opt)

@@ -127,6 +127,13 @@ class _CudaToHost(TorchFunctionMode):
         target = _target(func, args, kwargs)
         source = args[0] if args and isinstance(args[0], torch.Tensor) else None
         on_dev = memory is not None and source is not None and memory.holds(source)
+        moving = func is torch.Tensor.pin_memory or (
+            func in (torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.to)
+            and target is not None
+            and (target == "cuda") != on_dev
+        )
+        if moving and source is not None:
+            _require_storage(source)
         if func is torch.Tensor.pin_memory:
             return args[0].clone()
         if func in (torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.to):
@@ -170,6 +177,39 @@ class _CudaToHost(TorchFunctionMode):
         if size is None:
             return memory.adopt(run())
         return memory.allocate(size, run, touch=func in _UNWRITTEN)
+
+
+def _require_storage(tensor: torch.Tensor) -> None:
+    """A transfer that reads freed storage fails, as ``cudaMemcpy`` does on a GPU.
+
+    (Reading it on the host would be an out-of-bounds read, not an error.)
+    """
+    if tensor.numel() == 0:
+        return
+    last = sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride(), strict=True))
+    if (
+        tensor.untyped_storage().nbytes()
+        < (tensor.storage_offset() + last + 1) * tensor.element_size()
+    ):
+        raise RuntimeError(
+            "CUDA error: invalid argument (CPU emulation: a device-host copy read "
+            "a tensor whose storage was freed)"
+        )
+
+
+@contextlib.contextmanager
+def is_cuda_as_on_gpu() -> Iterator[None]:
+    """Inside the block ``Tensor.is_cuda`` answers what it would on a GPU: True for a
+    tensor whose storage is emulated device memory (allocated or freed), False otherwise.
+
+    For code that decides what to move by ``is_cuda`` (megatron-core's optimizer
+    ``offload_to_cpu``/``restore_from_cpu``).
+    """
+    memory = ACTIVE
+    with mock.patch.object(
+        torch.Tensor, "is_cuda", property(lambda t: memory is not None and memory.holds(t))
+    ):
+        yield
 
 
 def _nbytes(tensor: torch.Tensor) -> int:

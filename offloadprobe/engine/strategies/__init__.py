@@ -33,7 +33,7 @@ def _adapt(name: str, found: Any) -> Any:
 
 
 MODEL_STRATEGIES: Registry[Any] = Registry("model strategy", GROUP, _adapt)
-for _name in ("naive", "lazy", "registered", "pageable", "none"):
+for _name in ("naive", "lazy", "registered", "pipelined", "pageable", "mcore", "tms", "none"):
     MODEL_STRATEGIES.register_module(_name, f"{__name__}.{_name}")
 
 

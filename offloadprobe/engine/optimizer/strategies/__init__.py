@@ -33,7 +33,7 @@ def _adapt(name: str, found: Any) -> Any:
 
 
 OPTIMIZER_STRATEGIES: Registry[Any] = Registry("optimizer strategy", GROUP, _adapt)
-for _name in ("legacy", "fixed", "complete", "none"):
+for _name in ("legacy", "fixed", "complete", "none", "mcore"):
     OPTIMIZER_STRATEGIES.register_module(_name, f"{__name__}.{_name}")
 
 

@@ -63,7 +63,7 @@ class StateKeyStrategy:
         self._move(optimizers, torch.cuda.current_device())
 
 
-HostCopy = Literal["pinned per tensor", "exact", "pageable per tensor", "none"]
+HostCopy = Literal["pinned per tensor", "exact", "pageable per tensor", "nothing"]
 """How a strategy's host copies are sized: each tensor ``.to("cpu", non_blocking=True)``
 (pinned and rounded up on CUDA), exact-size buffers, fresh pageable copies, or none."""
 
@@ -82,7 +82,7 @@ class OptimizerStrategyInfo:
     """Builds the strategy; called with the runtime when it accepts an argument."""
     moved_keys: Callable[[bool], tuple[str, ...]] | None = None
     """``precision_aware -> keys of OPTIMIZER_KEYS it moves``; None: not projectable."""
-    host_copy: HostCopy = "none"
+    host_copy: HostCopy = "nothing"
     emulation: str = "runs as written; pinned requests become ordinary host memory"
 
     def build(self, runtime: Any) -> OptimizerStrategy:

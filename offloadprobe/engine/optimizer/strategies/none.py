@@ -26,6 +26,6 @@ STRATEGY = OptimizerStrategyInfo(
     summary="moves nothing",
     factory=NoOffload,
     moved_keys=lambda precision_aware: (),
-    host_copy="none",
+    host_copy="nothing",
     emulation="moves nothing",
 )

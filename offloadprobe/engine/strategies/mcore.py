@@ -1,0 +1,90 @@
+"""``mcore``: megatron-core's own buffer offload, called as NeMo-RL calls it.
+
+Every ``_ParamAndGradBuffer`` of every chunk (dense, then expert-parallel) goes through
+``offload_to_cpu(move_params=True, move_grads=True)`` and back through
+``reload_from_cpu(move_params=True, move_grads=True)``; nothing of offloadprobe's own is
+in the path. In megatron-core 0.16 to 0.19 the first offload makes ``param_data.cpu()``
+and then ``.pin_memory()`` of it (both alive at once, the pinned one rounded up by
+PyTorch's pinned allocator) and keeps the pinned copy as ``param_data_cpu``; later offloads
+``copy_`` into it with ``non_blocking=True``, and the storage is freed right after. The
+strategy synchronises before returning, as NeMo-RL does after moving the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from offloadprobe.core.errors import StrategyError
+from offloadprobe.engine.runtime import Runtime
+from offloadprobe.engine.strategies.base import ModelStrategyInfo, ddp_buffers
+from offloadprobe.layout.pinned import Alloc, Event, Free
+
+BUFFER_METHODS = ("offload_to_cpu", "reload_from_cpu")
+
+
+def megatron_version() -> str:
+    """The installed megatron-core's version string (``unknown`` if it does not say)."""
+    try:
+        from megatron.core import package_info
+
+        return str(package_info.__version__)
+    except ImportError:
+        return "unknown"
+
+
+def require_methods(cls: type, methods: tuple[str, ...], what: str) -> None:
+    """Raise a usage error naming the megatron-core version when ``cls`` lacks a method."""
+    missing = [name for name in methods if not callable(getattr(cls, name, None))]
+    if missing:
+        raise StrategyError(
+            f"megatron-core {megatron_version()} has no {what}."
+            + " and ".join(f"{m}()" for m in missing)
+            + ": install a megatron-core that has it (0.16 or newer) or choose another strategy"
+        )
+
+
+class McoreStrategy:
+    """``_ParamAndGradBuffer.offload_to_cpu()`` / ``reload_from_cpu()`` on every buffer."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        from megatron.core.distributed.param_and_grad_buffer import _ParamAndGradBuffer
+
+        require_methods(_ParamAndGradBuffer, BUFFER_METHODS, "_ParamAndGradBuffer")
+        self.runtime = runtime
+
+    def offload(self, models: list[Any]) -> None:
+        self.runtime.synchronize()
+        for buffer in ddp_buffers(models):
+            buffer.offload_to_cpu(move_params=True, move_grads=True)
+        self.runtime.synchronize()
+
+    def load(self, models: list[Any]) -> None:
+        for buffer in ddp_buffers(models):
+            buffer.reload_from_cpu(move_params=True, move_grads=True)
+        self.runtime.synchronize()
+
+
+def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> list[Event]:
+    """First offload: ``param_data.cpu()`` (pageable) and ``.pin_memory()`` of it, both alive
+    until the expression ends; the pinned copy is kept as ``param_data_cpu`` and reused."""
+    events: list[Event] = []
+    for name, n in zip(labels, payloads, strict=True):
+        events += [
+            Alloc(name=f"{name} .cpu() pageable temporary", nbytes=n, kind="pageable"),
+            Alloc(name=f"{name} param_data_cpu", nbytes=n),
+            Free(name=f"{name} .cpu() pageable temporary"),
+        ]
+    return events
+
+
+STRATEGY = ModelStrategyInfo(
+    name="mcore",
+    summary="megatron-core's own _ParamAndGradBuffer.offload_to_cpu/reload_from_cpu",
+    factory=McoreStrategy,
+    host_events=host_events,
+    emulation=(
+        "megatron's code as written; `.pin_memory()` makes a second ordinary host copy, and "
+        "grad_data is freed first, so its host pages can absorb the first-cycle transient"
+    ),
+)

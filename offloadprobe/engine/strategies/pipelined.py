@@ -1,0 +1,202 @@
+"""``pipelined``: ``registered``'s exact-size page-locked host buffers, made fast on the first
+offload by preparing them in chunks on worker threads while earlier chunks copy.
+
+(``OFFLOADPROBE_PIPELINED_THREADS``, ``OFFLOADPROBE_PIPELINED_CHUNK_MIB`` and
+``OFFLOADPROBE_PIPELINED_HUGEPAGES=1`` override the defaults, for benchmark sweeps.)
+
+``registered`` pays for its host memory inside the first offload: every page is faulted
+in (zeroed by the kernel) and then pinned by ``cudaHostRegister``, one thread, 4 KiB at
+a time. Here each DDP buffer gets one anonymous mapping of exactly its bytes (rounded to
+whole pages; transparent huge pages on request); the mapping is cut into chunks of
+``CHUNK_BYTES``, and a pool of ``THREADS`` workers populates each chunk
+(``MADV_POPULATE_WRITE``, or a ``memset`` where the kernel lacks it) and registers it with
+CUDA. The main thread issues each chunk's device-to-host copy as soon as its chunk is
+ready, so page-locking overlaps the copies. Later offloads copy chunk by chunk into the
+same memory. Host memory: the payload, exactly, once.
+
+Copies stay within one registered chunk each, so every one is a direct DMA. The chunks
+are unregistered and the mappings unmapped in ``close()``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from offloadprobe.core.errors import OffloadProbeError
+from offloadprobe.engine.runtime import Runtime
+from offloadprobe.engine.strategies.base import (
+    ModelStrategyInfo,
+    ddp_buffers,
+    free_storage,
+    nbytes,
+    restore_storage,
+    restore_zeroed_grads,
+)
+from offloadprobe.layout.pinned import Alloc, Event
+
+CHUNK_BYTES = int(os.environ.get("OFFLOADPROBE_PIPELINED_CHUNK_MIB", "256")) * 2**20
+"""Bytes populated and registered per task (keep it a multiple of the 2 MiB huge page)."""
+THREADS = int(os.environ.get("OFFLOADPROBE_PIPELINED_THREADS", "8"))
+"""Workers populating and registering chunks."""
+HUGE_PAGES = os.environ.get("OFFLOADPROBE_PIPELINED_HUGEPAGES", "") == "1"
+"""Advise transparent huge pages for the mappings (fewer pages to fault and pin, up to
+2 MiB more resident per mapping). Off by default until the H200 sweep says it pays."""
+_PORTABLE = 1  # cudaHostRegisterPortable
+_MADV_HUGEPAGE = 14
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]  # fmt: skip
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+
+@dataclass(slots=True)
+class HostMapping:
+    """One anonymous mapping holding one DDP buffer's host copy, in chunks."""
+
+    address: int
+    length: int
+    """Mapped bytes (whole pages)."""
+    nbytes: int
+    """Payload bytes."""
+    host: torch.Tensor
+    chunks: list[tuple[int, int]] = field(default_factory=list)
+    """``(offset, nbytes)`` of each chunk, in payload bytes."""
+    registered: list[int] = field(default_factory=list)
+    """Addresses of the chunks registered with CUDA."""
+
+
+def map_host(like: torch.Tensor, chunk_bytes: int | None = None) -> HostMapping:
+    """An exact-size anonymous mapping viewed as a tensor shaped like ``like`` (no pages yet)."""
+    size, chunk_bytes = nbytes(like), chunk_bytes or CHUNK_BYTES
+    length = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+    prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    address = _libc.mmap(None, length, prot, flags, -1, 0)
+    if address in (None, ctypes.c_void_p(-1).value):
+        raise OffloadProbeError(f"mmap of {length} bytes failed: errno {ctypes.get_errno()}")
+    if HUGE_PAGES:
+        _libc.madvise(address, length, _MADV_HUGEPAGE)  # best effort
+    raw = (ctypes.c_uint8 * size).from_address(address)
+    host = torch.frombuffer(raw, dtype=torch.uint8).view(like.dtype).view(like.shape)
+    chunks = [(o, min(chunk_bytes, size - o)) for o in range(0, size, chunk_bytes)]
+    return HostMapping(address=address, length=length, nbytes=size, host=host, chunks=chunks)
+
+
+def _populate(address: int, length: int) -> None:
+    if _libc.madvise(address, length, _MADV_POPULATE_WRITE) != 0:
+        ctypes.memset(address, 0, length)  # older kernels: touch every page
+
+
+class PipelinedStrategy:
+    """Exact host mappings, populated and registered in parallel chunks during the copy."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.mappings: dict[int, HostMapping] = {}
+        self.registered_bytes = 0
+        """Bytes page-locked outside PyTorch's pinned allocator."""
+        self._cudart: Any = None
+        self._device = 0
+
+    def _prepare(self, mapping: HostMapping, offset: int, size: int) -> tuple[int, int]:
+        address = mapping.address + offset
+        _populate(address, size)
+        if self._cudart is not None:
+            torch.cuda.set_device(self._device)  # a worker thread starts on device 0
+            err = int(self._cudart.cudaHostRegister(address, size, _PORTABLE))
+            if err != 0:
+                raise OffloadProbeError(f"cudaHostRegister of {size} bytes failed: cudaError {err}")
+        return offset, size
+
+    @staticmethod
+    def _chunk(tensor: torch.Tensor, offset: int, size: int) -> torch.Tensor:
+        return tensor.view(-1).view(torch.uint8)[offset : offset + size]
+
+    def _first_offload(self, work: list[tuple[Any, HostMapping]]) -> None:
+        if self.runtime.can_pin:
+            self._cudart, self._device = torch.cuda.cudart(), torch.cuda.current_device()
+        with ThreadPoolExecutor(max_workers=THREADS) as pool:
+            futures = {
+                pool.submit(self._prepare, m, o, n): (buffer, m)
+                for buffer, m in work
+                for o, n in m.chunks
+            }
+            for future in as_completed(futures):
+                buffer, m = futures[future]
+                offset, size = future.result()
+                if self.runtime.can_pin:
+                    m.registered.append(m.address + offset)
+                    self.registered_bytes += size
+                self._chunk(m.host, offset, size).copy_(
+                    self._chunk(buffer.param_data, offset, size), non_blocking=True
+                )
+
+    def offload(self, models: list[Any]) -> None:
+        self.runtime.synchronize()
+        buffers = list(ddp_buffers(models))
+        new = [(b, map_host(b.param_data)) for b in buffers if id(b) not in self.mappings]
+        if new:
+            self.mappings.update({id(b): m for b, m in new})
+            self._first_offload(new)
+        for buffer in buffers:
+            if any(buffer is b for b, _ in new):
+                continue
+            m = self.mappings[id(buffer)]
+            for offset, size in m.chunks:
+                self._chunk(m.host, offset, size).copy_(
+                    self._chunk(buffer.param_data, offset, size), non_blocking=True
+                )
+        self.runtime.synchronize()  # every copy lands before any device storage is freed
+        for buffer in buffers:
+            free_storage(buffer.param_data)
+            free_storage(buffer.grad_data)
+
+    def load(self, models: list[Any]) -> None:
+        for buffer in ddp_buffers(models):
+            m = self.mappings[id(buffer)]
+            restore_storage(buffer.param_data)
+            for offset, size in m.chunks:
+                self._chunk(buffer.param_data, offset, size).copy_(
+                    self._chunk(m.host, offset, size), non_blocking=True
+                )
+            restore_zeroed_grads(buffer)
+        self.runtime.synchronize()
+
+    def close(self) -> None:
+        """Unregister every chunk, then unmap the host memory."""
+        for m in self.mappings.values():
+            for address in m.registered:
+                torch.cuda.cudart().cudaHostUnregister(address)
+            m.host = torch.empty(0)
+            _libc.munmap(m.address, m.length)
+        self.mappings.clear()
+        self.registered_bytes = 0
+
+
+def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> list[Event]:
+    """One exact page-locked host copy per buffer on the first offload, reused afterwards."""
+    return [
+        Alloc(name=f"{name} host mapping", nbytes=n, kind="registered")
+        for name, n in zip(labels, payloads, strict=True)
+    ]
+
+
+STRATEGY = ModelStrategyInfo(
+    name="pipelined",
+    summary="registered, prepared in chunks on threads while earlier chunks copy (fast 1st)",
+    factory=PipelinedStrategy,
+    host_events=host_events,
+    emulation="chunks are populated on threads but not page-locked; copies are host copies",
+)

@@ -1,0 +1,110 @@
+"""``tms`` with a fake torch_memory_saver: where the buffers go, what pause/resume do, and the
+one-line errors where it cannot run. The real one needs a GPU: benchmarks/field_strategies.py."""
+
+import contextlib
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from offloadprobe.core.errors import StrategyError
+from offloadprobe.engine.runtime import Runtime
+from offloadprobe.engine.strategies import tms
+
+EMULATED = Runtime(device="cpu", emulated=True, note=None)
+
+
+class FakeSaver:
+    """Records region entries and pauses; 'pausing' a tag keeps a backup and wipes the data."""
+
+    def __init__(self):
+        self.tag = None
+        self.allocated = {}  # tag -> storages allocated while the region was open
+        self.backup = {}
+        self.calls = []
+
+    @contextlib.contextmanager
+    def region(self, tag, enable_cpu_backup):
+        self.tag = (tag, enable_cpu_backup)
+        yield
+        self.tag = None
+
+    def note(self, tensor):
+        if self.tag is not None:
+            self.allocated.setdefault(self.tag, []).append(tensor)
+
+    def pause(self, tag):
+        self.calls.append(("pause", tag))
+        for (t, backup), tensors in self.allocated.items():
+            if t == tag:
+                self.backup[tag] = [x.clone() for x in tensors] if backup else None
+                for x in tensors:
+                    x.fill_(float("nan"))
+
+    def resume(self, tag):
+        self.calls.append(("resume", tag))
+        for x, saved in zip(self.allocated_for(tag), self.backup.get(tag) or [], strict=False):
+            x.copy_(saved)
+
+    def allocated_for(self, tag):
+        return [x for (t, _), xs in self.allocated.items() if t == tag for x in xs]
+
+
+def _model():
+    buf = SimpleNamespace(param_data=torch.randn(64).to(torch.bfloat16), grad_data=torch.ones(64))
+    return [SimpleNamespace(buffers=[buf], expert_parallel_buffers=[])], buf
+
+
+def test_pause_backs_up_params_and_resume_restores_them_with_grads_zeroed(monkeypatch):
+    saver = FakeSaver()
+    strategy = tms.TmsStrategy(Runtime(device="cpu", emulated=False, note=None), saver=saver)
+    models, buf = _model()
+    original = buf.param_data.clone()
+    real_restore = tms.restore_storage
+
+    def restore_and_note(tensor):
+        real_restore(tensor)
+        saver.note(tensor)
+
+    monkeypatch.setattr(tms, "restore_storage", restore_and_note)
+    monkeypatch.setattr(tms.torch.cuda, "mem_get_info", lambda: (10**12, 0))
+    strategy._move_into_regions(models)
+    # params in the backed-up region, grads in the one without backup; views stay valid
+    assert saver.allocated[(tms.PARAMS_TAG, True)] == [buf.param_data]
+    assert saver.allocated[(tms.GRADS_TAG, False)] == [buf.grad_data]
+    assert torch.equal(buf.param_data, original)
+    saver.pause(tms.PARAMS_TAG)
+    saver.pause(tms.GRADS_TAG)
+    strategy.load(models)
+    assert torch.equal(buf.param_data, original)
+    assert not buf.grad_data.any()
+    assert saver.calls[-2:] == [("resume", tms.PARAMS_TAG), ("resume", tms.GRADS_TAG)]
+
+
+def test_cpu_emulation_is_a_one_line_usage_error():
+    with pytest.raises(StrategyError, match="needs a CUDA GPU") as err:
+        tms.TmsStrategy(EMULATED)
+    assert err.value.exit_code == 2 and "\n" not in str(err.value)
+
+
+def test_missing_package_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(tms.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "torch_memory_saver", None)
+    with pytest.raises(StrategyError, match=r"offloadprobe\[tms\]"):
+        tms.load_saver(Runtime(device="cuda", emulated=False, note=None))
+
+
+def test_every_pause_pins_a_fresh_exact_backup():
+    events = tms.host_events([100, 50], 2, ["b0", "b1"])
+    allocs = [e for e in events if isinstance(e, tms.Alloc)]
+    assert [(a.nbytes, a.kind) for a in allocs] == [(100, "registered"), (50, "registered")] * 2
+    # resume frees a backup: the next pause allocates after the previous one is gone
+    assert [type(e).__name__ for e in events] == [
+        "Alloc",
+        "Alloc",
+        "Free",
+        "Free",
+        "Alloc",
+        "Alloc",
+    ]

@@ -29,10 +29,9 @@ from offloadprobe.core.config import ModelConfig, size_for_payload  # noqa: E402
 from offloadprobe.core.units import parse_size  # noqa: E402
 from offloadprobe.engine import environment  # noqa: E402
 from offloadprobe.engine.model.builder import build_probe_model  # noqa: E402
-from offloadprobe.engine.model.residency import device_bytes  # noqa: E402
 from offloadprobe.engine.model.train import train_step  # noqa: E402
 from offloadprobe.engine.runtime import open_runtime  # noqa: E402
-from offloadprobe.engine.strategies import make_model_strategy  # noqa: E402
+from offloadprobe.engine.strategies import model_strategy  # noqa: E402
 from offloadprobe.measure.meter import PhaseMeter  # noqa: E402
 from offloadprobe.measure.sampler import default_sources, read_cost_ns, sampler_for  # noqa: E402
 
@@ -68,10 +67,8 @@ def main() -> None:
     load_before = os.getloadavg()
     with open_runtime(args.device, 1234) as runtime:
         model = build_probe_model(model_cfg, runtime, seed=1234)
-        strategy = make_model_strategy(args.strategy, runtime)
-        meter = PhaseMeter(
-            runtime, device_in_host=(lambda: device_bytes(model)) if runtime.emulated else None
-        )
+        strategy = model_strategy(args.strategy).build(runtime)
+        meter = PhaseMeter(runtime, arena=runtime.device_memory)
         cuda = not runtime.emulated
         costs = {}
         for source in default_sources(cuda):
@@ -79,12 +76,10 @@ def main() -> None:
             costs[", ".join(name for name, _ in source.series)] = cost / 1000
 
         def offload() -> None:
-            with runtime.transfers():
-                strategy.offload(model.chunks)
+            strategy.offload(model.chunks)
 
         def load() -> None:
-            with runtime.transfers():
-                strategy.load(model.chunks)
+            strategy.load(model.chunks)
 
         actions = {"train": lambda: train_step(model), "offload": offload, "load": load}
         for _warm in range(2):

@@ -37,11 +37,17 @@ class Budget(Protocol):
 
 
 def host_peaks_x(run: RunRecord) -> list[tuple[str, float]]:
-    """Each part's host peak over its own bytes, then the whole over all moved bytes."""
+    """The host peaks a ratio budget holds: each part over its own bytes when both the
+    parameters and the optimizer state moved, else the whole over the bytes moved.
+
+    The whole is over the host RSS before the first offload, so with two parts it also
+    carries what the framework's train steps left between cycles; the parts' ledger
+    (``measure.summary``) does not.
+    """
     s = run.summary
     parts = [("parameters", s.params), ("optimizer state", s.optimizer)]
     named = [(f" ({name})", part.host_peak_x) for name, part in parts if part is not None]
-    return [*named, ("", s.host_peak_x)] if len(named) != 1 else [("", s.host_peak_x)]
+    return named if len(named) == 2 else [("", s.host_peak_x)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -279,7 +279,7 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
             integrity_ok=not state.problems,
             optimizer_state_bytes=state.optimizer_bytes,
             param_bytes_to_move=state.param_to_move,
-            optimizer_bytes_to_move=state.optimizer_bytes if state.moves_optimizer else 0,
+            optimizer_bytes_to_move=state.optimizer_moved if state.moves_optimizer else 0,
         )
     notes = [runtime.note] if runtime.note else []
     for phase in sorted(state.moved_nothing):

@@ -5,8 +5,9 @@ model's parameters, gradients and optimizer state as host memory, plus whatever 
 strategies copy, plus the train step's transients. On CUDA only the strategies' host
 copies (pinned, possibly rounded) and the process itself count. The figures are an
 estimate with stated terms, calibrated on the probe model (CPU emulation, torch
-2.13, megatron-core 0.16.1: 1.36 GB VmHWM at a 32 MiB payload, 2.48 GB at 128 MiB,
-lazy and naive alike), so that a run which cannot fit is refused before it starts.
+2.13, megatron-core 0.16.1, VmHWM: lazy 1.29 GiB at a 32 MiB payload and 2.37 GiB at
+128 MiB, naive 1.78 GiB at 64 MiB), so that a run which cannot fit is refused before it
+starts.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from offloadprobe.layout.terms import Term
 from offloadprobe.plan.probe import probe_payload, probe_projection
 
 GiB = 1024**3
-PROCESS_BYTES = {"cpu": GiB, "cuda": 3 * GiB // 2}
+PROCESS_BYTES = {"cpu": GiB + GiB // 20, "cuda": 3 * GiB // 2}
 """Python, torch, megatron-core and (on CUDA) the CUDA context's host side."""
 TRAIN_TRANSIENT_X = 2.5
 """Train-step transients (activations, Adam temporaries) over the payload, measured."""

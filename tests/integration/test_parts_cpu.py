@@ -53,7 +53,9 @@ def test_each_part_over_its_own_bytes_and_both_strategies_named(run_doc):
         if rec["phase"] in expected:
             assert rec["bytes_moved"] == expected[rec["phase"]]
     text = " ".join(stdout.split())
-    assert "lazy + legacy: ok" in text and "optimizer state (" in text and "parameters (" in text
+    assert "lazy + legacy: ok" in text
+    rows = {line.split()[0] for line in stdout.splitlines() if line.strip()}
+    assert {"parameters", "optimizer", "whole"} <= rows
 
 
 def test_optimizer_strategy_that_moves_nothing_did_not_offload(run_doc):

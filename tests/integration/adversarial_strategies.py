@@ -170,7 +170,7 @@ class StateToEmptyHost:
 
 class StateCopiedButKept(StateToEmptyHost):
     """Like ``StateToEmptyHost`` but keeps every device original alive: nothing really
-    left the device, and the audit must say so."""
+    left the device: the audit says so, and the run fails (not offloaded)."""
 
     def __init__(self):
         self.kept = []

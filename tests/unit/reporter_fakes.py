@@ -28,7 +28,10 @@ MiB = 1024**2
 GiB = 1024**3
 BASE = 500 * MiB
 VERSIONS = {"torch": "2.13.0+cpu", "megatron_core": "0.16.1", "cuda": None, "python": "3.11.7"}
-EMULATION = "CPU emulation: device buffers in host memory, no pinned memory, no GPU readings"
+EMULATION = (
+    "CPU emulation: no pinned memory, no GPU readings; emulated device memory is a "
+    "constant part of RSS (device storages + ballast), taken out of every host figure"
+)
 
 
 def host(peak: int, after: int, *, method: str = "vmhwm") -> HostReading:

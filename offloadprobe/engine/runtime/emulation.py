@@ -26,8 +26,8 @@ from offloadprobe.engine.runtime.device_memory import (
 )
 
 NOTE = (
-    "CPU emulation: device memory is a constant-size part of RSS (device storages + "
-    "ballast) taken out of every host figure; no pinned memory, no GPU readings"
+    "CPU emulation: no pinned memory, no GPU readings; emulated device memory is a "
+    "constant part of RSS (device storages + ballast), taken out of every host figure"
 )
 
 

@@ -47,11 +47,15 @@ class Runtime:
             torch.cuda.synchronize()
 
     def settle(self) -> None:
-        """Around a phase, in CPU emulation: free device storages nothing references any
-        more (as a GPU allocator does), through the device so the ballast compensates.
+        """Around a phase, in CPU emulation: collect cyclic garbage, then free device storages
+        nothing references any more (as a GPU allocator does), through the device so the
+        ballast compensates.
         On CUDA this does nothing: the strategy's own caching behaviour is measured."""
         memory = self.device_memory
         if memory is not None:
+            import gc
+
+            gc.collect()  # cyclic garbage goes now, not at a random point inside a phase
             memory.reclaim()
 
     def release(self) -> None:

@@ -70,6 +70,7 @@ def fake_run(
     steady_x: float = 1.0,
     integrity: Iterable[str] = (),
     failure: str | None = None,
+    failure_kind: str = "out of memory",
     left_on_device: dict[str, int] | None = None,
     optimizer_strategy: str = "none",
     optimizer: str = "fake Adam",
@@ -79,7 +80,8 @@ def fake_run(
 
     Host figures are multiples of ``payload`` over a fixed baseline: the first offload
     reaches ``host_peak_x``, every offload leaves ``steady_x`` behind. A run with a
-    ``failure`` stops in the first offload and has no summary, as the real runner does.
+    ``failure`` (of ``failure_kind``) stops in cycle 0's offload and has no summary, as the
+    real runner does.
     """
     peak, steady = _bytes(host_peak_x, payload), _bytes(steady_x, payload)
     left = dict(left_on_device) if left_on_device is not None else {"param_data": 0}
@@ -116,6 +118,9 @@ def fake_run(
         integrity=problems,
         notes=list(notes),
         failure=failure,
+        failure_kind=failure_kind if failure is not None else None,
+        failure_cycle=0 if failure is not None else None,
+        failure_phase="offload" if failure is not None else None,
         optimizer_strategy=optimizer_strategy,
         optimizer=optimizer,
     )

@@ -32,7 +32,13 @@ from offloadprobe.engine.rollout import claim, limit_device_memory
 from offloadprobe.engine.runtime import Runtime, open_runtime
 from offloadprobe.engine.runtime.emulation import on_device
 from offloadprobe.engine.strategies import model_strategy
-from offloadprobe.engine.strategies.base import close, ddp_buffers, registered_bytes
+from offloadprobe.engine.strategies.base import (
+    ReleasesThroughDriver,
+    close,
+    ddp_buffers,
+    registered_bytes,
+    released_storages,
+)
 from offloadprobe.measure.meter import PhaseMeter
 from offloadprobe.measure.sampler import Sampler
 from offloadprobe.measure.summary import LOADS, OFFLOADS, summarise
@@ -165,15 +171,50 @@ class _Cycles:
                 self.grads_freed = grads > 0
         else:
             device, grads = rec.device_allocated_bytes, max(0, grads_after - grads_before)
+        driver = self.driver_delta(rec)
+        if driver is not None:  # outside PyTorch's allocator: the driver's own figure
+            device = driver
+            grads = 0
         moved = max(0, (device or 0) - grads)
         if not moved:
             self.moved_nothing.add(rec.phase)
         return dataclasses.replace(rec, bytes_moved=moved, gbps=gbps(moved, rec.seconds))
 
+    def driver_delta(self, rec: PhaseRecord) -> int | None:
+        """For a strategy that releases through the driver: device bytes the driver got back
+        (offloads) or handed out (loads) over the phase, from ``mem_get_info``; else None."""
+        if not isinstance(self.strategy, ReleasesThroughDriver) or not self.phases:
+            return None
+        before, after = self.phases[-1].gpu, rec.gpu
+        if before is None or after is None:
+            return None
+        change = before.device_used_after - after.device_used_after
+        return max(0, change if rec.phase in OFFLOADS else -change)
+
+    def confirmed_released(self) -> frozenset[int]:
+        """Storage keys a strategy released through the driver, if the driver agrees: the
+        device memory in use fell over this cycle's offloads by at least their bytes."""
+        storages = released_storages(self.strategy, self.model.chunks)
+        if not storages:
+            return frozenset()
+        cycle = self.phases[-1].cycle
+        offloads = [
+            i for i, p in enumerate(self.phases) if p.cycle == cycle and p.phase in OFFLOADS
+        ]
+        first, last = self.phases[offloads[0] - 1].gpu, self.phases[offloads[-1]].gpu
+        claimed = sum(s.nbytes() for s in {s._cdata: s for s in storages}.values())
+        if first is None or last is None:
+            return frozenset()
+        freed = first.device_used_after - last.device_used_after
+        if freed < 0.97 * claimed:
+            return frozenset()
+        return frozenset(s._cdata for s in storages)
+
     def audit(self) -> None:
         """After every offload phase of a cycle: attach the residency audit to the parameter
         offload's record, count the optimizer bytes that left the device, and judge."""
-        self.residents = audit.audit(self.model, self.runtime, self.snapshot)
+        released = self.confirmed_released()
+        self.residents = audit.audit(self.model, self.runtime, self.snapshot, released)
         left = audit.bytes_by_key(self.residents)
         left_optimizer = sum(v for k, v in left.items() if k not in ("param_data", "grad_data"))
         self.optimizer_moved = max(0, self.optimizer_bytes - left_optimizer)

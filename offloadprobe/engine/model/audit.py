@@ -121,15 +121,23 @@ def snapshot_device_storage(model: Any) -> DeviceSnapshot:
     return snapshot
 
 
-def audit(model: Any, runtime: Runtime, snapshot: DeviceSnapshot) -> list[ResidentTensor]:
-    """Every model/optimizer tensor still occupying device memory, one record per tensor."""
+def audit(
+    model: Any,
+    runtime: Runtime,
+    snapshot: DeviceSnapshot,
+    released: frozenset[int] = frozenset(),
+) -> list[ResidentTensor]:
+    """Every model/optimizer tensor still occupying device memory, one record per tensor.
+
+    ``released``: storage keys the driver confirmed it got back outside PyTorch's
+    allocator (see ``ReleasesThroughDriver``); those occupy no device memory."""
     found: list[ResidentTensor] = []
     reached: dict[int, str] = {}
     for entry in _entries(model):
         key = storage_key(entry.tensor)
         first = reached.get(key)
         reached.setdefault(key, entry.owner)
-        if not runtime.on_device(entry.tensor):
+        if key in released or not runtime.on_device(entry.tensor):
             continue
         found.append(
             ResidentTensor(

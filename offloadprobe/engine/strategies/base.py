@@ -47,6 +47,23 @@ class RegistersHostMemory(Protocol):
     registered_bytes: int
 
 
+@runtime_checkable
+class ReleasesThroughDriver(Protocol):
+    """Optional: the strategy hands device memory back to the driver outside PyTorch's
+    allocator (CUDA virtual memory unmapped, addresses kept), so PyTorch still counts those
+    storages as allocated. Named here, they count as off the device only when the driver's
+    own figure (``mem_get_info``) confirms the bytes came back."""
+
+    def released_storages(self, models: list[Any]) -> list[torch.UntypedStorage]: ...
+
+
+def released_storages(strategy: object, models: list[Any]) -> list[torch.UntypedStorage]:
+    """The storages a strategy says it released through the driver (none for most)."""
+    if isinstance(strategy, ReleasesThroughDriver):
+        return strategy.released_storages(models)
+    return []
+
+
 HostEvents = Callable[[Sequence[int], int, Sequence[str]], list[Event]]
 """``(param bytes per buffer, cycles, buffer labels) -> host allocations and frees``."""
 

@@ -66,6 +66,7 @@ class TmsStrategy:
         self.runtime = runtime
         self.saver = saver if saver is not None else load_saver(runtime)
         self._moved = False
+        self._paused = False
         self.setup_seconds = 0.0
         """Time the first offload spent moving the buffers into the regions."""
 
@@ -96,6 +97,7 @@ class TmsStrategy:
         free_before = torch.cuda.mem_get_info()[0] if first else 0
         self.saver.pause(PARAMS_TAG)
         self.saver.pause(GRADS_TAG)
+        self._paused = True
         if first:
             expected = sum(nbytes(b.param_data) for b in ddp_buffers(models))
             freed = torch.cuda.mem_get_info()[0] - free_before
@@ -108,9 +110,19 @@ class TmsStrategy:
     def load(self, models: list[Any]) -> None:
         self.saver.resume(PARAMS_TAG)
         self.saver.resume(GRADS_TAG)
+        self._paused = False
         for buffer in ddp_buffers(models):
             buffer.grad_data.zero_()
         self.runtime.synchronize()
+
+    def released_storages(self, models: list[Any]) -> list[torch.UntypedStorage]:
+        """While paused: every DDP buffer's storage (unmapped by the driver, still counted
+        as allocated by PyTorch)."""
+        if not self._paused:
+            return []
+        return [
+            t.untyped_storage() for b in ddp_buffers(models) for t in (b.param_data, b.grad_data)
+        ]
 
 
 def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> list[Event]:

@@ -30,16 +30,22 @@ if [ "$part" = A ]; then
   wait
 else
   ( export CUDA_VISIBLE_DEVICES=0
-    timeout 300 python3 -W ignore benchmarks/sampler_overhead.py --payload 5GiB --device cuda --repetitions 3 \
+    timeout 200 python3 -W ignore -m pytest tests/gpu -q -p no:cacheprovider > "$OUT/$D-gpu-tests.log" 2>&1
+    echo "gpu tests exit $?" >> "$OUT/$D-gpu-tests.log"
+    timeout 240 python3 -W ignore benchmarks/sampler_overhead.py --payload 5GiB --device cuda --repetitions 3 \
       --out "$OUT/$D-sampler-overhead.json" > "$OUT/$D-sampler.log" 2>&1
     echo "sampler exit $?" >> "$OUT/$D-sampler.log"
     timeout 240 python3 -W ignore benchmarks/field_strategies.py --parts pipelined --out "$OUT" \
       > "$OUT/$D-field-pipelined.log" 2>&1
   ) &
   ( export CUDA_VISIBLE_DEVICES=1
-    timeout 540 python3 -W ignore benchmarks/field_strategies.py --parts alloc --out "$OUT" \
+    timeout 440 python3 -W ignore benchmarks/field_strategies.py --parts alloc --out "$OUT" \
       > "$OUT/$D-field-alloc.log" 2>&1
     echo "field exit $?" >> "$OUT/$D-field-alloc.log"
+    timeout 120 python3 -W ignore -m offloadprobe compare tms --device cuda --payload 5GiB \
+      --cycles 3 --no-reference-check --json "$OUT/$D-compare-tms-5gib.json" \
+      > "$OUT/$D-compare-tms.log" 2>&1
+    echo "compare exit $?" >> "$OUT/$D-compare-tms.log"
   ) &
   wait
 fi

@@ -36,6 +36,8 @@ PAGE_SIZE = 4096
 """Host page size the kernel accounts resident memory in (x86-64 default)."""
 
 HostKind = Literal["pinned", "pageable", "registered"]
+PAGE_LOCKED: frozenset[str] = frozenset({"pinned", "registered"})
+"""Host kinds whose pages are locked (by PyTorch's pinned allocator or cudaHostRegister)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

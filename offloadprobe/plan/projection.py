@@ -20,6 +20,7 @@ from offloadprobe.core.errors import UsageError
 from offloadprobe.layout.inputs import DTYPE_BYTES
 from offloadprobe.layout.optimizer_state import OptimizerOptions, optimizer_state
 from offloadprobe.layout.pinned import (
+    PAGE_LOCKED,
     Alloc,
     Event,
     Replay,
@@ -123,7 +124,7 @@ def rank_host(strategy: str, stage: StageLayout, cycles: int) -> RankHost:
         Term(label="steady host", formula=f"resident after offload {cycles}", value=replayed.final)
     )
     terms += _holding_terms("", replayed, "final")
-    pinned = sum(h.nbytes for h in replayed.final_holdings if h.kind != "pageable")
+    pinned = sum(h.nbytes for h in replayed.final_holdings if h.kind in PAGE_LOCKED)
     terms.append(Term(label="pinned", formula="pinned, cached and registered above", value=pinned))
     return RankHost(
         strategy=strategy,

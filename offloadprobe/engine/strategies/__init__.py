@@ -13,26 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 from offloadprobe.core.registry import Registry
+from offloadprobe.engine.strategies.user import third_party
 
 GROUP = "offloadprobe.model_strategies"
 FLAG = "--strategy"
 
 
-def _adapt(name: str, found: Any) -> Any:
+def _info_class() -> type:
     from offloadprobe.engine.strategies.base import ModelStrategyInfo
-    from offloadprobe.engine.strategies.user import checked
 
-    if isinstance(found, ModelStrategyInfo):
-        return found
-    return ModelStrategyInfo(
-        name=name,
-        summary=(getattr(found, "__doc__", None) or f"{name} (third party)").strip().split("\n")[0],
-        factory=checked(found, spec=name, flag=FLAG),
-        emulation="third-party code, run as written",
-    )
+    return ModelStrategyInfo
 
 
-MODEL_STRATEGIES: Registry[Any] = Registry("model strategy", GROUP, _adapt)
+MODEL_STRATEGIES: Registry[Any] = Registry("model strategy", GROUP, third_party(_info_class, FLAG))
 for _name in ("naive", "lazy", "registered", "pipelined", "pageable", "mcore", "tms", "none"):
     MODEL_STRATEGIES.register_module(_name, f"{__name__}.{_name}")
 

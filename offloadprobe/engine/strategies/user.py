@@ -149,3 +149,22 @@ def user_model_strategy(spec: str) -> Any:
         factory=load_object(spec, flag="--strategy", needs=("offload", "load")),
         emulation="the user's code, run as written",
     )
+
+
+def third_party(info_class: Callable[[], type], flag: str) -> Callable[[str, Any], Any]:
+    """A registry's adapter: an entry point's descriptor as it is, or a bare class (or
+    instance) with ``offload``/``load`` wrapped in the descriptor ``info_class()`` builds."""
+
+    def adapt(name: str, found: Any) -> Any:
+        cls = info_class()
+        if isinstance(found, cls):
+            return found
+        doc = (getattr(found, "__doc__", None) or f"{name} (third party)").strip()
+        return cls(
+            name=name,
+            summary=doc.split("\n")[0],
+            factory=checked(found, spec=name, flag=flag),
+            emulation="third-party code, run as written",
+        )
+
+    return adapt

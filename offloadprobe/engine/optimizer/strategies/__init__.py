@@ -13,26 +13,21 @@ from __future__ import annotations
 from typing import Any
 
 from offloadprobe.core.registry import Registry
+from offloadprobe.engine.strategies.user import third_party
 
 GROUP = "offloadprobe.optimizer_strategies"
 FLAG = "--optimizer-strategy"
 
 
-def _adapt(name: str, found: Any) -> Any:
+def _info_class() -> type:
     from offloadprobe.engine.optimizer.strategies.base import OptimizerStrategyInfo
-    from offloadprobe.engine.strategies.user import checked
 
-    if isinstance(found, OptimizerStrategyInfo):
-        return found
-    return OptimizerStrategyInfo(
-        name=name,
-        summary=(getattr(found, "__doc__", None) or f"{name} (third party)").strip().split("\n")[0],
-        factory=checked(found, spec=name, flag=FLAG),
-        emulation="third-party code, run as written",
-    )
+    return OptimizerStrategyInfo
 
 
-OPTIMIZER_STRATEGIES: Registry[Any] = Registry("optimizer strategy", GROUP, _adapt)
+OPTIMIZER_STRATEGIES: Registry[Any] = Registry(
+    "optimizer strategy", GROUP, third_party(_info_class, FLAG)
+)
 for _name in ("legacy", "fixed", "complete", "none", "mcore"):
     OPTIMIZER_STRATEGIES.register_module(_name, f"{__name__}.{_name}")
 

@@ -36,8 +36,9 @@ PAGE_SIZE = 4096
 """Host page size the kernel accounts resident memory in (x86-64 default)."""
 
 HostKind = Literal["pinned", "pageable", "registered"]
-PAGE_LOCKED: frozenset[str] = frozenset({"pinned", "registered"})
-"""Host kinds whose pages are locked (by PyTorch's pinned allocator or cudaHostRegister)."""
+PAGE_LOCKED: frozenset[str] = frozenset({"pinned", "registered", "cached"})
+"""Holding kinds whose pages are locked: PyTorch's pinned blocks, in use or cached, and
+ranges registered with cudaHostRegister."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from offloadprobe.compare.comparison import Comparison, ComparisonRow
-from offloadprobe.core.records import RunSummary
+from offloadprobe.core.records import PartSummary, RunSummary
 from offloadprobe.core.units import format_bytes, format_ratio
 from offloadprobe.report.tables import NOT_MEASURED, Column, Left
 
@@ -43,24 +43,33 @@ def short_verdict(row: ComparisonRow) -> str:
     return row.verdict.kind
 
 
-def _fig(c: Cmp, which: str) -> str:
-    s = c.summary
-    if s is None:
+def _host_cell(figures: RunSummary | PartSummary | None, which: str) -> str:
+    """``peak`` or ``steady`` host figure as "ratio bytes"; a run summary and a part
+    summary name these fields alike."""
+    if figures is None:
         return NO_RUN
-    x, nbytes = (
-        (s.host_peak_x, s.host_peak_bytes)
-        if which == "peak"
-        else (s.steady_host_x, s.steady_host_bytes)
-    )
-    return f"{format_ratio(x)} {format_bytes(nbytes)}"
+    if which == "peak":
+        return f"{format_ratio(figures.host_peak_x)} {format_bytes(figures.host_peak_bytes)}"
+    return f"{format_ratio(figures.steady_host_x)} {format_bytes(figures.steady_host_bytes)}"
+
+
+def _vs_cell(
+    figures: RunSummary | PartSummary | None, base: RunSummary | PartSummary | None
+) -> str:
+    """Host peak over the baseline's (the same part's, for parts)."""
+    if figures is None:
+        return NO_RUN
+    if base is None or base.host_peak_x <= 0:
+        return NOT_MEASURED
+    return f"{figures.host_peak_x / base.host_peak_x:.2f}x"
+
+
+def _fig(c: Cmp, which: str) -> str:
+    return _host_cell(c.summary, which)
 
 
 def _vs(c: Cmp) -> str:
-    if c.summary is None:
-        return NO_RUN
-    if c.base is None or c.base.host_peak_x <= 0:
-        return NOT_MEASURED
-    return f"{c.summary.host_peak_x / c.base.host_peak_x:.2f}x"
+    return _vs_cell(c.summary, c.base)
 
 
 def _rate(first: float | None, steady: float | None) -> str:
@@ -117,19 +126,11 @@ class PartRow:
 
 
 def _part_x(p: PartRow, which: str) -> str:
-    if p.part is None:
-        return NO_RUN
-    x = p.part.host_peak_x if which == "peak" else p.part.steady_host_x
-    nbytes = p.part.host_peak_bytes if which == "peak" else p.part.steady_host_bytes
-    return f"{format_ratio(x)} {format_bytes(nbytes)}"
+    return _host_cell(p.part, which)
 
 
 def _part_vs(p: PartRow) -> str:
-    if p.part is None:
-        return NO_RUN
-    if p.base is None or p.base.host_peak_x <= 0:
-        return NOT_MEASURED
-    return f"{p.part.host_peak_x / p.base.host_peak_x:.2f}x"
+    return _vs_cell(p.part, p.base)
 
 
 PART_COLUMNS: list[Column[PartRow]] = [

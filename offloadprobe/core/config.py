@@ -78,8 +78,20 @@ class ModelConfig:
     """Tokens per sample in the train step."""
     micro_batch_size: int = 2
     """Samples per train step."""
+    num_experts: int = 0
+    """Routed experts per layer (megatron ``num_moe_experts``); 0 for a dense model. With
+    experts every layer's MLP is an MoE layer of experts as wide as the dense MLP (4h)."""
+    moe_router_topk: int = 2
+    """Experts each token is routed to (with ``num_experts``)."""
 
     def __post_init__(self) -> None:
+        if self.num_experts < 0:
+            raise UsageError(f"--num-experts must be 0 or more, got {self.num_experts}")
+        if self.num_experts and not 1 <= self.moe_router_topk <= self.num_experts:
+            raise UsageError(
+                f"--moe-router-topk {self.moe_router_topk} must lie between 1 and "
+                f"--num-experts {self.num_experts}"
+            )
         for name in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
             if getattr(self, name) <= 0:
                 raise UsageError(f"--{_flag(name)} must be positive, got {getattr(self, name)}")
@@ -94,8 +106,15 @@ class ModelConfig:
 
     @property
     def param_count(self) -> int:
-        """Parameters of the local-spec GPTModel (LayerNorm with bias, shared embedding)."""
-        return gpt_param_count(self.num_layers, self.hidden_size, self.vocab_size, self.seq_length)
+        """Parameters of the local-spec GPTModel (LayerNorm with bias, untied output layer);
+        with experts, each layer's MLP is replaced by ``num_experts`` MLPs and a router."""
+        dense = gpt_param_count(self.num_layers, self.hidden_size, self.vocab_size, self.seq_length)
+        if not self.num_experts:
+            return dense
+        h = self.hidden_size
+        mlp = 8 * h * h + 5 * h
+        per_layer_moe = self.num_experts * mlp + self.num_experts * h
+        return dense + self.num_layers * (per_layer_moe - mlp)
 
 
 def gpt_param_count(layers: int, hidden: int, vocab: int, seq: int) -> int:
@@ -130,6 +149,73 @@ def size_for_payload(base: ModelConfig, payload_bytes: int) -> ModelConfig:
             "lower --layers or raise --payload"
         )
     return replace(base, hidden_size=hidden, vocab_size=vocab)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParallelConfig:
+    """megatron-core's parallel sizes for a run over several ranks; dp is what remains of
+    the world size (``world / (tp * pp * cp)``)."""
+
+    tp: int = 1
+    """Tensor-parallel size."""
+    pp: int = 1
+    """Pipeline-parallel size."""
+    ep: int = 1
+    """Expert-parallel size (needs ``num_experts``)."""
+    cp: int = 1
+    """Context-parallel size."""
+    vpp: int | None = None
+    """Virtual pipeline stages per pipeline rank (interleaved schedule), or None."""
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "ep", "cp"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        if self.vpp is not None and (self.vpp < 2 or self.pp < 2):
+            raise UsageError("--vpp needs --pp 2 or more and at least 2 virtual stages")
+
+    @property
+    def model_parallel(self) -> int:
+        """Ranks one model replica spans (tp * pp * cp)."""
+        return self.tp * self.pp * self.cp
+
+    def dp(self, world_size: int) -> int:
+        """Data-parallel size for ``world_size`` ranks; exit 2 when the sizes do not fit."""
+        if world_size % self.model_parallel:
+            raise UsageError(
+                f"{world_size} ranks cannot hold tp {self.tp} x pp {self.pp} x cp {self.cp}: "
+                "make the world size (--nproc-per-node x --nnodes) a multiple of their product"
+            )
+        dp = world_size // self.model_parallel
+        if (dp * self.cp) % self.ep:
+            raise UsageError(
+                f"--ep {self.ep} does not divide dp x cp = {dp * self.cp}: "
+                "choose an expert-parallel size that divides it"
+            )
+        return dp
+
+    def check_model(self, model: ModelConfig) -> None:
+        """Raise ``UsageError`` where megatron-core would refuse this model at these sizes."""
+        if model.num_attention_heads % self.tp:
+            raise UsageError(f"--tp {self.tp} does not divide --heads {model.num_attention_heads}")
+        if model.vocab_size % self.tp:
+            raise UsageError(f"--tp {self.tp} does not divide --vocab {model.vocab_size}")
+        stages = self.pp * (self.vpp or 1)
+        if model.num_layers % stages:
+            raise UsageError(
+                f"--layers {model.num_layers} is not a multiple of the {stages} pipeline "
+                "stages (--pp x --vpp): change --layers"
+            )
+        if self.ep > 1 and not model.num_experts:
+            raise UsageError("--ep needs an MoE model: add --num-experts")
+        if model.num_experts and model.num_experts % self.ep:
+            raise UsageError(f"--ep {self.ep} does not divide --num-experts {model.num_experts}")
+        if model.seq_length % (2 * self.cp) and self.cp > 1:
+            raise UsageError(f"--seq-length must be a multiple of 2 x --cp ({2 * self.cp})")
+
+    @property
+    def is_single(self) -> bool:
+        return self.model_parallel == 1 and self.ep == 1
 
 
 def _flag(name: str) -> str:
@@ -167,6 +253,8 @@ class RunConfig:
     """Classic or precision-aware optimizer, and its state dtypes."""
     reference_check: bool = True
     """Compare every train step after a load with a run that never offloaded."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """tp/pp/ep/cp/vpp for a run over several ranks (all 1 for one process)."""
     optimizer_first: bool = False
     """Move the optimizer state before the parameters in both offload and load (verl's
     order, the default, is parameters first). megatron-core's own optimizer offload needs
@@ -179,6 +267,7 @@ class RunConfig:
             raise UsageError(f"--train-steps must be 0 or more, got {self.train_steps}")
         if self.device not in ("auto", "cuda", "cpu"):
             raise UsageError(f"--device must be auto, cuda or cpu, got {self.device!r}")
+        self.parallel.check_model(self.model)
 
     def to_dict(self) -> dict[str, Any]:
         """The one serialised form of a run, read back by :meth:`from_dict` in a child."""
@@ -190,4 +279,5 @@ class RunConfig:
         fields = dict(data)
         fields["model"] = ModelConfig(**fields["model"])
         fields["optimizer"] = OptimizerChoice(**fields.get("optimizer") or {})
+        fields["parallel"] = ParallelConfig(**fields.get("parallel") or {})
         return cls(**fields)

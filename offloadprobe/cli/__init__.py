@@ -82,12 +82,12 @@ def fail(message: str, code: int, kind: str = "bad input") -> None:
 
 def _tell_parent(kind: str, message: str) -> None:
     """A child run (see ``isolation.child``) writes its failure where its parent asked."""
-    from offloadprobe.isolation.child import ERROR_FILE_ENV
+    from offloadprobe.isolation.child import ERROR_FILE_ENV, rank_file
 
     path = os.environ.get(ERROR_FILE_ENV)
     if path:
         with contextlib.suppress(OSError):
-            Path(path).write_text(json.dumps({"kind": kind, "message": message}))
+            rank_file(Path(path)).write_text(json.dumps({"kind": kind, "message": message}))
 
 
 THIRD_PARTY = ("megatron", "transformer_engine", "apex", "torch.distributed")

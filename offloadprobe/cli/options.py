@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from offloadprobe.core.config import ModelConfig, OptimizerChoice, size_for_payload
+from offloadprobe.core.config import ModelConfig, OptimizerChoice, ParallelConfig, size_for_payload
 from offloadprobe.core.units import parse_size
 
 Layers = Annotated[int, typer.Option("--layers", help="Transformer layers.")]
@@ -31,7 +31,39 @@ TrainSteps = Annotated[
 Device = Annotated[str, typer.Option("--device", help="cuda, cpu or auto.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for weights and data.")]
 
+NumExperts = Annotated[
+    int, typer.Option("--num-experts", help="Routed experts per layer (MoE); 0 for dense.")
+]
+MoeTopk = Annotated[int, typer.Option("--moe-router-topk", help="Experts per token (MoE).")]
+NprocPerNode = Annotated[
+    int,
+    typer.Option(
+        "--nproc-per-node",
+        help="Ranks on this node, started through torchrun's launcher inside one node "
+        "memory cgroup (NCCL on CUDA, gloo on CPU).",
+    ),
+]
+Nnodes = Annotated[
+    int, typer.Option("--nnodes", help="Nodes (torchrun agents); start one run per node.")
+]
+RdzvEndpoint = Annotated[
+    str | None,
+    typer.Option("--rdzv-endpoint", help="host:port of the c10d rendezvous (with --nnodes)."),
+]
+Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")]
+Pp = Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")]
+Ep = Annotated[int, typer.Option("--ep", help="Expert-parallel size (MoE).")]
+Cp = Annotated[int, typer.Option("--cp", help="Context-parallel size.")]
+Vpp = Annotated[
+    int | None, typer.Option("--vpp", help="Virtual pipeline stages per pipeline rank.")
+]
+
 DEFAULT = ModelConfig()
+
+
+def parallel_config(*, tp: int, pp: int, ep: int, cp: int, vpp: int | None) -> ParallelConfig:
+    """Validate the parallel-size flags into a ``ParallelConfig``."""
+    return ParallelConfig(tp=tp, pp=pp, ep=ep, cp=cp, vpp=vpp)
 
 
 def model_config(
@@ -43,6 +75,8 @@ def model_config(
     seq_length: int,
     micro_batch: int = DEFAULT.micro_batch_size,
     payload: str | None = None,
+    num_experts: int = 0,
+    moe_router_topk: int = DEFAULT.moe_router_topk,
 ) -> ModelConfig:
     """Validate a command's model flags into a ``ModelConfig``, sized to ``--payload``
     when given. Every flag is a named argument: a renamed option fails loudly."""
@@ -53,6 +87,8 @@ def model_config(
         vocab_size=vocab,
         seq_length=seq_length,
         micro_batch_size=micro_batch,
+        num_experts=num_experts,
+        moe_router_topk=moe_router_topk,
     )
     if payload is not None:
         cfg = size_for_payload(cfg, parse_size(payload, what="--payload"))

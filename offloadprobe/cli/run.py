@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -22,6 +23,8 @@ from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.units import parse_size
 from offloadprobe.core.verdicts import judge
+from offloadprobe.isolation.child import rank_file
+from offloadprobe.isolation.launch import LAUNCHED_ENV, Launch, run_ranks
 from offloadprobe.measure.phase_log import PhaseLog
 from offloadprobe.measure.sampler import Sampler
 from offloadprobe.report.output import check_writable, write_json
@@ -59,6 +62,16 @@ def run_command(
     seq_length: opt.SeqLength = opt.DEFAULT.seq_length,
     micro_batch: opt.MicroBatch = opt.DEFAULT.micro_batch_size,
     seed: opt.Seed = 1234,
+    num_experts: opt.NumExperts = 0,
+    moe_router_topk: opt.MoeTopk = opt.DEFAULT.moe_router_topk,
+    nproc_per_node: opt.NprocPerNode = 1,
+    nnodes: opt.Nnodes = 1,
+    rdzv_endpoint: opt.RdzvEndpoint = None,
+    tp: opt.Tp = 1,
+    pp: opt.Pp = 1,
+    ep: opt.Ep = 1,
+    cp: opt.Cp = 1,
+    vpp: opt.Vpp = None,
     json_path: opt.JsonPath = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     max_host_peak: opt.MaxHostPeak = None,
@@ -113,7 +126,10 @@ def run_command(
                 seq_length=seq_length,
                 micro_batch=micro_batch,
                 payload=payload,
+                num_experts=num_experts,
+                moe_router_topk=moe_router_topk,
             ),
+            parallel=opt.parallel_config(tp=tp, pp=pp, ep=ep, cp=cp, vpp=vpp),
             strategy=strategy,
             cycles=cycles,
             train_steps=train_steps,
@@ -134,23 +150,63 @@ def run_command(
     model_strategy(cfg.strategy)
     optimizer_strategy(cfg.optimizer_strategy)
     resolved = resolve_device(cfg.device)
-    if config is None:  # a child's parent has checked the fit already
+    budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
+    if nproc_per_node < 1 or nnodes < 1:
+        raise UsageError("--nproc-per-node and --nnodes must be at least 1")
+    if (nproc_per_node > 1 or nnodes > 1) and not under_torchrun():
+        cfg.parallel.dp(nproc_per_node * nnodes)  # exit 2 before any rank starts
+        if outputs.wanted:
+            raise UsageError("--trace/--plot/--timeline record one process: drop them for now")
+        launch = Launch(nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint)
+        report = run_ranks(cfg, launch, show=progress)
+        if report is None:  # rank 0 ran on another node: its run prints the report
+            return
+        _finish(report, budgets, json_path)
+        return
+    if under_torchrun():
+        cfg.parallel.dp(int(os.environ["WORLD_SIZE"]))
+    elif not cfg.parallel.is_single:
+        raise UsageError(
+            "--tp/--pp/--ep/--cp/--vpp need several ranks: add --nproc-per-node N "
+            "(or start offloadprobe under torchrun)"
+        )
+    if config is None and not under_torchrun():  # a child's parent checked the fit already
         pairs = [(cfg.strategy, cfg.optimizer_strategy)]
         check_fits(cfg.model, strategies=pairs, optimizer=cfg.optimizer, device=resolved,
                    force=force)  # fmt: skip
-    budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
-    sampler = outputs.sampler(resolved)
+    sampler = outputs.sampler(resolved) if not under_torchrun() else None
     try:
         report = _run_with_progress(cfg, show=progress, phase_log=phase_log, sampler=sampler)
     finally:
         drawn = sampler.stop() if sampler is not None else None
+    if report is None:  # a rank other than 0: rank 0 reports for every rank
+        return
+    if os.environ.get(LAUNCHED_ENV):  # rank 0 under our launcher: it renders and judges
+        if json_path is not None:
+            write_json(report.to_dict(), json_path)
+        return
+    report = _finish(report, budgets, json_path)
+    outputs.write_run(report, drawn)
+    enforce_report(report, budgets)
+
+
+def under_torchrun() -> bool:
+    """Whether this process is one of several ranks torchrun started."""
+    return int(os.environ.get("WORLD_SIZE", "1") or "1") > 1
+
+
+def _finish(report: Report, budgets: list, json_path: Path | None) -> Report:
+    """Judge every row, print the report, write the JSON; exit 1 when a row is not ok."""
     judged = [(run.label, *judge(run, budgets)) for run in report.runs]
     report = dataclasses.replace(report, verdicts=[verdict for _, verdict, _ in judged])
     render_report(report, Console())
     if json_path is not None:
         write_json(report.to_dict(), json_path)
-    outputs.write_run(report, drawn)
-    enforce(judged)
+    return report
+
+
+def enforce_report(report: Report, budgets: list) -> None:
+    enforce([(run.label, *judge(run, budgets)) for run in report.runs])
 
 
 def _read_config(path: Path) -> RunConfig:
@@ -174,7 +230,7 @@ def _config_from_flags(
 
 def _run_with_progress(
     cfg: RunConfig, *, show: bool, phase_log: Path | None, sampler: Sampler | None = None
-) -> Report:
+) -> Report | None:
     from offloadprobe.engine.runner import Hooks, phases_per_run, run
 
     console = Console(file=sys.stderr)
@@ -194,7 +250,7 @@ def _run_with_progress(
             label = f"{name}: cycle {rec.cycle} {rec.phase}"
             bar.update(task, advance=1, description=label)
 
-        log = PhaseLog(phase_log) if phase_log else None
+        log = PhaseLog(rank_file(phase_log)) if phase_log else None
         return run(
             cfg,
             Hooks(

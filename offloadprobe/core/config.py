@@ -108,13 +108,18 @@ class ModelConfig:
     def param_count(self) -> int:
         """Parameters of the local-spec GPTModel (LayerNorm with bias, untied output layer);
         with experts, each layer's MLP is replaced by ``num_experts`` MLPs and a router."""
-        dense = gpt_param_count(self.num_layers, self.hidden_size, self.vocab_size, self.seq_length)
-        if not self.num_experts:
-            return dense
-        h = self.hidden_size
-        mlp = 8 * h * h + 5 * h
-        per_layer_moe = self.num_experts * mlp + self.num_experts * h
-        return dense + self.num_layers * (per_layer_moe - mlp)
+        return model_param_count(
+            self.num_layers, self.hidden_size, self.vocab_size, self.seq_length, self.num_experts
+        )
+
+
+def model_param_count(layers: int, hidden: int, vocab: int, seq: int, experts: int = 0) -> int:
+    """``gpt_param_count`` with ``experts`` MLPs (and a router) in place of each layer's MLP."""
+    dense = gpt_param_count(layers, hidden, vocab, seq)
+    if not experts:
+        return dense
+    mlp = 8 * hidden * hidden + 5 * hidden
+    return dense + layers * (experts * mlp + experts * hidden - mlp)
 
 
 def gpt_param_count(layers: int, hidden: int, vocab: int, seq: int) -> int:
@@ -138,12 +143,15 @@ def size_for_payload(base: ModelConfig, payload_bytes: int) -> ModelConfig:
     target = payload_bytes // BF16_BYTES
     layers, heads, seq = base.num_layers, base.num_attention_heads, base.seq_length
     step = math.lcm(128, heads)
-    a, b = 12 * layers, 13 * layers + 2 + seq + 2 * base.vocab_size
+    experts = base.num_experts
+    mlps = max(1, experts)
+    a = layers * (4 + 8 * mlps)
+    b = layers * (8 + 5 * mlps + experts) + 2 + seq + 2 * base.vocab_size
     hidden = int((-b + math.sqrt(b * b + 4 * a * target)) / (2 * a))
     hidden = max(step, hidden // step * step)
-    fixed = gpt_param_count(layers, hidden, 0, seq)
+    fixed = model_param_count(layers, hidden, 0, seq, experts)
     vocab = max(128, round((target - fixed) / (2 * hidden) / 128) * 128)
-    if gpt_param_count(layers, hidden, vocab, seq) * BF16_BYTES > 2 * payload_bytes:
+    if model_param_count(layers, hidden, vocab, seq, experts) * BF16_BYTES > 2 * payload_bytes:
         raise UsageError(
             f"--payload {payload_bytes} B is too small for {layers} layers: "
             "lower --layers or raise --payload"

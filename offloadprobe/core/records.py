@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """2 added: per-run ``label``, ``verdict``/``outcome``, ``summary.params``,
 ``summary.optimizer``, ``summary.moved_bytes``, ``failure_kind``/``failure_cycle``/
-``failure_phase``, ``not_offloaded``. Keys are only ever added."""
+``failure_phase``, ``not_offloaded``. 3 added: per-run ``place`` and ``world`` (runs over
+several ranks: every rank's record and the node rows). Keys are only ever added."""
 
 VERDICT_KINDS = (
     "ok",
@@ -243,6 +244,92 @@ class RunSummary:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RankPlace:
+    """Where one rank of a run over several ranks ran (torchrun's numbering)."""
+
+    rank: int
+    local_rank: int
+    node_rank: int
+    """torchrun's ``GROUP_RANK``: which node (agent) the rank belongs to."""
+    world_size: int
+    hostname: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Spread:
+    """One figure over the ranks of a node: per-rank minimum, mean, maximum, and the sum."""
+
+    min: float
+    mean: float
+    max: float
+    sum: float
+    ranks: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodePhase:
+    """One phase on one node: the node cgroup's readings beside its ranks' own figures.
+
+    Host figures leave out the emulated device (CPU emulation): ``emulated_device_bytes``
+    is what the node's ranks held as emulated device at the phase end, already subtracted.
+    """
+
+    cycle: int
+    phase: str
+    usage_before: int | None
+    """Node cgroup usage at the phase start, less the emulated device."""
+    peak: int | None
+    """Node cgroup high-water mark during the phase, less the emulated device."""
+    usage_after: int | None
+    peak_is_phase_local: bool
+    """True when the cgroup's peak counter was reset at the phase start."""
+    emulated_device_bytes: int
+    rank_peak_sum: int
+    """Sum over the node's ranks of each rank's host high-water mark in the phase."""
+    rank_peak_max: int
+    rank_rss_before_sum: int
+    """Sum over the node's ranks of host RSS at the phase start."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeRecord:
+    """One node of a run over several ranks: its ranks' spread and its own measured peak."""
+
+    node_rank: int
+    hostname: str
+    ranks: list[int]
+    cgroup: str | None
+    """Where the node figures come from (the node's memory cgroup), in words."""
+    cgroup_missing: str | None
+    """Why there is no node figure, when there is none."""
+    baseline_bytes: int | None
+    """Node cgroup usage just before the first offload, less the emulated device."""
+    peak_bytes: int | None
+    """Highest node cgroup usage in any offload or load phase, over ``baseline_bytes``."""
+    peak_x: float | None
+    """``peak_bytes`` over the bytes the node's ranks move together."""
+    rank_peak_sum_bytes: int | None
+    """Sum of the ranks' own host peaks (each over its own baseline): the node figure if
+    every rank peaked at once."""
+    figures: dict[str, Spread]
+    """Each summary figure (``host_peak_bytes``, ``steady_host_bytes``...) over the ranks."""
+    phases: list[NodePhase]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorldRun:
+    """A run over several ranks: its layout, every rank's record, and one row per node."""
+
+    world_size: int
+    nnodes: int
+    layout: dict[str, int | None]
+    """tp, pp, ep, cp, vpp and the derived dp."""
+    ranks: list[RunRecord]
+    nodes: list[NodeRecord]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunRecord:
     """Everything one strategy's run measured."""
 
@@ -273,6 +360,11 @@ class RunRecord:
     failure_phase: str | None = None
     not_offloaded: list[str] = field(default_factory=list)
     """What a strategy should have moved off the device and did not, one line each."""
+    place: RankPlace | None = None
+    """Runs over several ranks: which rank this record is (None for one process)."""
+    world: WorldRun | None = None
+    """Runs over several ranks, on the row's record (rank 0's, with every rank's failures
+    merged into it): every rank's record and the node rows."""
 
     @property
     def label(self) -> str:
@@ -319,11 +411,7 @@ class Report:
             "runs": [],
         }
         for run in self.runs:
-            entry = asdict(run)
-            entry.pop("phases")
-            entry["cycles"] = run.cycles()
-            entry["label"] = run.label
-            doc["runs"].append(entry)
+            doc["runs"].append(run_to_dict(run))
         for entry, verdict in zip(doc["runs"], self.verdicts, strict=False):
             entry["verdict"] = verdict.line()
             entry["outcome"] = asdict(verdict)
@@ -353,12 +441,45 @@ def _build(cls: type, data: Any) -> Any:
     return cls(**kwargs)
 
 
+def world_from_dict(data: dict[str, Any] | None) -> WorldRun | None:
+    """Rebuild a ``WorldRun`` from its JSON form."""
+    if data is None:
+        return None
+    nodes = []
+    for node in data["nodes"]:
+        fields = dict(node)
+        fields["figures"] = {k: Spread(**v) for k, v in node["figures"].items()}
+        fields["phases"] = [NodePhase(**p) for p in node["phases"]]
+        nodes.append(NodeRecord(**fields))
+    return WorldRun(
+        world_size=data["world_size"],
+        nnodes=data["nnodes"],
+        layout=data["layout"],
+        ranks=[run_from_dict(r) for r in data["ranks"]],
+        nodes=nodes,
+        notes=list(data.get("notes", [])),
+    )
+
+
+def run_to_dict(run: RunRecord) -> dict[str, Any]:
+    """One run's JSON form: phases grouped per cycle, the label, nested ranks alike."""
+    entry = asdict(run)
+    entry.pop("phases")
+    entry["cycles"] = run.cycles()
+    entry["label"] = run.label
+    if run.world is not None:
+        entry["world"]["ranks"] = [run_to_dict(r) for r in run.world.ranks]
+    return entry
+
+
 def run_from_dict(entry: dict[str, Any]) -> RunRecord:
     """Rebuild a ``RunRecord`` from one entry of a report's ``runs`` list."""
     phases = [_build(PhaseRecord, p) for c in entry["cycles"] for p in c["phases"]]
     fields = {k: v for k, v in entry.items() if k not in ("cycles", "phases")}
     fields["phases"] = phases
     fields["summary"] = _build(RunSummary, entry.get("summary"))
+    fields["place"] = RankPlace(**entry["place"]) if entry.get("place") else None
+    fields["world"] = world_from_dict(entry.get("world"))
     known = {f for f in RunRecord.__dataclass_fields__}
     return RunRecord(**{k: v for k, v in fields.items() if k in known})
 

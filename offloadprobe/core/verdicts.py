@@ -39,10 +39,27 @@ def judge(
         return Verdict(kind="not offloaded", detail="; ".join(run.not_offloaded)), []
     if run.summary is None:
         return Verdict(kind="crashed", detail="no offload/load pair completed"), []
+    if run.world is not None:
+        return _judge_ranks(run, list(budgets))
     breaches = [b for budget in budgets if (b := budget.check(run)) is not None]
     if breaches:
         more = f" (+{len(breaches) - 1} more)" if len(breaches) > 1 else ""
         return Verdict(kind="over budget", detail=breaches[0].message + more), breaches
+    return OK, []
+
+
+def _judge_ranks(run: RunRecord, budgets: list[Budget]) -> tuple[Verdict, list[Breach]]:
+    """Several ranks: every rank's own record is judged; the first rank that is not ok
+    names the row's verdict (budgets hold per rank)."""
+    assert run.world is not None
+    for rank in run.world.ranks:
+        verdict, breaches = judge(rank, budgets)
+        if not verdict.ok:
+            where = rank.place.rank if rank.place else "?"
+            return Verdict(
+                kind=verdict.kind, detail=f"rank {where}: {verdict.detail}",
+                cycle=verdict.cycle, phase=verdict.phase,
+            ), breaches  # fmt: skip
     return OK, []
 
 

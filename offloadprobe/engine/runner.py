@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from offloadprobe.engine.strategies.base import (
     registered_bytes,
     released_storages,
 )
+from offloadprobe.engine.world.fence import PhaseFence
 from offloadprobe.measure.meter import PhaseMeter
 from offloadprobe.measure.sampler import Sampler
 from offloadprobe.measure.summary import LOADS, OFFLOADS, summarise
@@ -54,6 +56,8 @@ class Hooks:
     on_start: Callable[[int, str], None] | None = None
     sampler: Sampler | None = None
     """Marks phase spans on a running timeline sampler (``--trace``/``--plot``)."""
+    fence: PhaseFence | None = None
+    """Runs over several ranks: aligns every phase across ranks and reads the node cgroup."""
 
 
 def moves_optimizer(cfg: RunConfig) -> bool:
@@ -110,6 +114,7 @@ class _Cycles:
             if memory is not None
             else None,
             sampler=hooks.sampler,
+            cgroup_reset=hooks.fence is None,
         )
         self.payload = self.model.payload_bytes
         self.param_to_move = self.payload if self.info.moves_params else 0
@@ -127,6 +132,7 @@ class _Cycles:
         self.failure_phase: str | None = None
         self.residents: list[audit.ResidentTensor] = []
         self.registered = 0
+        self.notes: list[str] = []
 
     def build(self) -> ProbeModel:
         cfg = self.cfg
@@ -136,21 +142,33 @@ class _Cycles:
         if self.hooks.on_start is not None:
             self.hooks.on_start(cycle, name)
         grads_before = _grad_device_bytes(self.model)
+        fence = self.hooks.fence
+        if fence is not None:
+            fence.before()
+        raised: BaseException | None = None
         try:
             rec, result = self.meter.measure(cycle, name, action)
         except DeviceOutOfMemory as exc:
             self.stop("out of memory", cycle, name, str(exc))
-            raise
+            raised = exc
         except torch.OutOfMemoryError as exc:
             first = str(exc).splitlines()[0] if str(exc) else "torch.OutOfMemoryError"
             if "out of memory" not in first.lower():
                 first = f"CUDA out of memory: {first}"
             self.stop("out of memory", cycle, name, first)
-            raise DeviceOutOfMemory(self.failure) from None
+            raised = DeviceOutOfMemory(self.failure)
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             self.stop("crashed", cycle, name, f"{type(exc).__name__}: {exc}".splitlines()[0])
-            raise _Stopped from None
+            raised = _Stopped()
+        if fence is not None:
+            failed = fence.after(cycle, name, self.failure if raised is not None else None)
+            if raised is None and failed:
+                rank, _why = failed[0]
+                self.notes.append(f"stopped at cycle {cycle}, phase {name}: rank {rank} failed")
+                raised = _Stopped()
+        if raised is not None:
+            raise raised
         if name in OFFLOADS or name in LOADS:
             rec = self.measured_transfer(rec, grads_before, _grad_device_bytes(self.model))
         self.phases.append(rec)
@@ -272,11 +290,24 @@ class _Cycles:
             self.phase(cycle, name, action)
         self.problems += verify_round_trip(model, before, cycle, grads_zeroed=self.grads_freed)
 
+    def stops_here(self, cycle: int) -> bool:
+        """Whether the cycles end after ``cycle``: a corruption or a strategy that did not
+        offload, on this rank or (over several ranks) on any, so all ranks stop together."""
+        here = bool(self.problems or self.not_offloaded)
+        fence = self.hooks.fence
+        if fence is None:
+            return here
+        failed = fence.failed_anywhere("stop" if here else None)
+        if failed and not here:
+            ranks = ", ".join(str(rank) for rank, _ in failed)
+            self.notes.append(f"stopped after cycle {cycle}: rank {ranks} found a problem")
+        return bool(failed)
+
     def run(self) -> None:
         try:
             for cycle in range(self.cfg.cycles):
                 self.cycle(cycle)
-                if self.problems or self.not_offloaded:
+                if self.stops_here(cycle):
                     break
             else:
                 if self.reference:
@@ -323,6 +354,7 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
             optimizer_bytes_to_move=state.optimizer_moved if state.moves_optimizer else 0,
         )
     notes = [runtime.note] if runtime.note else []
+    notes += state.notes
     for phase in sorted(state.moved_nothing):
         verb = "freed" if phase in OFFLOADS else "restored"
         notes.append(f"{phase} moved nothing: no device memory was {verb} in some cycle")
@@ -373,8 +405,13 @@ def _setup_failed(cfg: RunConfig, exc: BaseException) -> RunRecord:
     )
 
 
-def run(cfg: RunConfig, hooks: Hooks | None = None) -> Report:
-    """One strategy, one process: the whole ``offloadprobe run``."""
+def run(cfg: RunConfig, hooks: Hooks | None = None) -> Report | None:
+    """One strategy: the whole ``offloadprobe run`` in this process, or this rank's share of
+    it under torchrun (then rank 0 returns the world's report and other ranks None)."""
+    if int(os.environ.get("WORLD_SIZE", "1") or "1") > 1:
+        from offloadprobe.engine.world.run import run_rank
+
+        return run_rank(cfg, hooks or Hooks())
     with open_runtime(cfg.device, cfg.seed) as runtime:
         record = run_cycles(cfg, runtime, hooks)
         return Report(
@@ -385,20 +422,25 @@ def run(cfg: RunConfig, hooks: Hooks | None = None) -> Report:
             versions=environment.versions(),
             machine=environment.machine(),
             model=asdict(cfg.model),
-            settings={
-                "strategy": cfg.strategy,
-                "optimizer_strategy": cfg.optimizer_strategy,
-                "optimizer": asdict(cfg.optimizer),
-                "cycles": cfg.cycles,
-                "train_steps": cfg.train_steps,
-                "seed": cfg.seed,
-                "rollout_claim_bytes": cfg.rollout_claim_bytes,
-                "gpu_limit_bytes": cfg.gpu_limit_bytes,
-                "reference_check": cfg.reference_check,
-                "optimizer_first": cfg.optimizer_first,
-            },
+            settings=settings(cfg),
             runs=[record],
         )
 
 
-__all__ = ["Hooks", "phases_per_run", "run", "run_cycles"]
+def settings(cfg: RunConfig) -> dict[str, Any]:
+    """A run's settings as the report's ``settings`` object."""
+    return {
+        "strategy": cfg.strategy,
+        "optimizer_strategy": cfg.optimizer_strategy,
+        "optimizer": asdict(cfg.optimizer),
+        "cycles": cfg.cycles,
+        "train_steps": cfg.train_steps,
+        "seed": cfg.seed,
+        "rollout_claim_bytes": cfg.rollout_claim_bytes,
+        "gpu_limit_bytes": cfg.gpu_limit_bytes,
+        "reference_check": cfg.reference_check,
+        "optimizer_first": cfg.optimizer_first,
+    }
+
+
+__all__ = ["Hooks", "phases_per_run", "run", "run_cycles", "settings"]

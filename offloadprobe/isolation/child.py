@@ -95,10 +95,20 @@ def oom_kills() -> int | None:
     return None
 
 
-def _signal_message(signum: int, oom_before: int | None) -> str:
+def rank_file(path: Path, rank: int | None = None) -> Path:
+    """One file per rank of a run over several ranks (``error.json.rank1``): this process's
+    rank from torchrun's ``RANK`` when not given; ``path`` itself for one process."""
+    if rank is None:
+        if int(os.environ.get("WORLD_SIZE", "1") or "1") <= 1:
+            return path
+        rank = int(os.environ.get("RANK", "0") or "0")
+    return path.with_name(f"{path.name}.rank{rank}")
+
+
+def signal_message(signum: int, oom_before: int | None, oom_after: int | None) -> str:
+    """A signal's name, and for SIGKILL whether the cgroup recorded an OOM kill."""
     known = signum in signal.Signals._value2member_map_
     name = signal.Signals(signum).name if known else str(signum)
-    oom_after = oom_kills()
     if signum == signal.SIGKILL and oom_before is not None and oom_after is not None:
         if oom_after > oom_before:
             return f"{name}, cgroup OOM (oom_kill {oom_before} -> {oom_after})"
@@ -125,7 +135,7 @@ def _failure(code: int, error_file: Path, log: Path, oom_before: int | None, tai
         return ChildFailure(
             kind="killed",
             exit_code=code,
-            message=_signal_message(-code, oom_before),
+            message=signal_message(-code, oom_before, oom_kills()),
             cycle=cycle,
             phase=phase,
         )

@@ -39,6 +39,7 @@ class PhaseMeter:
         device_counters: Callable[[], tuple[int, int]] | None = None,
         clock: Callable[[], float] = time.perf_counter,
         sampler: Sampler | None = None,
+        cgroup_reset: bool = True,
     ) -> None:
         self.runtime = runtime
         self.clock = clock
@@ -47,7 +48,7 @@ class PhaseMeter:
         self.host = host or HostProbe(arena=arena)
         self.pinned = PinnedProbe(enabled=not runtime.emulated)
         self.gpu = GpuProbe(enabled=not runtime.emulated)
-        self.cgroup = CgroupProbe()
+        self.cgroup = CgroupProbe(reset=cgroup_reset)
         self.sampler = sampler
         """Marks each phase's timed region on the timeline (``--trace``/``--plot`` only)."""
 

@@ -29,8 +29,8 @@ from offloadprobe.core.records import RunRecord
 from offloadprobe.core.units import format_bytes
 from offloadprobe.isolation.child import ChildOutcome, ChildSpec, run_child
 from offloadprobe.layout.terms import Term
+from offloadprobe.measure.memory_cgroup import CgroupUnavailable, MemoryGroup, create_group
 from offloadprobe.measure.phase_log import GATE_ENV
-from offloadprobe.repro.cgroup import CgroupUnavailable, MemoryGroup, create_group
 from offloadprobe.repro.children import GateKeeper, child_run, killed_at
 from offloadprobe.repro.records import ReproOutcome
 

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from offloadprobe.repro.cgroup import CgroupUnavailable, create_group
+from offloadprobe.measure.memory_cgroup import CgroupUnavailable, create_group
 from tests.conftest import ROOT, SUBPROCESS_TIMEOUT
 from tests.fakes import InProcessChild, install_child
 

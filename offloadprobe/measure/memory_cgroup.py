@@ -1,4 +1,5 @@
-"""A memory cgroup of our own for one child: created, limited, read, removed.
+"""A memory cgroup of our own: created, limited, read, removed (repro's scaled node, the
+node group of a run over several ranks).
 
 The group is made under this process's own memory cgroup (found in ``/proc/self/cgroup``),
 so it needs a writable hierarchy there: root, or a delegated subtree.

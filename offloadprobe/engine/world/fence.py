@@ -1,0 +1,64 @@
+"""Phases aligned across ranks, and the node cgroup read around each of them.
+
+Before a phase every rank waits at a barrier; local rank 0 then resets the node cgroup's
+peak and reads its usage; a second barrier starts the phase on all ranks together. After
+it, the ranks exchange whether they failed (so every rank stops at the same phase, and
+none waits forever for a rank that stopped), and local rank 0 reads the node's peak.
+The exchanges run on a CPU-side (gloo) group: control traffic never touches the device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.distributed as dist
+
+from offloadprobe.measure.node import NodeReading
+from offloadprobe.measure.probes.cgroup import PeakCounter, locate
+
+
+class PhaseFence:
+    """Barriers around every phase; the node leader's cgroup readings."""
+
+    def __init__(self, group: Any, *, leader: bool, node_cgroup: bool) -> None:
+        self.group = group
+        self.leader = leader
+        files = locate() if leader and node_cgroup else None
+        self.counter = PeakCounter(files) if files is not None else None
+        self.readings: list[NodeReading] = []
+        self._before: int | None = None
+        self._local = False
+
+    def before(self) -> None:
+        """Call on every rank right before a phase's measurement starts."""
+        dist.barrier(group=self.group)
+        if self.counter is not None:
+            self._local = self.counter.reset()
+            self._before = self.counter.usage()
+        dist.barrier(group=self.group)
+
+    def after(self, cycle: int, phase: str, failure: str | None) -> list[tuple[int, str]]:
+        """Call on every rank right after a phase; returns ``(rank, failure)`` of every rank
+        that failed in it (this one included)."""
+        if self.counter is not None:
+            self.readings.append(
+                NodeReading(
+                    cycle=cycle,
+                    phase=phase,
+                    usage_before=self._before,
+                    peak=self.counter.peak(),
+                    usage_after=self.counter.usage(),
+                    peak_is_phase_local=self._local,
+                )
+            )
+        return self.failed_anywhere(failure)
+
+    def failed_anywhere(self, failure: str | None) -> list[tuple[int, str]]:
+        """Every rank says whether it failed; all ranks get the same answer."""
+        said: list[Any] = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(said, failure, group=self.group)
+        return [(rank, text) for rank, text in enumerate(said) if text is not None]
+
+    def close(self) -> None:
+        if self.counter is not None:
+            self.counter.close()

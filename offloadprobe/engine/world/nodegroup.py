@@ -1,0 +1,87 @@
+"""The node's memory cgroup: every rank of a node runs inside one group, so the node's
+peak is the kernel's own counter, not a sum of guesses.
+
+``offloadprobe run --nproc-per-node`` makes the group before it starts torchrun and names
+it in ``NODE_CGROUP_ENV``; under a torchrun the user started, local rank 0 makes one and
+the node's other ranks join it. Memory a rank touched before it joined stays charged where
+it was, so node figures are read as growth over the node's usage at the first offload.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from offloadprobe.measure.memory_cgroup import CgroupUnavailable, MemoryGroup, create_group
+
+NODE_CGROUP_ENV = "OFFLOADPROBE_NODE_CGROUP"
+"""Path of the node's memory cgroup, set by the launcher for every rank it starts."""
+NODE_CGROUP_MISSING_ENV = "OFFLOADPROBE_NODE_CGROUP_MISSING"
+"""Why the launcher could not make one (then no rank tries again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    """Where this node's ranks run, or why no node cgroup exists."""
+
+    group: MemoryGroup | None
+    missing: str | None
+    made_here: bool = False
+
+    @property
+    def description(self) -> str | None:
+        if self.group is None:
+            return None
+        return f"cgroup v{self.group.version} {self.group.path}"
+
+
+def _version(path: Path) -> int:
+    return 2 if (path / "memory.current").exists() else 1
+
+
+def join(path: Path) -> MemoryGroup:
+    """Move this process into the memory cgroup at ``path``."""
+    group = MemoryGroup(_version(path), path)
+    group.procs.write_text(str(os.getpid()))
+    return group
+
+
+def enter_node_group(*, local_rank: int, run_id: str, node_rank: int, wait_s: float = 30.0):
+    """Put this rank in its node's cgroup: the launcher's, or one local rank 0 makes."""
+    given = os.environ.get(NODE_CGROUP_ENV)
+    if given:
+        try:
+            return NodeGroup(join(Path(given)), None)
+        except OSError as err:
+            return NodeGroup(None, f"cannot join the node cgroup {given} ({err.strerror})")
+    missing = os.environ.get(NODE_CGROUP_MISSING_ENV)
+    if missing:
+        return NodeGroup(None, missing)
+    name = f"offloadprobe-{run_id}-node{node_rank}"
+    if local_rank == 0:
+        try:
+            group = create_group(name)
+            group.procs.write_text(str(os.getpid()))
+            return NodeGroup(group, None, made_here=True)
+        except (CgroupUnavailable, OSError) as err:
+            return NodeGroup(None, str(err))
+    return NodeGroup(None, "pending")  # joined after local rank 0 made it (see join_made)
+
+
+def join_made(found: NodeGroup, leader_path: str | None, leader_missing: str | None):
+    """A non-leader rank joins the group its local rank 0 made (passed over the control
+    group), or records why there is none."""
+    if found.missing != "pending":
+        return found
+    if leader_path is None:
+        return NodeGroup(None, leader_missing or "local rank 0 made no node cgroup")
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            return NodeGroup(join(Path(leader_path)), None)
+        except OSError as err:
+            if time.monotonic() > deadline:
+                return NodeGroup(None, f"cannot join {leader_path} ({err.strerror})")
+            time.sleep(0.05)

@@ -1,0 +1,162 @@
+"""One rank of a run over several ranks: join the node, run the cycles, gather on rank 0.
+
+Every rank runs :func:`engine.runner.run_cycles` on its own shard of the model, with its
+phases fenced (``fence.py``). At the end each rank sends its record (and each node's
+local rank 0 its node cgroup readings) to rank 0, which builds the world's report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import socket
+from typing import Any
+
+import torch.distributed as dist
+
+from offloadprobe.core.config import RunConfig
+from offloadprobe.core.records import (
+    RankPlace,
+    Report,
+    RunRecord,
+    WorldRun,
+    run_from_dict,
+    run_to_dict,
+)
+from offloadprobe.engine.runtime import open_runtime
+from offloadprobe.engine.world import nodegroup
+from offloadprobe.engine.world.fence import PhaseFence
+from offloadprobe.measure.node import NodeReading, NodeSource, node_records
+
+
+def _leader_group(world: Any, node: nodegroup.NodeGroup, group: Any) -> nodegroup.NodeGroup:
+    """Tell every rank of a node where its local rank 0 put the node cgroup; join it."""
+    mine = (world.node_rank, world.local_rank, node.description, node.missing)
+    said: list[Any] = [None] * world.world_size
+    dist.all_gather_object(said, mine, group=group)
+    leader = next(s for s in said if s[0] == world.node_rank and s[1] == 0)
+    path = str(node.group.path) if node.group is not None else None
+    if world.local_rank != 0:
+        path = leader[2].split(" ", 2)[2] if leader[2] else None
+    return nodegroup.join_made(node, path, leader[3])
+
+
+def _merged(ranks: list[RunRecord], world: WorldRun) -> RunRecord:
+    """The row's record: rank 0's, carrying the first failure of any rank and every rank's
+    integrity and residency findings (each line names its rank)."""
+    first = ranks[0]
+    failing = next((r for r in ranks if r.failure_kind is not None), None)
+    fields: dict[str, Any] = {}
+    if failing is not None and failing is not first:
+        rank = failing.place.rank if failing.place else "?"
+        fields = {
+            "failure": f"rank {rank}: {failing.failure}",
+            "failure_kind": failing.failure_kind,
+            "failure_cycle": failing.failure_cycle,
+            "failure_phase": failing.failure_phase,
+        }
+    many = len(ranks) > 1
+    integrity = [f"rank {r.place.rank}: {line}" if many else line
+                 for r in ranks for line in r.integrity]  # fmt: skip
+    not_offloaded = [f"rank {r.place.rank}: {line}" if many else line
+                     for r in ranks for line in r.not_offloaded]  # fmt: skip
+    notes = list(dict.fromkeys(n for r in ranks for n in r.notes))
+    return dataclasses.replace(
+        first, integrity=integrity, not_offloaded=not_offloaded, notes=notes, world=world,
+        **fields,
+    )  # fmt: skip
+
+
+def run_rank(cfg: RunConfig, hooks: Any) -> Report | None:
+    """This rank's share of the run; rank 0 returns the world's report, others None."""
+    from offloadprobe.engine import environment
+    from offloadprobe.engine.runner import run_cycles
+
+    with open_runtime(cfg.device, cfg.seed, cfg.parallel) as runtime:
+        world = runtime.world
+        group = runtime.control_group()
+        node = nodegroup.enter_node_group(
+            local_rank=world.local_rank,
+            run_id=os.environ.get("TORCHELASTIC_RUN_ID", str(os.getppid())),
+            node_rank=world.node_rank,
+        )
+        node = _leader_group(world, node, group)
+        leader = world.local_rank == 0
+        fence = PhaseFence(group, leader=leader, node_cgroup=node.group is not None)
+        try:
+            record = run_cycles(cfg, runtime, dataclasses.replace(hooks, fence=fence))
+        finally:
+            fence.close()
+        place = RankPlace(
+            rank=world.rank,
+            local_rank=world.local_rank,
+            node_rank=world.node_rank,
+            world_size=world.world_size,
+            hostname=socket.gethostname(),
+        )
+        record = dataclasses.replace(record, place=place)
+        source = None
+        if leader:
+            source = NodeSource(
+                node_rank=world.node_rank,
+                hostname=place.hostname,
+                cgroup=node.description,
+                cgroup_missing=node.missing,
+                readings=fence.readings,
+            )
+        sent = (run_to_dict(record), dataclasses.asdict(source) if source else None)
+        got: list[Any] | None = [None] * world.world_size if world.rank == 0 else None
+        dist.gather_object(sent, got, dst=0, group=group)
+        _leave(node, group)
+        if got is None:
+            return None
+        ranks = sorted((run_from_dict(r) for r, _ in got), key=lambda r: r.place.rank)
+        sources = [_source(s) for _, s in got if s is not None]
+        layout = {"tp": world.tp, "pp": world.pp, "ep": world.ep, "cp": world.cp,
+                  "vpp": world.vpp, "dp": world.dp}  # fmt: skip
+        world_run = WorldRun(
+            world_size=world.world_size,
+            nnodes=len(sources) or 1,
+            layout=layout,
+            ranks=ranks,
+            nodes=node_records(ranks, sources),
+            notes=["phases aligned across ranks with barriers on a gloo group"],
+        )
+        row = _merged(ranks, world_run)
+        return Report(
+            device=runtime.device,
+            emulated=runtime.emulated,
+            emulation_note=runtime.note,
+            payload_bytes=row.payload_bytes,
+            versions=environment.versions(),
+            machine=environment.machine(),
+            model=dataclasses.asdict(cfg.model),
+            settings=_settings(cfg, world),
+            runs=[row],
+        )
+
+
+def _source(data: dict[str, Any]) -> NodeSource:
+    fields = dict(data)
+    fields["readings"] = [NodeReading(**r) for r in data["readings"]]
+    return NodeSource(**fields)
+
+
+def _settings(cfg: RunConfig, world: Any) -> dict[str, Any]:
+    from offloadprobe.engine.runner import settings
+
+    return {**settings(cfg), "world_size": world.world_size, "layout": world.layout}
+
+
+def _leave(node: nodegroup.NodeGroup, group: Any) -> None:
+    """Under a user's torchrun, the group local rank 0 made is removed at the end: every
+    rank moves back to the group above it first."""
+    made = node.group is not None and os.environ.get(nodegroup.NODE_CGROUP_ENV) is None
+    if made:
+        with contextlib.suppress(OSError):
+            (node.group.path.parent / "cgroup.procs").write_text(str(os.getpid()))
+    dist.barrier(group=group)
+    if node.made_here:
+        with contextlib.suppress(OSError):
+            node.group.remove()

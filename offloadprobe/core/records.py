@@ -308,6 +308,8 @@ class NodeRecord:
     """Highest node cgroup usage in any offload or load phase, over ``baseline_bytes``."""
     peak_x: float | None
     """``peak_bytes`` over the bytes the node's ranks move together."""
+    steady_bytes: int | None
+    """Node cgroup usage after the last offload, over ``baseline_bytes``."""
     rank_peak_sum_bytes: int | None
     """Sum of the ranks' own host peaks (each over its own baseline): the node figure if
     every rank peaked at once."""

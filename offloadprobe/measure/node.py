@@ -93,24 +93,26 @@ def node_phases(ranks: Sequence[RunRecord], readings: Sequence[NodeReading]) -> 
     return out
 
 
-def _node_peak(phases: list[NodePhase]) -> tuple[int | None, int | None, str | None]:
-    """(baseline, peak over it, why not) from the offload and load phases."""
+def _node_peak(phases: list[NodePhase]) -> tuple[int | None, int | None, int | None, str | None]:
+    """(baseline, peak over it, steady over it, why not) from the offload and load phases."""
     moving = [p for p in phases if p.phase in OFFLOADS + LOADS]
     if not moving:
-        return None, None, "no offload or load phase completed on every rank of the node"
+        return None, None, None, "no offload or load phase completed on every rank"
     if any(p.peak is None or p.usage_before is None for p in moving):
-        return None, None, "the node cgroup has no peak counter here"
+        return None, None, None, "the node cgroup has no peak counter here"
     if not all(p.peak_is_phase_local for p in moving):
-        return None, None, "the node cgroup's peak counter cannot be reset per phase here"
+        return None, None, None, "the node cgroup's peak counter cannot be reset per phase here"
     baseline = moving[0].usage_before
     assert baseline is not None
-    return baseline, max(p.peak or 0 for p in moving) - baseline, None
+    last = [p for p in moving if p.phase in OFFLOADS][-1]
+    steady = None if last.usage_after is None else last.usage_after - baseline
+    return baseline, max(p.peak or 0 for p in moving) - baseline, steady, None
 
 
 def node_record(ranks: Sequence[RunRecord], source: NodeSource) -> NodeRecord:
     """One node's row from its ranks' records and its local rank 0's cgroup readings."""
     phases = node_phases(ranks, source.readings)
-    baseline, peak, why = _node_peak(phases) if source.cgroup else (None, None, None)
+    baseline, peak, steady, why = _node_peak(phases) if source.cgroup else (None, None, None, None)
     summaries = [r.summary for r in ranks]
     figures = {}
     for name in FIGURES:
@@ -129,6 +131,7 @@ def node_record(ranks: Sequence[RunRecord], source: NodeSource) -> NodeRecord:
         baseline_bytes=baseline,
         peak_bytes=peak,
         peak_x=(peak / moved.sum) if peak is not None and moved and moved.sum else None,
+        steady_bytes=steady,
         rank_peak_sum_bytes=int(peaks.sum) if peaks is not None and complete else None,
         figures=figures,
         phases=phases,

@@ -18,6 +18,7 @@ from offloadprobe.core.units import format_bytes, format_ratio
 from offloadprobe.report.run_parts import OPTIMIZER, PARAMETERS, is_model_owner, kept_parts
 from offloadprobe.report.run_summary import label, summary_block, verdict
 from offloadprobe.report.tables import NOT_MEASURED, Column, Left, column_table
+from offloadprobe.report.world_table import world_table
 
 TRAIN = "train"
 
@@ -170,6 +171,9 @@ def render_report(report: Report, console: Console) -> None:
         for extra in (device_table(run), residency_table(run, gpu=gpu)):
             if extra is not None:
                 console.print(extra)
+        if run.world is not None:
+            console.print()
+            console.print(world_table(run.world))
     notes = sorted({n for run in report.runs for n in run.notes} - {report.emulation_note})
     versions = ", ".join(f"{k} {v}" for k, v in report.versions.items() if v)
     lines = [Text(f"device {report.device}; {versions}", style="dim")]

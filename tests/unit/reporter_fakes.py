@@ -485,3 +485,59 @@ def repro() -> Repro:
         ],
         notes=["CPU emulation: nothing is pinned"],
     )
+
+
+def rank_run(rank: int, node: int, *, peak: int, world_size: int = 2) -> RunRecord:
+    """One rank's two-cycle CPU run whose offloads peak ``peak`` bytes over its baseline."""
+    from offloadprobe.core.records import RankPlace
+
+    base = cpu_run()
+    phases = [
+        replace(p, host=host(peak, p.host.rss_after - BASE)) if p.phase == "offload" else p
+        for p in base.phases
+    ]
+    summary = replace(
+        base.summary, host_peak_bytes=peak, host_peak_x=peak / base.payload_bytes,
+        moved_bytes=base.payload_bytes,
+    )  # fmt: skip
+    place = RankPlace(
+        rank=rank, local_rank=rank % 2, node_rank=node, world_size=world_size, hostname="vm"
+    )
+    return replace(base, phases=phases, summary=summary, place=place)
+
+
+def node_readings(node_peak: int, *, local: bool = True) -> list:
+    """The node cgroup around each phase of ``rank_run``: offloads peak ``node_peak`` over
+    the node's usage before the first offload (``2 * BASE``)."""
+    from offloadprobe.measure.node import NodeReading
+
+    out = []
+    for c in range(2):
+        for name in ("train", "offload", "load"):
+            before = 2 * BASE + (2 * 128 * MiB if c else 0)
+            peak = 2 * BASE + node_peak if name == "offload" else before + MiB
+            out.append(
+                NodeReading(
+                    cycle=c, phase=name, usage_before=2 * BASE, peak=peak,
+                    usage_after=2 * BASE + 2 * 128 * MiB, peak_is_phase_local=local,
+                )
+            )  # fmt: skip
+    return out
+
+
+def world_run() -> RunRecord:
+    """Two ranks on one node: naive-like offload peaks of 2x each, 3x at the node."""
+    from offloadprobe.core.records import WorldRun
+    from offloadprobe.measure.node import NodeSource, node_records
+
+    ranks = [rank_run(0, 0, peak=256 * MiB), rank_run(1, 0, peak=260 * MiB)]
+    source = NodeSource(
+        node_rank=0, hostname="vm", cgroup="cgroup v1 /sys/fs/cgroup/memory/op-node",
+        cgroup_missing=None, readings=node_readings(384 * MiB),
+    )  # fmt: skip
+    layout = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "vpp": None, "dp": 2}
+    world = WorldRun(
+        world_size=2, nnodes=1, layout=layout, ranks=ranks,
+        nodes=node_records(ranks, [source]), notes=["phases aligned across ranks"],
+    )  # fmt: skip
+    return replace(ranks[0], world=world)

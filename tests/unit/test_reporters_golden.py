@@ -49,6 +49,7 @@ RENDERERS: dict[str, Callable[[Console], None]] = {
     "plan": lambda c: render_plan(fake.scenario_plan(), c, terms=True),
     "plan-probe": lambda c: render_probe(fake.probe_rows(), c, title="probe model: 1000 MiB"),
     "repro": lambda c: render_repro(fake.repro(), c),
+    "run-world": lambda c: render_report(fake.report(fake.world_run(), emulated=True), c),
 }
 
 

@@ -75,6 +75,14 @@ def compare_command(
     seq_length: opt.SeqLength = opt.DEFAULT.seq_length,
     micro_batch: opt.MicroBatch = opt.DEFAULT.micro_batch_size,
     seed: opt.Seed = 1234,
+    num_experts: opt.NumExperts = 0,
+    moe_router_topk: opt.MoeTopk = opt.DEFAULT.moe_router_topk,
+    nproc_per_node: opt.NprocPerNode = 1,
+    tp: opt.Tp = 1,
+    pp: opt.Pp = 1,
+    ep: opt.Ep = 1,
+    cp: opt.Cp = 1,
+    vpp: opt.Vpp = None,
     json_path: opt.JsonPath = None,
     markdown: Annotated[
         Path | None, typer.Option("--markdown", help="Write a Markdown table for a PR.")
@@ -104,7 +112,15 @@ def compare_command(
         seq_length=seq_length,
         micro_batch=micro_batch,
         payload=payload,
+        num_experts=num_experts,
+        moe_router_topk=moe_router_topk,
     )
+    parallel = opt.parallel_config(tp=tp, pp=pp, ep=ep, cp=cp, vpp=vpp)
+    if nproc_per_node < 1:
+        raise UsageError("--nproc-per-node must be at least 1")
+    parallel.dp(nproc_per_node)
+    if nproc_per_node > 1 and outputs.wanted:
+        raise UsageError("--trace/--plot record one process per row: drop them with ranks")
     choice = opt.optimizer_choice(
         precision_aware=precision_aware,
         exp_avg_dtype=exp_avg_dtype,
@@ -120,6 +136,7 @@ def compare_command(
         optimizer=choice,
         reference_check=reference_check,
         optimizer_first=optimizer_first,
+        parallel=parallel,
     )
     resolve_device(device)
     for strategy in strategies:
@@ -132,7 +149,8 @@ def compare_command(
     items = candidates(strategies, optimizer_strategy or [], alloc_conf or [])
     pairs = [(c.strategy, c.optimizer_strategy or "none") for c in items]
     check_fits(model, strategies=pairs, optimizer=choice, device=resolve_device(device),
-               force=force)  # fmt: skip
+               force=force, ranks=nproc_per_node,
+               model_parallel=parallel.model_parallel)  # fmt: skip
     base = _baseline(baseline, items)
     err = Console(file=sys.stderr)
 
@@ -156,6 +174,7 @@ def compare_command(
             extra_env=(lambda i: {TIMELINE_ENV: str(side_file(folder, i))})
             if outputs.wanted
             else None,
+            nproc_per_node=nproc_per_node,
         )
         render_comparison(comparison, Console())
         doc = comparison.to_dict()

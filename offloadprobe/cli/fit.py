@@ -56,6 +56,8 @@ def check_fits(
     optimizer: OptimizerChoice,
     device: str,
     force: bool,
+    ranks: int = 1,
+    model_parallel: int = 1,
 ) -> Footprint:
     """The largest footprint of the (strategy, optimizer strategy) pairs; ``UsageError``
     when it exceeds what this process may use, unless ``force``."""
@@ -67,13 +69,16 @@ def check_fits(
     if force:
         return worst
     available, source = available_host_bytes()
-    if worst.total_bytes <= available:
+    # Several ranks on this node: each holds 1/model_parallel of the model (tp x pp x cp).
+    need = worst.total_bytes * ranks // model_parallel
+    if need <= available:
         return worst
     where = "CPU emulation: the emulated device is host memory too" if device == "cpu" else device
     shown = ", ".join(f"{t.label} {format_bytes(t.value)}" for t in worst.terms[:-1] if t.value)
-    largest = worst.largest_payload(available, device=device)
+    largest = worst.largest_payload(available * model_parallel // ranks, device=device)
+    who = f"{ranks} ranks" if ranks > 1 else where
     raise UsageError(
-        f"this run needs about {format_bytes(worst.total_bytes)} of host memory ({where}: "
+        f"this run needs about {format_bytes(need)} of host memory ({who}: "
         f"{shown}) but this process may use {format_bytes(available)} ({source}); the largest "
         f"payload that fits is about {format_bytes(largest)}: lower --payload, or pass --force "
         "to run anyway"

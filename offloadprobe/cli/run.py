@@ -155,6 +155,11 @@ def run_command(
         raise UsageError("--nproc-per-node and --nnodes must be at least 1")
     if (nproc_per_node > 1 or nnodes > 1) and not under_torchrun():
         cfg.parallel.dp(nproc_per_node * nnodes)  # exit 2 before any rank starts
+        if config is None:
+            check_fits(cfg.model, strategies=[(cfg.strategy, cfg.optimizer_strategy)],
+                       optimizer=cfg.optimizer, device=resolved, force=force,
+                       ranks=nproc_per_node,
+                       model_parallel=cfg.parallel.model_parallel)  # fmt: skip
         if outputs.wanted:
             raise UsageError("--trace/--plot/--timeline record one process: drop them for now")
         launch = Launch(nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint)

@@ -113,6 +113,7 @@ def compare(
     timeout_s: float | None = None,
     on_start: Callable[[int, Candidate], None] | None = None,
     extra_env: Callable[[int], dict[str, str]] | None = None,
+    nproc_per_node: int = 1,
 ) -> Comparison:
     """Run every candidate in its own process, one after another.
 
@@ -128,7 +129,10 @@ def compare(
             optimizer_strategy=item.optimizer_strategy or base.optimizer_strategy,
         )
         env = {**alloc_conf_env(item.alloc_conf), **(extra_env(index) if extra_env else {})}
-        spec = ChildSpec(label=item.label, config=config, env=env, timeout_s=timeout_s)
+        spec = ChildSpec(
+            label=item.label, config=config, env=env, timeout_s=timeout_s,
+            nproc_per_node=nproc_per_node,
+        )  # fmt: skip
         outcome = run_child(spec)
         run = outcome.run
         verdict, breaches = judge(run, budgets or [], failure=failure_of(outcome))

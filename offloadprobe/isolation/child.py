@@ -41,6 +41,8 @@ class ChildSpec:
     """A ``cgroup.procs`` file the child joins before it starts (memory limits)."""
     phase_log: Path | None = None
     """Where the child logs its phases; a temporary file when not given."""
+    nproc_per_node: int = 1
+    """Ranks the child starts through torchrun's launcher (``run --nproc-per-node``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,6 +164,8 @@ def run_child(spec: ChildSpec, *, python: str = sys.executable) -> ChildOutcome:
         config.write_text(json.dumps(spec.config.to_dict()))
         cmd = [python, "-m", "offloadprobe", "run", "--config", str(config), "--json", str(out)]
         cmd += ["--no-progress", "--phase-log", str(log)]
+        if spec.nproc_per_node > 1:
+            cmd += ["--nproc-per-node", str(spec.nproc_per_node)]
         env = {**os.environ, **spec.env, ERROR_FILE_ENV: str(error_file)}
         oom_before = oom_kills()
         try:

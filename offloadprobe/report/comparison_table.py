@@ -16,6 +16,7 @@ from offloadprobe.report.comparison_cells import (
     verdict_notes,
 )
 from offloadprobe.report.tables import column_table
+from offloadprobe.report.world_table import compare_nodes_table
 
 
 def comparison_table(comparison: Comparison) -> RenderableType:
@@ -60,6 +61,9 @@ def render_comparison(comparison: Comparison, console: Console) -> None:
     parts = parts_table(comparison)
     if parts is not None:
         console.print(parts)
+    nodes = compare_nodes_table([(r.candidate.label, r.run) for r in comparison.rows])
+    if nodes is not None:
+        console.print(nodes)
     console.print(device_table(comparison))
     notes = sorted({n for r in comparison.rows if r.run for n in r.run.notes})
     for note in notes:

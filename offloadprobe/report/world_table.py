@@ -107,3 +107,63 @@ def _caption(world: WorldRun) -> str:
                 f"{share:.2f} of the sum of its ranks' peaks ({node.cgroup})"
             )
     return "\n".join(lines + world.notes)
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeRow:
+    label: str
+    node: NodeRecord
+
+
+def _x(value: int | None, moved: float | None) -> str:
+    if value is None:
+        return NOT_MEASURED
+    if not moved:
+        return format_bytes(value)
+    return f"{value / moved:.2f}x {format_bytes(value)}"
+
+
+def _per_rank_moved(n: NodeRecord) -> float | None:
+    moved = n.figures.get("moved_bytes")
+    return moved.mean if moved else None
+
+
+def _node_moved(n: NodeRecord) -> float | None:
+    moved = n.figures.get("moved_bytes")
+    return moved.sum if moved else None
+
+
+NODE_COLUMNS: list[Column[_NodeRow]] = [
+    Left("strategy / node", lambda r: f"{r.label} / {r.node.node_rank}"),
+    Column(
+        "rank max", lambda r: _x(_int(r.node, "host_peak_bytes", "max"), _per_rank_moved(r.node))
+    ),
+    Column("ranks' sum", lambda r: _x(r.node.rank_peak_sum_bytes, _node_moved(r.node))),
+    Column("node measured", lambda r: _x(r.node.peak_bytes, _node_moved(r.node))),
+]
+
+
+def _int(node: NodeRecord, name: str, stat: str) -> int | None:
+    value = _stat(node, name, stat)
+    return None if value is None else int(value)
+
+
+def compare_nodes_table(rows: list[tuple[str, RunRecord | None]]) -> RenderableType | None:
+    """One row per compared strategy and node: the largest rank peak, the sum of the
+    ranks' peaks and the node cgroup's measured peak, each also as a multiple of what the
+    rank (node) moves. None when no row ran over several ranks."""
+    found = [
+        _NodeRow(label, node)
+        for label, run in rows
+        if run is not None and run.world is not None
+        for node in run.world.nodes
+    ]
+    if not found:
+        return None
+    return column_table(
+        NODE_COLUMNS,
+        found,
+        title="host peak per node",
+        caption="x = over the bytes one rank (rank max) or the node's ranks together move; "
+        "measured = the node memory cgroup's peak over its usage before the first offload",
+    )

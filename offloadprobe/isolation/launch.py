@@ -102,7 +102,12 @@ def launch(cfg: RunConfig, how: Launch, *, python: str = sys.executable) -> Laun
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     run_id = how.run_id or uuid.uuid4().hex[:12]
-    group, missing = _node_group(run_id)
+    given = os.environ.get(NODE_CGROUP_ENV)
+    if given:  # a parent (repro) made the group, limits it and removes it
+        path = Path(given)
+        group, missing = MemoryGroup(2 if (path / "memory.current").exists() else 1, path), None
+    else:
+        group, missing = _node_group(run_id)
     with tempfile.TemporaryDirectory(prefix="offloadprobe-ranks-") as tmp:
         work = Path(tmp)
         config, out = work / "config.json", work / "report.json"
@@ -131,7 +136,7 @@ def launch(cfg: RunConfig, how: Launch, *, python: str = sys.executable) -> Laun
             if group is not None:
                 if how.node_limit_bytes is not None:
                     group.set_limit(how.node_limit_bytes)
-                with _inside(group):
+                with _inside(group, move=not given):
                     elastic_launch(launch_config, python)(*args)
             else:
                 elastic_launch(launch_config, python)(*args)
@@ -148,8 +153,9 @@ def launch(cfg: RunConfig, how: Launch, *, python: str = sys.executable) -> Laun
         if group is not None:
             after = group.oom_kills()
             kills = None if after is None or oom_before is None else after - oom_before
-            with contextlib.suppress(OSError):
-                group.remove()
+            if not given:
+                with contextlib.suppress(OSError):
+                    group.remove()
         return LaunchOutcome(
             report=report,
             failure=failure,
@@ -159,9 +165,12 @@ def launch(cfg: RunConfig, how: Launch, *, python: str = sys.executable) -> Laun
 
 
 @contextlib.contextmanager
-def _inside(group: MemoryGroup):
+def _inside(group: MemoryGroup, *, move: bool = True):
     """Run the torchrun agent (and so every rank it spawns) inside ``group``; move this
-    process back to where it was afterwards."""
+    process back to where it was afterwards (a parent that put us there keeps us there)."""
+    if not move:
+        yield
+        return
     before = group.path.parent / "cgroup.procs"
     group.procs.write_text(str(os.getpid()))
     try:

@@ -31,6 +31,9 @@ class PhaseLog:
         self.path.write_text("")
         env_gate = os.environ.get(GATE_ENV)
         self.gate = gate if gate is not None else (Path(env_gate) if env_gate else None)
+        if os.environ.get("RANK", "0") != "0":
+            # Several ranks: rank 0 alone pauses; the others wait for it at the phase fence.
+            self.gate = None
         self._gates_passed = 0
 
     def _write(self, event: str, cycle: int, phase: str) -> None:

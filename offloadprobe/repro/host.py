@@ -27,6 +27,7 @@ from pathlib import Path
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.records import RunRecord
 from offloadprobe.core.units import format_bytes
+from offloadprobe.engine.world.nodegroup import NODE_CGROUP_ENV
 from offloadprobe.isolation.child import ChildOutcome, ChildSpec, run_child
 from offloadprobe.layout.terms import Term
 from offloadprobe.measure.memory_cgroup import CgroupUnavailable, MemoryGroup, create_group
@@ -47,8 +48,11 @@ class HostJob:
     """The shared child configuration; the job's strategy is set on it."""
     """``offloadprobe run`` flags (model, device, cycles...) without the strategy."""
     limit: int
-    """Scaled host limit: bytes the child may add over its pre-offload usage."""
+    """Scaled host limit: bytes the child may add over its pre-offload usage (the node's,
+    with several ranks)."""
     timeout_s: float | None = None
+    ranks: int = 1
+    """Ranks the child starts in the group (a node-level repro)."""
 
 
 def run_host_job(job: HostJob, workdir: Path, *, use_cgroup: bool = True) -> ReproOutcome:
@@ -69,8 +73,9 @@ def run_host_job(job: HostJob, workdir: Path, *, use_cgroup: bool = True) -> Rep
 def _spec(job: HostJob, log: Path, **extra) -> ChildSpec:
     config = replace(job.config, strategy=job.strategy)
     return ChildSpec(
-        label=job.strategy, config=config, phase_log=log, timeout_s=job.timeout_s, **extra
-    )
+        label=job.strategy, config=config, phase_log=log, timeout_s=job.timeout_s,
+        nproc_per_node=job.ranks, **extra,
+    )  # fmt: skip
 
 
 class _LimitWindow:
@@ -106,7 +111,10 @@ def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
     keeper = GateKeeper(gate, window)
     keeper.start()
     try:
-        outcome = run_child(_spec(job, log, env={GATE_ENV: str(gate)}, cgroup_procs=group.procs))
+        env = {GATE_ENV: str(gate)}
+        if job.ranks > 1:  # the ranks' launcher runs them in this group, not one of its own
+            env[NODE_CGROUP_ENV] = str(group.path)
+        outcome = run_child(_spec(job, log, env=env, cgroup_procs=group.procs))
     finally:
         keeper.stop()
     base = dict(
@@ -154,8 +162,45 @@ def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
             **base,
         )
     run = child_run(outcome)
+    if job.ranks > 1 and run is not None and run.failure_kind == "killed":
+        where = f"cycle {run.failure_cycle}, phase {run.failure_phase}"
+        if kills:
+            return ReproOutcome(
+                observed="oom",
+                detail=f"OOM reproduced at node level: {run.failure} (cgroup oom_kill 0 -> "
+                f"{kills})",
+                cycle=run.failure_cycle,
+                phase=run.failure_phase,
+                terms=tuple(terms),
+                **base,
+            )
+        return ReproOutcome(
+            observed="error",
+            detail=f"a rank was killed at {where}, but the cgroup recorded no OOM kill",
+            terms=tuple(terms),
+            **base,
+        )
     if outcome.exit_code != 0 or run is None or run.summary is None:
         return ReproOutcome(observed="error", detail=outcome.verdict, terms=tuple(terms), **base)
+    node = run.world.nodes[0] if run.world is not None and run.world.nodes else None
+    if job.ranks > 1 and node is not None and node.peak_bytes is not None:
+        margin = job.limit - node.peak_bytes
+        terms.append(
+            Term(
+                label="node peak in offload/load phases",
+                formula="node cgroup peak over its usage at the first offload",
+                value=node.peak_bytes,
+            )
+        )
+        terms.append(Term(label="margin", formula="scaled node limit - node peak", value=margin))
+        return ReproOutcome(
+            observed="ok",
+            detail=f"within the node limit, margin {format_bytes(margin)} (node cgroup peak "
+            f"{format_bytes(node.peak_bytes)} of {format_bytes(job.limit)})",
+            margin=margin,
+            terms=tuple(terms),
+            **base,
+        )
     peaks = [
         p.cgroup.peak
         for p in run.phases

@@ -11,6 +11,7 @@ from offloadprobe.core.config import ModelConfig, size_for_payload
 from offloadprobe.core.errors import UsageError
 from offloadprobe.engine import environment
 from offloadprobe.engine.runtime.session import resolve_device
+from offloadprobe.layout.terms import Term
 from offloadprobe.repro.children import base_config
 from offloadprobe.repro.gpu import calibrate, optimizer_choice, run_gpu_job
 from offloadprobe.repro.host import HostJob, run_host_job
@@ -68,6 +69,16 @@ def reproduce(
         if params:
             scaling = host_scaling(s, model)
             host_terms, scale = scaling.terms, scaling.scale.describe()
+            ranks = s.repro.ranks_per_node if s.repro else 1
+            if ranks > 1:
+                host_terms += (
+                    Term(
+                        label="scaled node limit",
+                        formula=f"{ranks} ranks per node ([repro] ranks_per_node) x the "
+                        "scaled per-rank limit",
+                        value=ranks * scaling.limit,
+                    ),
+                )
             config = base_config(model, device=resolved, cycles=cycles, train_steps=train_steps)
             for e in params:
                 if on_start is not None:
@@ -76,8 +87,9 @@ def reproduce(
                     strategy=e.strategy,
                     expected=e.outcome,
                     config=config,
-                    limit=scaling.limit,
+                    limit=ranks * scaling.limit,
                     timeout_s=timeout_s,
+                    ranks=ranks,
                 )
                 outcomes.append(run_host_job(job, work, use_cgroup=use_cgroup))
         if optimizers:
@@ -123,6 +135,11 @@ def reproduce(
             f"host children run --train-steps {train_steps}; the limit is held from each "
             "offload to the end of its load (the phases summary.host_peak_bytes covers)"
         )
+        if s.repro and s.repro.ranks_per_node > 1:
+            notes.append(
+                f"{s.repro.ranks_per_node} ranks per child, started through torchrun's "
+                "launcher in one node cgroup that holds the scaled node limit"
+            )
     if emulated:
         notes.append("CPU emulation: no pinned memory, so no power-of-two rounding on the host")
     return Repro(

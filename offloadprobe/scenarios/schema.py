@@ -150,6 +150,8 @@ class Repro:
 
     payload: int
     cycles: int = 3
+    ranks_per_node: int = 1
+    """Scaled ranks run together in one node cgroup under the scaled node limit."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -394,15 +396,19 @@ class _Reader:
         )
 
     def repro(self, t: Mapping[str, Any]) -> Repro:
-        self.known("repro", t, ("payload", "cycles"))
+        self.known("repro", t, ("payload", "cycles", "ranks_per_node"))
         if "payload" not in t:
             raise self.fail("repro.payload", 'missing; add payload = "64MiB"')
         cycles = self.opt(t, "repro", "cycles", int)
         if cycles is not None and cycles < 1:
             raise self.fail("repro.cycles", f"must be at least 1, got {cycles}")
+        ranks = self.opt(t, "repro", "ranks_per_node", int)
+        if ranks is not None and ranks < 1:
+            raise self.fail("repro.ranks_per_node", f"must be at least 1, got {ranks}")
         return Repro(
             payload=self.size("repro.payload", t["payload"]),
             cycles=3 if cycles is None else cycles,
+            ranks_per_node=1 if ranks is None else ranks,
         )
 
     # ---- primitives

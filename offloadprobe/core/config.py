@@ -114,12 +114,13 @@ class ModelConfig:
 
 
 def model_param_count(layers: int, hidden: int, vocab: int, seq: int, experts: int = 0) -> int:
-    """``gpt_param_count`` with ``experts`` MLPs (and a router) in place of each layer's MLP."""
+    """``gpt_param_count`` with ``experts`` MLPs and a router (an ``E x h`` weight and an
+    ``E`` bias, megatron-core 0.16 with linear biases) in place of each layer's MLP."""
     dense = gpt_param_count(layers, hidden, vocab, seq)
     if not experts:
         return dense
     mlp = 8 * hidden * hidden + 5 * hidden
-    return dense + layers * (experts * mlp + experts * hidden - mlp)
+    return dense + layers * (experts * mlp + experts * (hidden + 1) - mlp)
 
 
 def gpt_param_count(layers: int, hidden: int, vocab: int, seq: int) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import uuid
@@ -74,8 +75,16 @@ def _free_endpoint() -> str:
 def _first_failure(
     failures: dict[int, Any], work: Path, group: MemoryGroup | None, oom_before: int | None
 ) -> ChildFailure:
-    """The rank that failed first (torchrun's root cause), as a typed failure."""
-    rank, failure = min(failures.items(), key=lambda kv: (kv[1].timestamp, kv[0]))
+    """The rank that failed first, as a typed failure: the agent stops the other ranks with
+    SIGTERM once one fails, so a rank that ended any other way is the cause; among those,
+    the earliest (torchrun's own root-cause rule)."""
+    stopped = -signal.SIGTERM
+
+    def cause(item: tuple[int, Any]) -> tuple[bool, float, int]:
+        rank, failure = item
+        return failure.exitcode == stopped, failure.timestamp, rank
+
+    rank, failure = min(failures.items(), key=cause)
     where = last_started(rank_file(work / "phases.jsonl", rank))
     cycle, phase = where if where else (None, None)
     code = failure.exitcode

@@ -91,7 +91,8 @@ def test_two_torchrun_agents_are_two_nodes(tmp_path):
            "--rdzv-id", f"op-test-{os.getpid()}", "-m", "offloadprobe", "run", "--tp", "2",
            "--strategy", "lazy", "--layers", "2", "--hidden", "256", "--heads", "4",
            "--vocab", "1024", "--seq-length", "32", "--micro-batch", "1", "--cycles", "1",
-           "--device", "cpu", "--no-reference-check", "--no-progress", "--json", str(out)]  # fmt: skip
+           "--device", "cpu", "--no-reference-check", "--no-progress",
+           "--json", str(out)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     agents = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip

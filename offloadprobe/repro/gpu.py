@@ -83,6 +83,7 @@ def calibrate(
     workdir: Path,
     timeout_s: float | None,
     floor: int = 0,
+    ranks: int = 1,
 ) -> tuple[GpuSettings | None, str]:
     """Run the calibration child; the settings, or None and why not."""
     spec = ChildSpec(
@@ -94,6 +95,7 @@ def calibrate(
             cycles=1,
         ),
         timeout_s=timeout_s,
+        nproc_per_node=ranks,
     )
     outcome = run_child(spec)
     run = child_run(outcome)
@@ -134,6 +136,7 @@ def run_gpu_job(
     *,
     emulated: bool,
     timeout_s: float | None,
+    ranks: int = 1,
 ) -> ReproOutcome:
     """Run one optimizer strategy under the settings and classify what happened."""
     log = workdir / f"{strategy}.phases.jsonl"
@@ -148,6 +151,7 @@ def run_gpu_job(
         ),
         phase_log=log,
         timeout_s=timeout_s,
+        nproc_per_node=ranks,
     )
     outcome = run_child(spec)
     method = (

@@ -101,7 +101,10 @@ def reproduce(
             )
             if on_start is not None:
                 on_start("calibration")
-            settings, why = calibrate(config, gscaling, work, timeout_s, gpu_limit_floor)
+            ranks = s.repro.ranks_per_node if s.repro else 1
+            settings, why = calibrate(
+                config, gscaling, work, timeout_s, gpu_limit_floor, ranks=ranks
+            )
             gpu_terms = gscaling.terms + (settings.terms if settings else ())
             for e in optimizers:
                 if settings is None:
@@ -127,6 +130,7 @@ def reproduce(
                         work,
                         emulated=emulated,
                         timeout_s=timeout_s,
+                        ranks=ranks,
                     )
                 )
     notes = []

@@ -107,13 +107,15 @@ class ModelConfig:
     @property
     def param_count(self) -> int:
         """Parameters of the local-spec GPTModel (LayerNorm with bias, untied output layer);
-        with experts, each layer's MLP is replaced by ``num_experts`` MLPs and a router."""
+        with experts, each layer's MLP is replaced by ``num_experts`` MLPs and a router
+        (an ``E x h`` weight and, with linear biases as here, an ``E`` bias: megatron-core
+        0.16; checked against a real build in tests/integration/test_layouts_cpu.py)."""
         dense = gpt_param_count(self.num_layers, self.hidden_size, self.vocab_size, self.seq_length)
         if not self.num_experts:
             return dense
         h = self.hidden_size
         mlp = 8 * h * h + 5 * h
-        per_layer_moe = self.num_experts * mlp + self.num_experts * h
+        per_layer_moe = self.num_experts * mlp + self.num_experts * (h + 1)
         return dense + self.num_layers * (per_layer_moe - mlp)
 
 

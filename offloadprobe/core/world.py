@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from offloadprobe.core.config import ParallelConfig
+from offloadprobe.core.config import ModelConfig, ParallelConfig
 from offloadprobe.core.errors import UsageError
 
 LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -28,6 +29,9 @@ class World:
     pp: int = 1
     ep: int = 1
     cp: int = 1
+    etp: int = 1
+    """Expert tensor-parallel size: always 1 here (experts whole on their ep rank, as
+    megatron-core requires for MoE layers with linear biases)."""
     vpp: int | None = None
     """Virtual pipeline stages per pipeline rank (model chunks per rank), or None."""
     dp: int = 1
@@ -75,3 +79,28 @@ class World:
             vpp=parallel.vpp,
             dp=parallel.dp(world_size),
         )
+
+
+def check_layout(cfg: ModelConfig, world: World | ParallelConfig) -> None:
+    """Raise ``UsageError`` for a layout megatron-core cannot build on this host (what it
+    lacks: TransformerEngine for cp, Apex for MoE under tp). Torch-free: a launcher can
+    call it with the ``ParallelConfig`` before starting any rank."""
+    if world.cp > 1 and importlib.util.find_spec("transformer_engine") is None:
+        raise UsageError(
+            "--cp needs TransformerEngine (megatron-core's context-parallel attention), "
+            "which this host lacks: use --cp 1 or install transformer_engine"
+        )
+    if world.tp > 1 and cfg.num_experts:
+        # megatron trains MoE layers under tp only with sequence parallelism, and the local
+        # spec's LayerNorm supports that only as Apex's FusedLayerNorm
+        if importlib.util.find_spec("apex") is None:
+            raise UsageError(
+                "--tp above 1 with --num-experts needs sequence parallelism, which "
+                "megatron-core's local layers support only with Apex, which this host lacks: "
+                "use --tp 1 with experts (--ep spreads them)"
+            )
+        if cfg.seq_length % world.tp:
+            raise UsageError(
+                f"--tp {world.tp} with experts needs sequence parallelism: make --seq-length "
+                f"a multiple of {world.tp}"
+            )

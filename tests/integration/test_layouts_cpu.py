@@ -110,15 +110,24 @@ def test_moe_param_count_matches_megatron_at_one_rank():
         assert built.param_count == model.param_count
 
 
-def test_context_parallel_is_refused_without_transformer_engine():
+@pytest.mark.parametrize(
+    ("model", "parallel", "package", "message"),
+    [
+        (DENSE, {"cp": 2}, "transformer_engine", "--cp needs TransformerEngine"),
+        (MOE, {"tp": 2}, "apex", "--tp above 1 with --num-experts needs sequence parallelism"),
+    ],
+)
+def test_layouts_this_host_cannot_build_are_refused_in_one_line(model, parallel, package, message):
     import importlib.util
 
+    from offloadprobe.core.config import ParallelConfig
     from offloadprobe.core.errors import UsageError
-    from offloadprobe.core.world import World
-    from offloadprobe.engine.model.builder import check_layout
+    from offloadprobe.core.world import check_layout
 
-    if importlib.util.find_spec("transformer_engine") is not None:
-        check_layout(ModelConfig(**DENSE), World(world_size=2, cp=2))
+    layout = ParallelConfig(**parallel)
+    if importlib.util.find_spec(package) is not None:
+        check_layout(ModelConfig(**model), layout)  # the host has it: no refusal
         return
-    with pytest.raises(UsageError, match="--cp needs TransformerEngine"):
-        check_layout(ModelConfig(**DENSE), World(world_size=2, cp=2))
+    with pytest.raises(UsageError, match=message) as refused:
+        check_layout(ModelConfig(**model), layout)
+    assert "\n" not in str(refused.value) and "this host lacks" in str(refused.value)

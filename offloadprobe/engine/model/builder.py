@@ -12,15 +12,13 @@ DDP's ``expert_parallel_buffers``).
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from offloadprobe.core.config import ModelConfig, OptimizerChoice
-from offloadprobe.core.errors import UsageError
-from offloadprobe.core.world import World
+from offloadprobe.core.world import check_layout
 from offloadprobe.engine.optimizer.build import build_optimizer
 from offloadprobe.engine.runtime import Runtime
 
@@ -94,24 +92,11 @@ def _transformer_config(cfg: ModelConfig, runtime: Runtime) -> Any:
         virtual_pipeline_model_parallel_size=world.vpp,
         context_parallel_size=world.cp,
         expert_model_parallel_size=world.ep,
+        expert_tensor_parallel_size=world.etp,
         # megatron requires sequence parallelism for MoE layers under tensor parallelism
         sequence_parallel=world.tp > 1 and bool(cfg.num_experts),
         **moe,
     )
-
-
-def check_layout(cfg: ModelConfig, world: World) -> None:
-    """Raise ``UsageError`` for a layout this host cannot build."""
-    if world.cp > 1 and importlib.util.find_spec("transformer_engine") is None:
-        raise UsageError(
-            "--cp needs TransformerEngine (megatron-core's context-parallel attention), "
-            "which this host lacks: use --cp 1 or install transformer_engine"
-        )
-    if world.tp > 1 and cfg.num_experts and cfg.seq_length % world.tp:
-        raise UsageError(
-            f"--tp {world.tp} with experts needs sequence parallelism: make --seq-length a "
-            f"multiple of {world.tp}"
-        )
 
 
 def _moe_without_transformer_engine() -> None:
@@ -184,7 +169,7 @@ def build_probe_model(
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
     from megatron.core.transformer.module import Float16Module
 
-    check_layout(cfg, runtime.world)
+    check_layout(cfg, runtime.world)  # exit 2 before anything is built
     torch.manual_seed(seed)
     model_parallel_cuda_manual_seed(seed)  # on CUDA, weights come from megatron's RNG tracker
     tconfig = _transformer_config(cfg, runtime)

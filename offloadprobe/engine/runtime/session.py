@@ -172,6 +172,7 @@ def open_runtime(
             virtual_pipeline_model_parallel_size=world.vpp,
             context_parallel_size=world.cp,
             expert_model_parallel_size=world.ep,
+            expert_tensor_parallel_size=world.etp,
         )
         stack.callback(parallel_state.destroy_model_parallel)
         # The no-offload reference comparison is bit for bit: ask for deterministic kernels.

@@ -4,10 +4,12 @@ writes what it measured to ``OUT/<case>-rank<R>.json``.
     python -m torch.distributed.run --nproc-per-node 2 -m tests.integration.ranks_probe \
         OUT CASES_JSON
 
-``CASES_JSON`` maps a case name to ``{"parallel": {...}, "model": {...}}``. Next to the
-RunRecord each file holds the rank's world and, from a second build of the model at the
-same layout, the rank's own buffers (bytes, expert-parallel buffer count, parameters) and
-the loss of one train step, for the test to check the record against.
+First, gloo's collectives and their emulation side by side (``collectives-rank<R>.json``,
+see gloo_collectives.py). ``CASES_JSON`` maps a case name to
+``{"parallel": {...}, "model": {...}}``. Next to the RunRecord each file holds the rank's
+world and, from a second build of the model at the same layout, the rank's own buffers
+(bytes, expert-parallel buffer count, parameters) and the loss of one train step, for the
+test to check the record against.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from offloadprobe.engine.model.builder import build_probe_model
 from offloadprobe.engine.model.train import train_step
 from offloadprobe.engine.runner import run_cycles
 from offloadprobe.engine.runtime import open_runtime
+from tests.integration import gloo_collectives
 
 
 def _own_buffers(cfg: RunConfig, runtime) -> dict:
@@ -49,6 +52,9 @@ def _own_buffers(cfg: RunConfig, runtime) -> dict:
 def main(out: Path, cases: dict) -> None:
     # one process group for every case (open_runtime uses one it finds and leaves it)
     torch.distributed.init_process_group(backend="gloo", init_method="env://")
+    rank = torch.distributed.get_rank()
+    found = gloo_collectives.summarise(gloo_collectives.check())
+    (out / f"collectives-rank{rank}.json").write_text(json.dumps(found))
     for name, case in cases.items():
         parallel = ParallelConfig(**case["parallel"])
         cfg = RunConfig(

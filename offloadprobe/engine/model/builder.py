@@ -4,6 +4,10 @@
 ``DistributedDataParallel`` with ``use_distributed_optimizer=True``, so each DDP
 chunk owns contiguous per-dtype ``param_data``/``grad_data`` buffers exactly as in
 verl and NeMo-RL, and a megatron ``DistributedOptimizer`` over it.
+
+At the runtime's layout: tensor-parallel layers, this pipeline rank's stage (one chunk
+per virtual stage with ``vpp``), and MoE layers with ``num_experts`` (their experts sit in
+DDP's ``expert_parallel_buffers``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 import torch
 
 from offloadprobe.core.config import ModelConfig, OptimizerChoice
+from offloadprobe.core.world import check_layout
 from offloadprobe.engine.optimizer.build import build_optimizer
 from offloadprobe.engine.runtime import Runtime
 
@@ -61,6 +66,17 @@ class ProbeModel:
 def _transformer_config(cfg: ModelConfig, runtime: Runtime) -> Any:
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+    world = runtime.world
+    moe: dict[str, Any] = {}
+    if cfg.num_experts:
+        moe = {
+            "num_moe_experts": cfg.num_experts,
+            "moe_router_topk": cfg.moe_router_topk,
+            # all-to-all exchange of tokens between expert-parallel ranks: NCCL and (through
+            # all_to_all_single) gloo both have it; no grouped GEMM (no TransformerEngine)
+            "moe_token_dispatcher_type": "alltoall",
+            "moe_grouped_gemm": False,
+        }
     return TransformerConfig(
         num_layers=cfg.num_layers,
         hidden_size=cfg.hidden_size,
@@ -71,7 +87,58 @@ def _transformer_config(cfg: ModelConfig, runtime: Runtime) -> Any:
         pipeline_dtype=torch.bfloat16,
         hidden_dropout=0.0,
         attention_dropout=0.0,
+        tensor_model_parallel_size=world.tp,
+        pipeline_model_parallel_size=world.pp,
+        virtual_pipeline_model_parallel_size=world.vpp,
+        context_parallel_size=world.cp,
+        expert_model_parallel_size=world.ep,
+        expert_tensor_parallel_size=world.etp,
+        # megatron requires sequence parallelism for MoE layers under tensor parallelism
+        sequence_parallel=world.tp > 1 and bool(cfg.num_experts),
+        **moe,
     )
+
+
+def _moe_without_transformer_engine() -> None:
+    """megatron-core 0.16's router tests ``te_general_gemm is not None``, a name it only
+    binds when TransformerEngine imports: without TE that is a NameError. Bind it to None
+    (what the test means: no TE GEMM, use ``torch.mm``)."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+
+
+def _gpt_chunks(cfg: ModelConfig, tconfig: Any, runtime: Runtime) -> list[Any]:
+    """This rank's GPTModel pieces: one per virtual pipeline stage (one without vpp), each
+    with the embedding only on the first stage and the output layer only on the last."""
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    if cfg.num_experts:
+        _moe_without_transformer_engine()
+    spec = get_gpt_layer_local_spec(num_experts=cfg.num_experts or None, moe_grouped_gemm=False)
+    virtual = runtime.world.vpp is not None
+    pieces = []
+    for stage in range(runtime.world.chunks):
+        where: dict[str, Any] = {"ignore_virtual": not virtual}
+        if virtual:
+            where["vp_stage"] = stage
+        extra = {"vp_stage": stage} if virtual else {}
+        gpt = GPTModel(
+            config=tconfig,
+            transformer_layer_spec=spec,
+            vocab_size=cfg.vocab_size,
+            max_sequence_length=cfg.seq_length,
+            pre_process=parallel_state.is_pipeline_first_stage(**where),
+            post_process=parallel_state.is_pipeline_last_stage(**where),
+            **extra,
+        )
+        if not runtime.emulated:
+            gpt.cuda()
+        pieces.append(gpt)
+    return pieces
 
 
 def _batch(cfg: ModelConfig, seed: int, device: str) -> dict[str, torch.Tensor]:
@@ -94,36 +161,41 @@ def build_probe_model(
     optimizer: OptimizerChoice | None = None,
 ) -> ProbeModel:
     """Build GPTModel -> Float16Module -> DDP -> DistributedOptimizer on the runtime."""
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        finalize_model_grads,
+    )
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
     from megatron.core.transformer.module import Float16Module
 
+    check_layout(cfg, runtime.world)  # exit 2 before anything is built
     torch.manual_seed(seed)
     model_parallel_cuda_manual_seed(seed)  # on CUDA, weights come from megatron's RNG tracker
     tconfig = _transformer_config(cfg, runtime)
-    gpt = GPTModel(
-        config=tconfig,
-        transformer_layer_spec=get_gpt_layer_local_spec(),
-        vocab_size=cfg.vocab_size,
-        max_sequence_length=cfg.seq_length,
-    )
-    if not runtime.emulated:
-        gpt.cuda()
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True,
         overlap_grad_reduce=False,
         use_distributed_optimizer=True,
     )
-    chunk = DistributedDataParallel(
-        config=tconfig, ddp_config=ddp_config, module=Float16Module(tconfig, gpt)
-    )
+    chunks = [
+        DistributedDataParallel(
+            config=tconfig,
+            ddp_config=ddp_config,
+            module=Float16Module(tconfig, gpt),
+            # as megatron's training loop: only the first chunk is split into buckets
+            disable_bucketing=index > 0,
+        )
+        for index, gpt in enumerate(_gpt_chunks(cfg, tconfig, runtime))
+    ]
+    # what megatron's schedules call around the micro-batches (see train.py)
+    tconfig.no_sync_func = [c.no_sync for c in chunks] if len(chunks) > 1 else chunks[0].no_sync
+    tconfig.finalize_model_grads_func = finalize_model_grads
     choice = optimizer or OptimizerChoice()
-    megatron_optimizer, optimizer_name = build_optimizer(choice, [chunk])
+    megatron_optimizer, optimizer_name = build_optimizer(choice, chunks)
     return ProbeModel(
         config=cfg,
-        chunks=[chunk],
+        chunks=chunks,
         optimizer=megatron_optimizer,
         optimizer_name=optimizer_name,
         optimizer_choice=choice,

@@ -257,6 +257,25 @@ def _resize(self: torch.UntypedStorage, size: int) -> object:
     return _ORIGINAL_RESIZE(self, size)
 
 
+class _NullEvent:
+    """A recorded event on the host: every wait is already over."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, *args: object) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def record(self, *args: object) -> None:
+        pass
+
+
 class _NullStream:
     def __init__(self, *args: object, **kwargs: object) -> None:
         pass
@@ -267,8 +286,11 @@ class _NullStream:
     def synchronize(self) -> None:
         pass
 
-    def record_event(self, *args: object) -> None:
-        return None
+    def record_event(self, *args: object) -> _NullEvent:
+        return _NullEvent()
+
+    def wait_event(self, *args: object) -> None:
+        pass
 
 
 _ORIGINAL_TYPE = torch.Tensor.type
@@ -281,6 +303,22 @@ def _cuda_type_name(self: torch.Tensor, *args: object, **kwargs: object) -> obje
     if ACTIVE is None or not ACTIVE.holds(self):
         return name
     return "torch.cuda." + name.removeprefix("torch.")
+
+
+_ORIGINAL_BACKWARD_APPLY = torch.autograd.function.BackwardCFunction.apply
+
+
+def _backward_apply(self: object, *args: object) -> object:
+    """The backward of a custom autograd Function (megatron's all-to-all, for one) runs with
+    no torch-function mode active: run it under the CUDA-to-host mode, as its forward ran,
+    so its ``device=torch.cuda.current_device()`` allocations are device memory here too."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    modes = _get_current_function_mode_stack()
+    if ACTIVE is None or any(isinstance(m, _CudaToHost) for m in modes):
+        return _ORIGINAL_BACKWARD_APPLY(self, *args)
+    with _CudaToHost():
+        return _ORIGINAL_BACKWARD_APPLY(self, *args)
 
 
 @contextlib.contextmanager
@@ -299,6 +337,9 @@ def emulated_device() -> Iterator[DeviceMemory]:
         stack.enter_context(mock.patch.object(torch.UntypedStorage, "resize_", _resize))
         stack.enter_context(mock.patch.object(torch.Tensor, "device", property(_device_of)))
         stack.enter_context(mock.patch.object(torch.Tensor, "type", _cuda_type_name))
+        stack.enter_context(
+            mock.patch.object(torch.autograd.function.BackwardCFunction, "apply", _backward_apply)
+        )
         stack.enter_context(_CudaToHost())
         yield memory
 
@@ -314,6 +355,7 @@ def cuda_on_host() -> Iterator[None]:
         mock.patch("torch.cuda.synchronize", lambda *a, **k: None),
         mock.patch("torch.cuda.empty_cache", lambda: None),
         mock.patch("torch.cuda.Stream", _NullStream),
+        mock.patch("torch.cuda.Event", _NullEvent),
         mock.patch("torch.cuda.stream", lambda *a, **k: contextlib.nullcontext()),
         mock.patch("torch.cuda.default_stream", lambda *a, **k: _NullStream()),
         mock.patch("torch.cuda.current_stream", lambda *a, **k: _NullStream()),

@@ -6,12 +6,15 @@ import contextlib
 import os
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from offloadprobe.core.config import ParallelConfig
 from offloadprobe.core.errors import DeviceUnavailable
-from offloadprobe.engine.runtime import emulation
+from offloadprobe.core.world import World
+from offloadprobe.engine.runtime import collectives, emulation
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -24,6 +27,16 @@ class Runtime:
     """True when megatron's CUDA objects live in host memory (no GPU on this host)."""
     note: str | None
     """What is emulated, in words, printed with every result."""
+    world: World = field(default_factory=World)
+    """This rank's place among the ranks and the parallel layout (one rank by default)."""
+    control: Any = None
+    """A CPU-side (gloo) process group over every rank, for barriers and
+    ``gather_object`` between phases; None for one rank."""
+
+    def control_group(self) -> Any:
+        """The gloo group over every rank (on CUDA a separate one, so control traffic never
+        touches NCCL or the device); None (the default group) for one rank."""
+        return self.control
 
     @property
     def can_pin(self) -> bool:
@@ -94,32 +107,73 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _control_group(emulated: bool) -> Any:
+    """A gloo group over every rank: the default group in CPU emulation, a new one beside
+    NCCL on CUDA (a collective call: every rank makes it)."""
+    if emulated:
+        return torch.distributed.group.WORLD
+    return torch.distributed.new_group(backend="gloo")
+
+
+def _join(world: World, emulated: bool, stack: contextlib.ExitStack) -> Any:
+    """Join the process group (or make a one-rank one); return the control group.
+
+    A process group the caller initialised already is used as it is (and left to it)."""
+    if world.distributed and torch.distributed.is_initialized():
+        return _control_group(emulated)
+    if torch.distributed.is_initialized():
+        return None
+    if world.distributed:
+        # torchrun's rendezvous variables (MASTER_ADDR/PORT, RANK, WORLD_SIZE)
+        torch.distributed.init_process_group(
+            backend="gloo" if emulated else "nccl", init_method="env://"
+        )
+        stack.callback(torch.distributed.destroy_process_group)
+        return _control_group(emulated)
+    # One rank. CPU emulation: an in-memory store, so no TCP port is picked and then taken
+    # by a neighbouring process first (probes run side by side under pytest).
+    where = (
+        {"store": torch.distributed.HashStore()}
+        if emulated
+        else {"init_method": f"tcp://127.0.0.1:{_free_port()}"}
+    )
+    torch.distributed.init_process_group(
+        backend="gloo" if emulated else "nccl", rank=0, world_size=1, **where
+    )
+    stack.callback(torch.distributed.destroy_process_group)
+    return None
+
+
 @contextlib.contextmanager
-def open_runtime(requested: str, seed: int) -> Iterator[Runtime]:
-    """Initialise a one-rank process group and megatron's parallel state; undo on exit."""
+def open_runtime(
+    requested: str, seed: int, parallel: ParallelConfig | None = None
+) -> Iterator[Runtime]:
+    """Join the ranks torchrun started (or make a one-rank process group) and initialise
+    megatron's parallel state at ``parallel``'s layout; undo on exit."""
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
+    parallel = parallel or ParallelConfig()
+    world = World.from_env(os.environ, parallel)
     device = resolve_device(requested)
     emulated = device == "cpu"
+    notes = [emulation.NOTE] if emulated else []
     with contextlib.ExitStack() as stack:
         if emulated:
             stack.enter_context(emulation.cuda_on_host())
         else:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        if not torch.distributed.is_initialized():
-            # CPU emulation: an in-memory store, so no TCP port is picked and then taken
-            # by a neighbouring process first (probes run side by side under pytest).
-            where = (
-                {"store": torch.distributed.HashStore()}
-                if emulated
-                else {"init_method": f"tcp://127.0.0.1:{_free_port()}"}
-            )
-            torch.distributed.init_process_group(
-                backend="gloo" if emulated else "nccl", rank=0, world_size=1, **where
-            )
-            stack.callback(torch.distributed.destroy_process_group)
-        parallel_state.initialize_model_parallel(1, 1)
+            torch.cuda.set_device(world.local_rank)
+        control = _join(world, emulated, stack)
+        if emulated and world.distributed:
+            notes.append(stack.enter_context(collectives.emulated_on_gloo()))
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=world.tp,
+            pipeline_model_parallel_size=world.pp,
+            virtual_pipeline_model_parallel_size=world.vpp,
+            context_parallel_size=world.cp,
+            expert_model_parallel_size=world.ep,
+            expert_tensor_parallel_size=world.etp,
+        )
         stack.callback(parallel_state.destroy_model_parallel)
         # The no-offload reference comparison is bit for bit: ask for deterministic kernels.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -127,4 +181,10 @@ def open_runtime(requested: str, seed: int) -> Iterator[Runtime]:
         stack.callback(torch.use_deterministic_algorithms, False)
         torch.manual_seed(seed)
         model_parallel_cuda_manual_seed(seed)
-        yield Runtime(device=device, emulated=emulated, note=emulation.NOTE if emulated else None)
+        yield Runtime(
+            device=device,
+            emulated=emulated,
+            note="; ".join(n for n in notes if n) or None,
+            world=world,
+            control=control,
+        )

@@ -1,0 +1,81 @@
+"""Run under torchrun: every rank runs ``run_cycles`` at each layout given, in turn, and
+writes what it measured to ``OUT/<case>-rank<R>.json``.
+
+    python -m torch.distributed.run --nproc-per-node 2 -m tests.integration.ranks_probe \
+        OUT CASES_JSON
+
+First, gloo's collectives and their emulation side by side (``collectives-rank<R>.json``,
+see gloo_collectives.py). ``CASES_JSON`` maps a case name to
+``{"parallel": {...}, "model": {...}}``. Next to the RunRecord each file holds the rank's
+world and, from a second build of the model at the same layout, the rank's own buffers
+(bytes, expert-parallel buffer count, parameters) and the loss of one train step, for the
+test to check the record against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from offloadprobe.core.config import ModelConfig, ParallelConfig, RunConfig
+from offloadprobe.engine.model.builder import build_probe_model
+from offloadprobe.engine.model.train import train_step
+from offloadprobe.engine.runner import run_cycles
+from offloadprobe.engine.runtime import open_runtime
+from tests.integration import gloo_collectives
+
+
+def _own_buffers(cfg: RunConfig, runtime) -> dict:
+    model = build_probe_model(cfg.model, runtime, seed=cfg.seed, optimizer=cfg.optimizer)
+    expert = [b for c in model.chunks for b in (c.expert_parallel_buffers or [])]
+    found = {
+        "param_data_bytes": sum(
+            b.param_data.numel() * b.param_data.element_size() for b in model.buffers()
+        ),
+        "expert_buffers": len(expert),
+        "expert_param_data_bytes": sum(
+            b.param_data.numel() * b.param_data.element_size() for b in expert
+        ),
+        "chunks": len(model.chunks),
+        "param_count": model.param_count,
+        "loss": train_step(model),
+    }
+    del model
+    runtime.release()
+    return found
+
+
+def main(out: Path, cases: dict) -> None:
+    # one process group for every case (open_runtime uses one it finds and leaves it)
+    torch.distributed.init_process_group(backend="gloo", init_method="env://")
+    rank = torch.distributed.get_rank()
+    found = gloo_collectives.summarise(gloo_collectives.check())
+    (out / f"collectives-rank{rank}.json").write_text(json.dumps(found))
+    for name, case in cases.items():
+        parallel = ParallelConfig(**case["parallel"])
+        cfg = RunConfig(
+            model=ModelConfig(**case["model"]),
+            strategy="lazy",
+            cycles=1,
+            device="cpu",
+            parallel=parallel,
+        )
+        with open_runtime("cpu", cfg.seed, parallel) as runtime:
+            record = run_cycles(cfg, runtime)
+            doc = {
+                "world": dataclasses.asdict(runtime.world),
+                "note": runtime.note,
+                "record": dataclasses.asdict(record),
+                "own": _own_buffers(cfg, runtime),
+            }
+        path = out / f"{name}-rank{runtime.world.rank}.json"
+        path.write_text(json.dumps(doc))
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), json.loads(sys.argv[2]))

@@ -168,7 +168,11 @@ def launch(cfg: RunConfig, how: Launch, *, python: str = sys.executable) -> Laun
         return LaunchOutcome(
             report=report,
             failure=failure,
-            node_cgroup=f"cgroup v{group.version} {group.path}" if group else None,
+            node_cgroup=(
+                f"cgroup v{group.version} {group.path}" + (f"; {group.note}" if group.note else "")
+                if group
+                else None
+            ),
             oom_kills=kills,
         )
 

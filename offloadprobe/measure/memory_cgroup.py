@@ -35,6 +35,8 @@ class MemoryGroup:
 
     version: int
     path: Path
+    note: str | None = None
+    """What had to be done to make the group (said in the output), if anything."""
 
     @property
     def procs(self) -> Path:
@@ -166,18 +168,61 @@ def create_group(
     if v2_path is None:
         raise CgroupUnavailable("this process is in no memory cgroup (see /proc/self/cgroup)")
     base = _v2_base(root, v2_path)
+    if base is not None and base.name == REST:  # an earlier call moved us here already
+        base = base.parent
     if base is None or "memory" not in (base / "cgroup.controllers").read_text().split():
         raise CgroupUnavailable(f"the cgroup v2 memory controller is not available at {base}")
     subtree = base / "cgroup.subtree_control"
+    note = None
     if "memory" not in subtree.read_text().split():
         try:
             subtree.write_text("+memory")
         except OSError as err:
-            raise CgroupUnavailable(
-                f"cannot enable the memory controller for children of {base} "
-                f"({err.strerror}; a cgroup v2 group that holds processes cannot delegate it)"
-            ) from None
-    return MemoryGroup(2, _mkdir(base / name, base, "memory.max"))
+            if err.errno != errno.EBUSY or os.geteuid() != 0:
+                raise CgroupUnavailable(
+                    f"cannot enable the memory controller for children of {base} ({err.strerror})"
+                ) from None
+            note = _delegate(base, subtree)
+    group = MemoryGroup(2, _mkdir(base / name, base, "memory.max"))
+    return MemoryGroup(2, group.path, note) if note else group
+
+
+REST = "offloadprobe-rest"
+"""cgroup v2: the leaf the processes of our own group move to, so that the group may hand
+the memory controller to children (a v2 group that holds processes cannot)."""
+
+
+def _delegate(base: Path, subtree: Path) -> str:
+    """Move every process of ``base`` into ``base/REST`` (still under ``base`` and its
+    limits), then enable the memory controller for ``base``'s children. Root only."""
+    rest = base / REST
+    rest.mkdir(exist_ok=True)
+    moved = 0
+    for _ in range(5):  # processes that fork meanwhile land in base: sweep again
+        pids = (base / "cgroup.procs").read_text().split()
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                (rest / "cgroup.procs").write_text(pid)
+                moved += 1
+            except OSError as err:
+                if err.errno != errno.ESRCH:  # gone meanwhile: nothing to move
+                    raise CgroupUnavailable(
+                        f"cannot move process {pid} of {base} into {rest} ({err.strerror}) "
+                        "to delegate the memory controller"
+                    ) from None
+    try:
+        subtree.write_text("+memory")
+    except OSError as err:
+        raise CgroupUnavailable(
+            f"cannot enable the memory controller for children of {base} even after moving "
+            f"its processes into {rest} ({err.strerror})"
+        ) from None
+    return (
+        f"cgroup v2: moved {moved} process(es) of {base} into {REST} below it (same limits) "
+        "so that it may delegate the memory controller"
+    )
 
 
 def _mkdir(path: Path, base: Path, limit_file: str) -> Path:

@@ -34,7 +34,8 @@ class NodeGroup:
     def description(self) -> str | None:
         if self.group is None:
             return None
-        return f"cgroup v{self.group.version} {self.group.path}"
+        note = f"; {self.group.note}" if self.group.note else ""
+        return f"cgroup v{self.group.version} {self.group.path}{note}"
 
 
 def _version(path: Path) -> int:

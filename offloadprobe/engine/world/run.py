@@ -32,14 +32,12 @@ from offloadprobe.measure.node import NodeReading, NodeSource, node_records
 
 def _leader_group(world: Any, node: nodegroup.NodeGroup, group: Any) -> nodegroup.NodeGroup:
     """Tell every rank of a node where its local rank 0 put the node cgroup; join it."""
-    mine = (world.node_rank, world.local_rank, node.description, node.missing)
+    path = str(node.group.path) if node.group is not None else None
+    mine = (world.node_rank, world.local_rank, path, node.missing)
     said: list[Any] = [None] * world.world_size
     dist.all_gather_object(said, mine, group=group)
     leader = next(s for s in said if s[0] == world.node_rank and s[1] == 0)
-    path = str(node.group.path) if node.group is not None else None
-    if world.local_rank != 0:
-        path = leader[2].split(" ", 2)[2] if leader[2] else None
-    return nodegroup.join_made(node, path, leader[3])
+    return nodegroup.join_made(node, leader[2], leader[3])
 
 
 def _merged(ranks: list[RunRecord], world: WorldRun) -> RunRecord:

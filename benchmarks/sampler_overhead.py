@@ -237,8 +237,9 @@ def main() -> None:
               f"overhead {p['overhead_median']:+.2%} [{lo:+.2%}, {hi:+.2%}]"
               + (f"  sampler gaps {gap:.0%} of the phase" if gap is not None else ""))  # fmt: skip
     print(f"total overhead {result['overhead']:+.2%}, 95% CI [{low:+.2%}, {high:+.2%}] "
-          f"against the {BUDGET:.0%} budget: {result['verdict']} "
-          f"({result['runtime_s']:.0f} s, load {loads[0][0]:.1f} to {loads[-1][0]:.1f})")  # fmt: skip
+          f"against the {BUDGET:.0%} budget: {result['verdict']}")  # fmt: skip
+    print(f"{result['runtime_s']:.0f} s; load average {loads[0][0]:.1f} before, "
+          f"{loads[-1][0]:.1f} after")  # fmt: skip
 
 
 if __name__ == "__main__":

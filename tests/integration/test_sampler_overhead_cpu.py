@@ -46,6 +46,7 @@ def test_benchmark_writes_interleaved_pairs_an_interval_and_a_verdict(bench, tmp
         assert low <= part["overhead_median"] <= high
     train = doc["phases"]["train"]
     assert 0 <= train["sampler_gap_share_median"] <= 1
+    assert train["process_cpu"]["median_off_s"] > 0
     assert doc["total"]["off_s"][0] == pytest.approx(
         sum(doc["phases"][p]["off_s"][0] for p in ("train", "offload", "load"))
     )

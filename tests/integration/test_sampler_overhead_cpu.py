@@ -28,6 +28,7 @@ def test_verdict_comes_from_the_interval_not_the_median(bench):
     assert bench.bootstrap_median([0.01] * 9, seed=1) == (0.01, 0.01)
     low, high = bench.bootstrap_ratio([1.0, 2.0, 1.0, 2.0], [1.1, 2.2, 1.1, 2.2], seed=1)
     assert low == pytest.approx(0.1) and high == pytest.approx(0.1)
+    assert bench.decile([5.0, 1.0, 3.0]) == 1.0 and bench.decile(list(range(20))) == 1
 
 
 def test_benchmark_writes_interleaved_pairs_an_interval_and_a_verdict(bench, tmp_path, monkeypatch):

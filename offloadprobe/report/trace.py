@@ -88,7 +88,8 @@ def _process_events(row: TraceRow) -> list[dict[str, Any]]:
                        "args": {"name": f"no samples from the sampling {sampler}"}})  # fmt: skip
         events += [{
             "name": "no samples (every CPU busy)", "cat": "sampling", "ph": "X", "pid": pid,
-            "tid": tid, "ts": _us(g.start_ns), "dur": _us(g.end_ns - g.start_ns),
+            # Whole microseconds: two gaps around one sample touch without overlapping.
+            "tid": tid, "ts": g.start_ns // 1000, "dur": g.end_ns // 1000 - g.start_ns // 1000,
             "args": {"note": "counter values across this stretch were not read"},
         } for g in gaps]  # fmt: skip
     for series in timeline.series:

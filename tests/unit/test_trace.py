@@ -62,11 +62,14 @@ def test_trace_has_a_slice_per_phase_with_exact_args_and_counters_per_series():
 def test_sampling_gaps_are_slices_on_their_own_thread_and_hatched_on_the_plot(tmp_path):
     row = fake_row(0, "naive", 96 * MiB)
     row.timeline.gaps.append(Gap(sampler="process", start_ns=210_000_000, end_ns=235_000_000))
+    # Two gaps around one sample, at times no float sum would place exactly.
+    row.timeline.gaps.append(Gap(sampler="process", start_ns=1_195_513_148, end_ns=1_272_009_319))
+    row.timeline.gaps.append(Gap(sampler="process", start_ns=1_272_009_319, end_ns=1_300_000_000))
     doc = trace_document([row])
     assert validate(doc) == []
     gaps = [e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") == "sampling"]
-    assert [(e["tid"], e["ts"], e["dur"]) for e in gaps] == [(1, 210_000.0, 25_000.0)]
-    assert len([e for e in doc["traceEvents"] if e["ph"] == "X"]) == len(PHASES) + 1
+    assert (gaps[0]["tid"], gaps[0]["ts"], gaps[0]["dur"]) == (1, 210_000, 25_000)
+    assert len([e for e in doc["traceEvents"] if e["ph"] == "X"]) == len(PHASES) + 3
     pytest.importorskip("matplotlib")
     from offloadprobe.report.plot import plot_phases
 

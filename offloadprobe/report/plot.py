@@ -31,8 +31,7 @@ PHASE_COLOURS = {"train": "#dddddd", "offload": "#f6c28b", "load": "#a9cbe8", "r
 GiB, MiB = 1 << 30, 1 << 20
 FOOTNOTE = (
     "lines: samples, shape only (faded outside the phase) · thick bars and printed values: "
-    "exact per-phase peaks (VmHWM, allocator peaks) · shaded: the phase · hatched: "
-    "no samples (the sampler waits while every CPU is busy)"
+    "exact per-phase peaks (VmHWM, allocator peaks) · shaded: the phase · hatched: no samples"
 )
 ROWS_FOOTNOTE = " (longest row) · dotted: each row's phase end"
 PANELS = (

@@ -5,7 +5,7 @@ per-phase peaks never come from it (see ``measure.timeline``).
 
 Host RSS, RssAnon, RssShmem and the cgroup's usage are read by a sidecar process
 (``measure.sidecar``) at the lowest CPU priority: no GIL is shared with the measured
-code, and no CPU is taken from it; while every CPU is busy the sidecar waits, and each
+code, and next to no CPU is taken from it; while every CPU is busy the sidecar waits, and each
 stretch of more than ``GAP_NS`` without a sample is kept as a ``Gap`` on the timeline
 and counted in its notes. Only the CUDA counters, which exist inside this process, are
 read by a thread here. Read costs (measured on the 2-core CI host;

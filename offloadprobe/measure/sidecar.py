@@ -9,7 +9,8 @@ file of the measured process about every millisecond and appends fixed-size bina
 records to a file, until SIGTERM or until the measured process is gone.
 
 It runs at the lowest CPU priority (``SCHED_IDLE``; ``nice 19`` where that is refused),
-so it never takes a CPU that the measured process or anyone else wants: where a CPU is
+so it takes next to no CPU that the measured process or anyone else wants (it never
+preempts on waking; its weight is 3 against 1024): where a CPU is
 free it samples at the requested rate, and while every CPU is busy it waits, leaving a
 gap in its records (the parent reports every gap; see ``measure.sampler``). Per sample
 it costs one wake-up (about 15 us of CPU on the 2-core CI host, most of the cost), one

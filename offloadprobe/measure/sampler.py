@@ -4,11 +4,15 @@ It runs only when a timeline was asked for (``--trace``/``--plot``); the exact
 per-phase peaks never come from it (see ``measure.timeline``).
 
 Host RSS, RssAnon, RssShmem and the cgroup's usage are read by a sidecar process
-(``measure.sidecar``): no GIL is shared with the measured code. Only the CUDA counters,
-which exist inside this process, are read by a thread here. Read costs (measured on the
-2-core CI host; ``benchmarks/sampler_overhead.py`` reports them on any host):
+(``measure.sidecar``) at the lowest CPU priority: no GIL is shared with the measured
+code, and next to no CPU is taken from it; while every CPU is busy the sidecar waits, and each
+stretch of more than ``GAP_NS`` without a sample is kept as a ``Gap`` on the timeline
+and counted in its notes. Only the CUDA counters, which exist inside this process, are
+read by a thread here. Read costs (measured on the 2-core CI host;
+``benchmarks/sampler_overhead.py`` reports them on any host):
 
-- host: one ``pread`` of ``/proc/PID/status`` on a descriptor kept open (6-10 us).
+- host: one ``pread`` of ``/proc/PID/status`` on a descriptor kept open (3.5 us of CPU,
+  7 us wall; the sidecar's wake-up costs more, about 15 us).
   ``/proc/PID/statm`` is cheaper (about 1.3 us) but lumps RssShmem with RssFile, and
   ``/proc/PID/smaps_rollup`` walks every mapping (about 2.5 ms): neither is both
   exact and cheap.
@@ -40,9 +44,8 @@ from pathlib import Path
 from typing import Protocol
 
 from offloadprobe.measure.probes.cgroup import locate
-from offloadprobe.measure.sidecar import CPU_BUDGET as SIDECAR_CPU_BUDGET
-from offloadprobe.measure.sidecar import RECORD
-from offloadprobe.measure.timeline import SAMPLED_NOTE, PhaseSpan, Series, Timeline
+from offloadprobe.measure.sidecar import PRIORITIES, RECORD
+from offloadprobe.measure.timeline import GAP_NS, SAMPLED_NOTE, Gap, PhaseSpan, Series, Timeline
 
 INTERVAL_NS = 1_000_000
 MAX_INTERVAL_NS = 16_000_000
@@ -170,6 +173,25 @@ def cuda_sources(device: int = 0) -> list[CallSource]:
     return sources
 
 
+def decode_records(
+    data: bytes, epoch_ns: int, names: Sequence[tuple[str, str]]
+) -> tuple[list[Series], int, list[Gap]]:
+    """The sidecar's records as series (times since ``epoch_ns``), its read count, and
+    every stretch of more than ``GAP_NS`` between two records."""
+    out = [Series(name=n, label=label) for n, label in names]
+    previous, reads, gaps = None, 0, []
+    for t, *values in RECORD.iter_unpack(data[: len(data) - len(data) % RECORD.size]):
+        t -= epoch_ns
+        reads += 1
+        if previous is not None and t - previous > GAP_NS:
+            gaps.append(Gap(sampler="process", start_ns=previous, end_ns=t))
+        previous = t
+        for series, value in zip(out, values, strict=True):
+            if value >= 0:
+                series.append(t, value)
+    return [s for s in out if s.samples], reads, gaps
+
+
 class Sidecar:
     """Host and cgroup series sampled by a separate process (``measure.sidecar``)."""
 
@@ -188,6 +210,10 @@ class Sidecar:
         self.path = ""
         self.cpu_s = 0.0
         """CPU seconds the sampling process used (known once stopped)."""
+        self.priority = ""
+        """The CPU priority it got (``sidecar.PRIORITIES``)."""
+        self.reads = 0
+        self.gaps: list[Gap] = []
 
     def start(self) -> None:
         fd, self.path = tempfile.mkstemp(prefix="offloadprobe-samples-", suffix=".bin")
@@ -198,7 +224,9 @@ class Sidecar:
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
         # Wait for the first sample, so that the samples cover what follows and the
         # interpreter's start-up is over before the caller's first phase.
-        select.select([self.process.stdout], [], [], READY_TIMEOUT_S)
+        ready, _, _ = select.select([self.process.stdout], [], [], READY_TIMEOUT_S)
+        if ready:
+            self.priority = PRIORITIES.get(os.read(self.process.stdout.fileno(), 1), "")
 
     def stop(self, epoch_ns: int) -> list[Series]:
         """Stop the process and read its records, times relative to ``epoch_ns``."""
@@ -212,12 +240,26 @@ class Sidecar:
         self.cpu_s = usage.ru_utime + usage.ru_stime
         data = Path(self.path).read_bytes()
         Path(self.path).unlink(missing_ok=True)
-        out = [Series(name=n, label=label) for n, label in self.series]
-        for t, *values in RECORD.iter_unpack(data[: len(data) - len(data) % RECORD.size]):
-            for series, value in zip(out, values, strict=True):
-                if value >= 0:
-                    series.append(t - epoch_ns, value)
-        return [s for s in out if s.samples]
+        series, self.reads, self.gaps = decode_records(data, epoch_ns, self.series)
+        return series
+
+    def note(self, seconds: float) -> str:
+        """Its achieved rate, its gaps and its CPU use, in words."""
+        missed = sum(g.end_ns - g.start_ns for g in self.gaps) / 1e9
+        longest = max((g.end_ns - g.start_ns for g in self.gaps), default=0) / 1e6
+        free = max(seconds - missed, 1e-9)
+        gaps = (
+            f"{len(self.gaps)} gaps over {GAP_NS / 1e6:g} ms without a sample while every CPU "
+            f"was busy ({missed:.2f} s in all, longest {longest:.0f} ms)"
+            if self.gaps
+            else f"no gap over {GAP_NS / 1e6:g} ms"
+        )
+        return (
+            f"host and cgroup sampled by a separate process at {self.priority or 'unknown'} "
+            f"CPU priority: {self.reads / max(seconds, 1e-9):.0f} reads/s on average, "
+            f"{self.reads / free:.0f} outside gaps (target {1e9 / self.interval_ns:.0f}); "
+            f"{gaps}; it used {self.cpu_s / max(seconds, 1e-9):.1%} of one CPU"
+        )
 
 
 def default_sources(cuda: bool) -> list[Source]:
@@ -277,6 +319,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._started = False
         self.busy_ns = 0
+        self._last_tick: int | None = None
 
     def now(self) -> int:
         """Nanoseconds since this sampler's epoch."""
@@ -304,6 +347,9 @@ class Sampler:
 
     def tick(self, count: int, *, every_source: bool = False) -> None:
         t = self.now()
+        if self._last_tick is not None and t - self._last_tick > max(GAP_NS, 2 * self.interval_ns):
+            self.timeline.gaps.append(Gap(sampler="thread", start_ns=self._last_tick, end_ns=t))
+        self._last_tick = t
         for index, source in enumerate(self.sources):
             if count % self.every[index] and not every_source:
                 continue
@@ -361,15 +407,10 @@ class Sampler:
         if self.sidecar is not None:
             drawn = self.sidecar.stop(self.epoch)
             self.timeline.series[:0] = drawn
+            self.timeline.gaps[:0] = self.sidecar.gaps
             last = max((s.times_ns[-1] for s in drawn if s.times_ns), default=0)
             self.timeline.end_ns = max(self.timeline.end_ns, last, self.now())
-            seconds = max(self.timeline.end_ns / 1e9, 1e-9)
-            reads = drawn[0].samples if drawn else 0
-            self.timeline.notes.append(
-                f"host and cgroup sampled by a separate process: {reads / seconds:.0f} reads/s "
-                f"on average, {self.sidecar.cpu_s / seconds:.1%} of one CPU (it slows down "
-                f"to stay under {SIDECAR_CPU_BUDGET:.0%})"
-            )
+            self.timeline.notes.append(self.sidecar.note(self.timeline.end_ns / 1e9))
         self._started = False
         for source in self.sources:
             close = getattr(source, "close", None)

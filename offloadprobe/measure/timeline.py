@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TIMELINE_VERSION = 1
+GAP_NS = 10_000_000
+"""Ten intervals of the 1 kHz target with no sample: a gap, recorded and drawn as one."""
 SAMPLED_NOTE = (
     "counters are sampled (about 1 kHz) and draw the shape only: a sample maximum is not "
     "a peak; exact per-phase peaks (VmHWM, allocator peaks) are the phase slices' args"
@@ -78,6 +80,20 @@ class PhaseSpan:
     end_ns: int
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Gap:
+    """A stretch with no sample: the sampler got no CPU (it runs at the lowest priority
+    and waits while every CPU is busy). Series hold their last value across it only
+    because nothing was read: renderers must show the gap, not a flat line."""
+
+    sampler: str
+    """``process`` (host and cgroup, the sidecar) or ``thread`` (the CUDA counters)."""
+    start_ns: int
+    """Time of the last sample before it."""
+    end_ns: int
+    """Time of the first sample after it."""
+
+
 @dataclass(kw_only=True, slots=True)
 class Timeline:
     """Everything one process sampled, with its phase spans."""
@@ -91,6 +107,8 @@ class Timeline:
     ticks: int = 0
     notes: list[str] = field(default_factory=list)
     rank: int = 0
+    gaps: list[Gap] = field(default_factory=list)
+    """Every stretch longer than ``GAP_NS`` between two samples of one sampler."""
 
     def get(self, name: str) -> Series | None:
         return next((s for s in self.series if s.name == name), None)
@@ -111,6 +129,10 @@ class Timeline:
                 for s in self.spans
             ],
             "series": [s.to_dict() for s in self.series],
+            "gaps": [
+                {"sampler": g.sampler, "start_ns": g.start_ns, "end_ns": g.end_ns}
+                for g in self.gaps
+            ],
         }
 
     @classmethod
@@ -123,4 +145,5 @@ class Timeline:
             notes=list(data.get("notes", [])),
             spans=[PhaseSpan(**s) for s in data.get("spans", [])],
             series=[Series.from_dict(s) for s in data.get("series", [])],
+            gaps=[Gap(**g) for g in data.get("gaps", [])],
         )

@@ -31,7 +31,7 @@ PHASE_COLOURS = {"train": "#dddddd", "offload": "#f6c28b", "load": "#a9cbe8", "r
 GiB, MiB = 1 << 30, 1 << 20
 FOOTNOTE = (
     "lines: samples, shape only (faded outside the phase) · thick bars and printed values: "
-    "exact per-phase peaks (VmHWM, allocator peaks) · shaded: the phase"
+    "exact per-phase peaks (VmHWM, allocator peaks) · shaded: the phase · hatched: no samples"
 )
 ROWS_FOOTNOTE = " (longest row) · dotted: each row's phase end"
 PANELS = (
@@ -178,6 +178,7 @@ def _draw(ax: Any, cell: _Cell, panel: _Panel, rows: Sequence[TraceRow], colours
             continue
         offset = _offset(panel, row, relative)
         colour = colours[index % len(colours)] if relative else "black"
+        _hatch_gaps(ax, row, panel, span, cell.pad)
         for name in panel.names:
             series = row.timeline.get(name)
             if series is None or not any(series.values):
@@ -213,6 +214,19 @@ def _draw(ax: Any, cell: _Cell, panel: _Panel, rows: Sequence[TraceRow], colours
         else:
             texts.append((f"{row.label} {human(peak)}" if relative else human(peak), colour))
     return texts
+
+
+def _hatch_gaps(ax: Any, row: TraceRow, panel: _Panel, span: Any, pad: int) -> None:
+    """Hatch the stretches where this panel's sampler took no sample: a line held flat
+    across one is not a reading."""
+    sampler = "process" if panel.key == "host" else "thread"
+    lo, hi = span.start_ns - pad, span.end_ns + pad
+    for gap in row.timeline.gaps:
+        if gap.sampler != sampler or gap.end_ns <= lo or gap.start_ns >= hi:
+            continue
+        ax.axvspan((max(gap.start_ns, lo) - span.start_ns) / 1e6,
+                   (min(gap.end_ns, hi) - span.start_ns) / 1e6,
+                   fc="none", ec="#999999", hatch="////", lw=0)  # fmt: skip
 
 
 def _print_peaks(ax: Any, texts: list) -> None:

@@ -23,6 +23,8 @@ from offloadprobe.measure.timeline import SAMPLED_NOTE, Timeline
 from offloadprobe.report.trace_format import validate
 
 PHASE_THREAD = 0
+GAP_THREADS = {"process": 1, "thread": 2}
+"""Threads holding one slice per stretch without a sample, per sampler."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,6 +80,18 @@ def _process_events(row: TraceRow) -> list[dict[str, Any]]:
             "ts": _us(span.start_ns), "dur": _us(max(0, span.end_ns - span.start_ns)),
             "args": args,
         })  # fmt: skip
+    for sampler, tid in GAP_THREADS.items():
+        gaps = [g for g in timeline.gaps if g.sampler == sampler]
+        if not gaps:
+            continue
+        events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                       "args": {"name": f"no samples from the sampling {sampler}"}})  # fmt: skip
+        events += [{
+            "name": "no samples (every CPU busy)", "cat": "sampling", "ph": "X", "pid": pid,
+            # Whole microseconds: two gaps around one sample touch without overlapping.
+            "tid": tid, "ts": g.start_ns // 1000, "dur": g.end_ns // 1000 - g.start_ns // 1000,
+            "args": {"note": "counter values across this stretch were not read"},
+        } for g in gaps]  # fmt: skip
     for series in timeline.series:
         name = f"{series.label} (sampled)"
         times, values = list(series.times_ns), list(series.values)

@@ -64,7 +64,7 @@ def test_run_trace_has_one_slice_per_phase_with_its_exact_readings(tmp_path, sta
     doc = json.loads(trace.read_text())
     assert validate(doc) == []
     phases = [p for c in json.loads(report.read_text())["runs"][0]["cycles"] for p in c["phases"]]
-    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "phase"]
     assert [(e["args"]["cycle"], e["name"]) for e in slices] == [
         (p["cycle"], p["phase"]) for p in phases
     ]
@@ -72,7 +72,9 @@ def test_run_trace_has_one_slice_per_phase_with_its_exact_readings(tmp_path, sta
         assert event["args"]["host peak bytes"] == phase["host"]["peak"]
         assert event["dur"] == pytest.approx(phase["seconds"] * 1e6, rel=0.05, abs=2000)
     rss = [e for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == "host RSS (sampled)"]
-    assert len(rss) > 10
+    # The sidecar waits while every CPU is busy; what it missed, the trace declares.
+    gaps = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "sampling"]
+    assert len(rss) > 10 or gaps
     assert [e["ts"] for e in rss] == sorted(e["ts"] for e in rss)
     # Samples bracket every phase: the run is covered from start to end.
     assert rss[0]["ts"] <= slices[0]["ts"] and rss[-1]["ts"] >= slices[-1]["ts"]

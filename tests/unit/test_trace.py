@@ -9,7 +9,7 @@ import pytest
 
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.records import HostReading, PhaseRecord, RunRecord
-from offloadprobe.measure.timeline import PhaseSpan, Series, Timeline
+from offloadprobe.measure.timeline import Gap, PhaseSpan, Series, Timeline
 from offloadprobe.report.trace import TraceRow, trace_document
 from offloadprobe.report.trace_format import validate
 
@@ -57,6 +57,24 @@ def test_trace_has_a_slice_per_phase_with_exact_args_and_counters_per_series():
     assert {e["name"] for e in counters} == {"host RSS (sampled)"}
     assert [e["ts"] for e in counters] == sorted(e["ts"] for e in counters)
     assert "not a peak" in doc["otherData"]["offloadprobe"]
+
+
+def test_sampling_gaps_are_slices_on_their_own_thread_and_hatched_on_the_plot(tmp_path):
+    row = fake_row(0, "naive", 96 * MiB)
+    row.timeline.gaps.append(Gap(sampler="process", start_ns=210_000_000, end_ns=235_000_000))
+    # Two gaps around one sample, at times no float sum would place exactly.
+    row.timeline.gaps.append(Gap(sampler="process", start_ns=1_195_513_148, end_ns=1_272_009_319))
+    row.timeline.gaps.append(Gap(sampler="process", start_ns=1_272_009_319, end_ns=1_300_000_000))
+    doc = trace_document([row])
+    assert validate(doc) == []
+    gaps = [e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") == "sampling"]
+    assert (gaps[0]["tid"], gaps[0]["ts"], gaps[0]["dur"]) == (1, 210_000, 25_000)
+    assert len([e for e in doc["traceEvents"] if e["ph"] == "X"]) == len(PHASES) + 3
+    pytest.importorskip("matplotlib")
+    from offloadprobe.report.plot import plot_phases
+
+    plot_phases([row], tmp_path / "gap.png", title="fake", payload=48 * MiB)
+    assert (tmp_path / "gap.png").stat().st_size > 20_000
 
 
 @pytest.mark.parametrize(

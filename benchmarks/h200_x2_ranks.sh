@@ -19,18 +19,27 @@ if [ "$part" = 1 ]; then
     --payload 5GiB --cycles 3 --no-reference-check --nproc-per-node 2 \
     --json "$OUT/$D-ranks-compare-5gib.json" > "$OUT/$D-ranks-compare-5gib.log" 2>&1
   echo "compare exit $?" >> "$OUT/$D-ranks-compare-5gib.log"
-else
-  timeout 150 python3 -W ignore -m offloadprobe repro ci-node --device cuda \
+elif [ "$part" = 2 ]; then
+  timeout 120 python3 -W ignore -m pytest tests/gpu/test_ranks_cuda.py -q -p no:cacheprovider \
+    > "$OUT/$D-gpu-tests-ranks.log" 2>&1
+  echo "gpu tests exit $?" >> "$OUT/$D-gpu-tests-ranks.log"
+  timeout 200 python3 -W ignore -m offloadprobe compare naive lazy registered --device cuda \
+    --payload 5GiB --cycles 3 --no-reference-check --nproc-per-node 2 \
+    --json "$OUT/$D-ranks-compare-5gib.json" > "$OUT/$D-ranks-compare-5gib.log" 2>&1
+  echo "compare exit $?" >> "$OUT/$D-ranks-compare-5gib.log"
+  timeout 110 python3 -W ignore -m offloadprobe repro ci-node --device cuda \
     --json "$OUT/$D-repro-ci-node.json" > "$OUT/$D-repro-ci-node.log" 2>&1
   echo "repro exit $?" >> "$OUT/$D-repro-ci-node.log"
-  timeout 150 python3 -W ignore -m offloadprobe repro node-6635-master-param --device cuda \
+  timeout 140 python3 -W ignore -m offloadprobe repro node-6635-master-param --device cuda \
     --json "$OUT/$D-repro-node-6635.json" > "$OUT/$D-repro-node-6635.log" 2>&1
   echo "repro exit $?" >> "$OUT/$D-repro-node-6635.log"
-  if [ -f benchmarks/ranks_projection_validation.py ]; then
-    timeout 290 python3 -W ignore benchmarks/ranks_projection_validation.py --device cuda \
-      --out "$OUT/$D-ranks-projection.json" > "$OUT/$D-ranks-projection.log" 2>&1
-    echo "projection exit $?" >> "$OUT/$D-ranks-projection.log"
-  fi
+else
+  timeout 330 python3 -W ignore benchmarks/ranks_projection_validation.py --device cuda \
+    --out "$OUT/$D-ranks-projection.json" > "$OUT/$D-ranks-projection.log" 2>&1
+  echo "projection exit $?" >> "$OUT/$D-ranks-projection.log"
+  timeout 240 python3 -W ignore benchmarks/sampler_overhead.py --device cuda --payload 5GiB \
+    --out "$OUT/$D-sampler-overhead-idle-priority.json" > "$OUT/$D-sampler.log" 2>&1
+  echo "sampler exit $?" >> "$OUT/$D-sampler.log"
 fi
 tail -n 6 "$OUT"/*.log
 tar -C "$OUT" -czf "$FINAL/ranks-$part.tar.gz" . && ls -la "$OUT"

@@ -167,8 +167,7 @@ def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
         if kills:
             return ReproOutcome(
                 observed="oom",
-                detail=f"OOM reproduced at node level: {run.failure} (cgroup oom_kill 0 -> "
-                f"{kills})",
+                detail=f"OOM reproduced at node level: {run.failure}",
                 cycle=run.failure_cycle,
                 phase=run.failure_phase,
                 terms=tuple(terms),

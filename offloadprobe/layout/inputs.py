@@ -108,12 +108,15 @@ ModelSpec = GptShape | ParamCount
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Parallelism:
-    """Megatron parallel sizes (context parallel 1, expert tensor parallel 1)."""
+    """Megatron parallel sizes (context parallel 1)."""
 
     tp: int = 1
     pp: int = 1
     ep: int = 1
     dp: int = 1
+    expert_tp: int = 1
+    """Expert tensor-parallel size (megatron ``expert_tensor_parallel_size``). Trainers such
+    as verl set 1; megatron-core itself defaults it to tp, as offloadprobe's probe does."""
     gpus_per_node: int = 8
     first_stage_layers: int | None = None
     """megatron ``num_layers_in_first_pipeline_stage``."""
@@ -121,13 +124,13 @@ class Parallelism:
     """megatron ``num_layers_in_last_pipeline_stage``."""
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "ep", "dp", "gpus_per_node"):
+        for name in ("tp", "pp", "ep", "dp", "expert_tp", "gpus_per_node"):
             _positive(name, getattr(self, name))
-        if (self.tp * self.dp) % self.ep:
+        if (self.tp * self.dp) % (self.ep * self.expert_tp):
             raise LayoutError(
                 "ep",
-                f"ep={self.ep} does not divide tp*dp={self.tp * self.dp} (expert data "
-                "parallel size); lower ep or raise dp",
+                f"ep*expert_tp={self.ep * self.expert_tp} does not divide "
+                f"tp*dp={self.tp * self.dp} (expert data parallel size); lower ep or raise dp",
             )
         if self.world_size % self.gpus_per_node:
             raise LayoutError(
@@ -142,13 +145,14 @@ class Parallelism:
 
     @property
     def expert_dp(self) -> int:
-        """Expert data-parallel size: ``tp * dp / (ep * etp)`` with etp = 1."""
-        return self.tp * self.dp // self.ep
+        """Expert data-parallel size: ``tp * dp / (ep * etp)``."""
+        return self.tp * self.dp // (self.ep * self.expert_tp)
 
     @property
     def separate_expert_buffers(self) -> bool:
-        """Experts leave the dense buffers when ep > 1 or etp (1) != tp (megatron 0.19.2)."""
-        return self.ep > 1 or self.tp != 1
+        """Experts leave the dense buffers when ep > 1 or etp != tp (megatron 0.19.2;
+        0.16.1 only when ep > 1: the two agree whenever etp = tp)."""
+        return self.ep > 1 or self.expert_tp != self.tp
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -92,6 +92,7 @@ LAYOUTS = (
     Layout(name="dense-pp2", nproc=2, pp=2),
     Layout(name="dense-pp2-vpp2", nproc=2, pp=2, vpp=2),
     Layout(name="moe-ep2-dp2", nproc=2, ep=2, experts=4),
+    Layout(name="moe-tp2-ep2", nproc=2, tp=2, ep=2, experts=4),
     Layout(name="moe-tp2", nproc=2, tp=2, experts=4),
     Layout(name="dense-tp2-pp2", nproc=4, tp=2, pp=2, devices=("cpu",)),
 )
@@ -255,7 +256,14 @@ def run_case(
         return case, report
     projection = project_world(
         config.model,
-        ProbeLayout(tp=layout.tp, pp=layout.pp, ep=layout.ep, dp=layout.dp, vpp=layout.vpp),
+        ProbeLayout(
+            tp=layout.tp,
+            pp=layout.pp,
+            ep=layout.ep,
+            dp=layout.dp,
+            vpp=layout.vpp,
+            megatron_core=report["versions"]["megatron_core"],
+        ),
         strategy=strategy,
         optimizer_strategy=optimizer_strategy,
         optimizer=config.optimizer,

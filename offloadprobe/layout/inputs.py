@@ -115,8 +115,12 @@ class Parallelism:
     ep: int = 1
     dp: int = 1
     expert_tp: int = 1
-    """Expert tensor-parallel size (megatron ``expert_tensor_parallel_size``). Trainers such
-    as verl set 1; megatron-core itself defaults it to tp, as offloadprobe's probe does."""
+    """Expert tensor-parallel size (megatron ``expert_tensor_parallel_size``): experts'
+    fc1/fc2 are split this many ways. megatron-core defaults it to tp, but MoE layers with
+    linear biases need 1 (offloadprobe's probe), and trainers such as verl set 1."""
+    expert_buffers_by_etp: bool = True
+    """megatron-core 0.19: experts leave the dense buffers when ep > 1 or etp != tp. False:
+    0.16.1's rule, only when ep > 1."""
     gpus_per_node: int = 8
     first_stage_layers: int | None = None
     """megatron ``num_layers_in_first_pipeline_stage``."""
@@ -150,9 +154,9 @@ class Parallelism:
 
     @property
     def separate_expert_buffers(self) -> bool:
-        """Experts leave the dense buffers when ep > 1 or etp != tp (megatron 0.19.2;
-        0.16.1 only when ep > 1: the two agree whenever etp = tp)."""
-        return self.ep > 1 or self.expert_tp != self.tp
+        """Experts leave the dense buffers when ep > 1 or, with ``expert_buffers_by_etp``
+        (megatron-core 0.19.2), etp != tp; 0.16.1 only when ep > 1."""
+        return self.ep > 1 or (self.expert_buffers_by_etp and self.expert_tp != self.tp)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -4,12 +4,15 @@
 (``plan.probe``: megatron's local spec, LayerNorm with biases, learned positions, untied
 output layer, 4h MLPs with biases) on each rank at megatron's layout:
 
-- tensor parallelism shards attention, the MLP and the vocabulary; megatron-core leaves
-  ``expert_tensor_parallel_size`` at tp, so the experts are sharded over tp as well;
+- tensor parallelism shards attention, the MLP and the vocabulary, not the experts: the
+  probe's MoE layers have linear biases, which megatron-core allows only with an expert
+  tensor-parallel size of 1;
 - every MoE layer has a router (an ``E x h`` weight and an ``E`` bias, as the probe sets
-  ``add_bias_linear``) and ``E / ep`` local experts, each as wide as the dense MLP (4h)
-  with biases; with ep > 1 they sit in DDP's separate ``expert_parallel_buffers``,
-  sharded over the expert data-parallel group (``tp * dp / (ep * tp)``);
+  ``add_bias_linear``; megatron-core 0.16.1 and 0.19.2 alike) and ``E / ep`` local
+  experts, each as wide as the dense MLP (4h) with biases. They sit in DDP's separate
+  ``expert_parallel_buffers``, sharded over the expert data-parallel group
+  (``tp * dp / ep``), when ep > 1, and in megatron-core 0.19 also when tp > 1 (expert tp
+  1 differs from tp); otherwise in the dense buffer;
 - pipeline rank ``r`` with ``vpp`` virtual stages holds ``vpp`` model chunks, chunk ``k``
   being stage ``k * pp + r`` of a ``pp * vpp`` stage pipeline; each chunk is its own DDP
   module with its own buffers (one bucket each: no grad-reduce overlap);
@@ -47,6 +50,8 @@ class ProbeLayout:
     vpp: int | None = None
     ranks_per_node: int | None = None
     """Ranks of one node (None: every rank on one node)."""
+    megatron_core: str = "0.19.2"
+    """The megatron-core version that builds the buffers (its expert-buffer rule)."""
 
     @property
     def world_size(self) -> int:
@@ -61,15 +66,20 @@ class ProbeLayout:
         return rank // (self.tp * self.dp)
 
     def parallelism(self) -> Parallelism:
-        """``plan.layout``'s sizes, with megatron-core's default expert tp (= tp)."""
+        """``plan.layout``'s sizes, with the probe's expert tp (1)."""
         return Parallelism(
             tp=self.tp,
             pp=self.pp,
             ep=self.ep,
             dp=self.dp,
-            expert_tp=self.tp,
+            expert_tp=1,
+            expert_buffers_by_etp=_version(self.megatron_core) >= (0, 19),
             gpus_per_node=self.ranks_per_node or self.world_size,
         )
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
 
 
 def optimizer_options(choice: OptimizerChoice) -> OptimizerOptions:
@@ -92,6 +102,7 @@ def probe_rank_stages(model: ModelConfig, layout: ProbeLayout) -> tuple[StageLay
         ep=par.ep,
         dp=par.dp,
         expert_tp=par.expert_tp,
+        expert_buffers_by_etp=par.expert_buffers_by_etp,
         gpus_per_node=1,
     )
     stages = lay_out_model(probe_shape(model), virtual, PROBE_DDP).stages

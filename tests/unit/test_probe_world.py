@@ -49,14 +49,22 @@ def test_moe_ep2_splits_experts_into_their_own_buffer() -> None:
     assert _buffers(MOE, ProbeLayout(ep=2, dp=2)) == expected
 
 
-def test_moe_tp2_shards_experts_over_tp_in_the_dense_buffer() -> None:
-    # megatron-core's expert tp defaults to tp: every expert's fc1/fc2 split in two;
-    # ep 1 keeps them in the dense buffer
+def test_moe_tp2_keeps_experts_whole_and_buffers_them_by_version() -> None:
+    # MoE with linear biases needs expert tp 1: tp 2 splits attention and the vocabulary,
+    # every rank holds all 4 experts whole
     attention = 128 + (2048 + 64) + (6144 + 128) + 128  # qkv bias 96 padded to 128
-    experts = 4 * ((8192 + 128) + (8192 + 64))
-    elements = 128 * 64 + 16 * 64 + 2 * (attention + ROUTER + experts) + 128 + 128 * 64
-    assert elements == 168064
-    assert _buffers(MOE, ProbeLayout(tp=2)) == [[("dense", 2 * elements)]]
+    dense = 128 * 64 + 16 * 64 + 2 * (attention + ROUTER) + 128 + 128 * 64
+    experts = 2 * 4 * EXPERT
+    assert (dense, experts) == (35456, 264704)  # both multiples of 128
+    # megatron-core 0.19.2: expert tp 1 != tp 2 puts experts in their own buffer
+    split = [[("dense", 2 * dense), ("expert", 2 * experts)]]
+    assert _buffers(MOE, ProbeLayout(tp=2)) == split
+    # 0.16.1: only ep > 1 does; with ep 1 they stay in the dense buffer
+    assert _buffers(MOE, ProbeLayout(tp=2, megatron_core="0.16.1")) == [
+        [("dense", 2 * (dense + experts))]
+    ]
+    # tp 2 ep 2 on two ranks: 2 experts per rank, one expert-data-parallel rank
+    assert _buffers(MOE, ProbeLayout(tp=2, ep=2)) == [[("dense", 2 * dense), ("expert", experts)]]
 
 
 def test_pp2_and_vpp2_stages() -> None:
@@ -81,6 +89,6 @@ def test_ranks_map_to_stages_pp_outermost() -> None:
 
 
 def test_an_impossible_expert_layout_names_the_field() -> None:
-    # tp 2 with expert tp 2 leaves one expert-data-parallel rank: ep 2 cannot fit
+    # ep 2 needs tp * dp / ep whole: one rank of tp 1 cannot hold half the experts' replicas
     with pytest.raises(LayoutError, match="ep"):
-        probe_rank_stages(MOE, ProbeLayout(tp=2, ep=2))
+        probe_rank_stages(MOE, ProbeLayout(ep=2))

@@ -393,7 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         help="children at a time (1: ranks of one case own the machine)",
     )
     parser.add_argument("--tolerance", type=float, default=0.05)
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per child")
+    parser.add_argument(
+        "--timeout", type=float, help="seconds per child (cuda default 120, cpu 300)"
+    )
     parser.add_argument(
         "--deadline-s", type=float, help="start no case after this many seconds (cuda default 320)"
     )
@@ -401,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(os.environ.get("OUT", ".")) / "ranks_projection.json"
     payload = args.payload or DEFAULT_PAYLOAD[args.device]
     deadline = args.deadline_s or (320.0 if args.device == "cuda" else None)
+    args.timeout = args.timeout or (120.0 if args.device == "cuda" else 300.0)
     layouts = [x for x in LAYOUTS if args.device in x.devices]
     if args.cases:
         known = {x.name: x for x in LAYOUTS}

@@ -327,23 +327,26 @@ def run_case(
     if outcome.exit_code != 0 or world is None:
         case.error = (outcome.stderr_tail or outcome.verdict or "")[-2000:]
         return case, report
-    projection = project_world(
-        config.model,
-        ProbeLayout(
-            tp=layout.tp,
-            pp=layout.pp,
-            ep=layout.ep,
-            dp=layout.dp,
-            vpp=layout.vpp,
-            megatron_core=report["versions"]["megatron_core"],
-        ),
-        strategy=strategy,
-        optimizer_strategy=optimizer_strategy,
-        optimizer=config.optimizer,
-        emulated=bool(report["emulated"]),
-        cycles=args.cycles,
-    )
-    compare(case, report, projection, args.tolerance)
+    try:
+        projection = project_world(
+            config.model,
+            ProbeLayout(
+                tp=layout.tp,
+                pp=layout.pp,
+                ep=layout.ep,
+                dp=layout.dp,
+                vpp=layout.vpp,
+                megatron_core=report["versions"]["megatron_core"],
+            ),
+            strategy=strategy,
+            optimizer_strategy=optimizer_strategy,
+            optimizer=config.optimizer,
+            emulated=bool(report["emulated"]),
+            cycles=args.cycles,
+        )
+        compare(case, report, projection, args.tolerance)
+    except Exception as exc:  # a projection that fails is this case's result, not the run's
+        case.error = f"projection or comparison failed: {type(exc).__name__}: {exc}"
     return case, report
 
 

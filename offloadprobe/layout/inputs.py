@@ -108,12 +108,19 @@ ModelSpec = GptShape | ParamCount
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Parallelism:
-    """Megatron parallel sizes (context parallel 1, expert tensor parallel 1)."""
+    """Megatron parallel sizes (context parallel 1)."""
 
     tp: int = 1
     pp: int = 1
     ep: int = 1
     dp: int = 1
+    expert_tp: int = 1
+    """Expert tensor-parallel size (megatron ``expert_tensor_parallel_size``): experts'
+    fc1/fc2 are split this many ways. megatron-core defaults it to tp, but MoE layers with
+    linear biases need 1 (offloadprobe's probe), and trainers such as verl set 1."""
+    expert_buffers_by_etp: bool = True
+    """megatron-core 0.19: experts leave the dense buffers when ep > 1 or etp != tp. False:
+    0.16.1's rule, only when ep > 1."""
     gpus_per_node: int = 8
     first_stage_layers: int | None = None
     """megatron ``num_layers_in_first_pipeline_stage``."""
@@ -121,13 +128,13 @@ class Parallelism:
     """megatron ``num_layers_in_last_pipeline_stage``."""
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "ep", "dp", "gpus_per_node"):
+        for name in ("tp", "pp", "ep", "dp", "expert_tp", "gpus_per_node"):
             _positive(name, getattr(self, name))
-        if (self.tp * self.dp) % self.ep:
+        if (self.tp * self.dp) % (self.ep * self.expert_tp):
             raise LayoutError(
                 "ep",
-                f"ep={self.ep} does not divide tp*dp={self.tp * self.dp} (expert data "
-                "parallel size); lower ep or raise dp",
+                f"ep*expert_tp={self.ep * self.expert_tp} does not divide "
+                f"tp*dp={self.tp * self.dp} (expert data parallel size); lower ep or raise dp",
             )
         if self.world_size % self.gpus_per_node:
             raise LayoutError(
@@ -142,13 +149,14 @@ class Parallelism:
 
     @property
     def expert_dp(self) -> int:
-        """Expert data-parallel size: ``tp * dp / (ep * etp)`` with etp = 1."""
-        return self.tp * self.dp // self.ep
+        """Expert data-parallel size: ``tp * dp / (ep * etp)``."""
+        return self.tp * self.dp // (self.ep * self.expert_tp)
 
     @property
     def separate_expert_buffers(self) -> bool:
-        """Experts leave the dense buffers when ep > 1 or etp (1) != tp (megatron 0.19.2)."""
-        return self.ep > 1 or self.tp != 1
+        """Experts leave the dense buffers when ep > 1 or, with ``expert_buffers_by_etp``
+        (megatron-core 0.19.2), etp != tp; 0.16.1 only when ep > 1."""
+        return self.ep > 1 or (self.expert_buffers_by_etp and self.expert_tp != self.tp)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

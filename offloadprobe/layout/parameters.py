@@ -120,12 +120,21 @@ def gpt_stage_parameters(shape: GptShape, par: Parallelism, pp_rank: int) -> tup
             continue
         experts, moe_ffn = shape.num_experts, shape.moe_ffn_hidden_size or 0
         linear(f"{p}.mlp.router", experts, h, f"{experts}", f"{h}", bias)
+        etp = par.expert_tp
         for e in range(experts // par.ep):
             q = f"{p}.mlp.experts.local_experts.{e}"
             linear(
-                f"{q}.linear_fc1", glu * moe_ffn, h, f"{glu}*{moe_ffn}", f"{h}", bias, expert=True
+                f"{q}.linear_fc1",
+                glu * moe_ffn // etp,
+                h,
+                f"{glu}*{moe_ffn}/{etp}",
+                f"{h}",
+                bias,
+                expert=True,
             )
-            linear(f"{q}.linear_fc2", h, moe_ffn, f"{h}", f"{moe_ffn}", bias, expert=True)
+            linear(
+                f"{q}.linear_fc2", h, moe_ffn // etp, f"{h}", f"{moe_ffn}/{etp}", bias, expert=True
+            )
         if shared := shape.shared_expert_ffn_hidden_size:
             linear(
                 f"{p}.mlp.shared_experts.linear_fc1",
@@ -192,6 +201,7 @@ def _check_shape(shape: GptShape, par: Parallelism) -> None:
         ("ffn_hidden_size", shape.ffn_hidden_size or 0, par.tp, "tp"),
         ("shared_expert_ffn_hidden_size", shape.shared_expert_ffn_hidden_size, par.tp, "tp"),
         ("num_experts", shape.num_experts, par.ep, "ep"),
+        ("moe_ffn_hidden_size", shape.moe_ffn_hidden_size or 0, par.expert_tp, "expert_tp"),
     )
     for field, value, divisor, by in checks:
         if value % divisor:

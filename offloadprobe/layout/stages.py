@@ -10,8 +10,8 @@ the data-parallel size, expert buffers over the expert-data-parallel size.
 
 The parts live in their own modules: ``inputs`` (shape, parallelism, DDP options),
 ``parameters`` (the tensors of a stage), ``buffers`` (padding and buckets) and
-``optimizer_state`` (Adam state per shard). Context parallelism is 1 and the expert
-tensor-parallel size is 1.
+``optimizer_state`` (Adam state per shard). Context parallelism is 1; the expert
+tensor-parallel size is ``Parallelism.expert_tp`` (1 unless set).
 """
 
 from __future__ import annotations

@@ -34,8 +34,11 @@ PROBE_DDP = DdpOptions(grad_reduce_in_fp32=True, overlap_grad_reduce=False)
 
 
 def probe_shape(model: ModelConfig) -> GptShape:
-    """The probe's ``GPTModel`` as a ``GptShape`` (megatron's local-spec defaults)."""
+    """The probe's ``GPTModel`` as a ``GptShape`` (megatron's local-spec defaults); with
+    experts, every layer is an MoE layer of experts as wide as the dense MLP (4h)."""
     return GptShape(
+        num_experts=model.num_experts,
+        moe_ffn_hidden_size=4 * model.hidden_size if model.num_experts else None,
         num_layers=model.num_layers,
         hidden_size=model.hidden_size,
         num_attention_heads=model.num_attention_heads,

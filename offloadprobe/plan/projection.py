@@ -171,7 +171,9 @@ def _key_dtypes(stage: StageLayout, opt: OptimizerOptions, key: str) -> list[str
     return [opt.exp_avg_dtype if key == "exp_avg" else opt.exp_avg_sq_dtype] * len(stage.buffers)
 
 
-def optimizer_host(strategy: str, stage: StageLayout, opt: OptimizerOptions) -> tuple[int, Term]:
+def optimizer_host(
+    strategy: str, stage: StageLayout, opt: OptimizerOptions, *, emulated: bool = False
+) -> tuple[int, Term]:
     """Host bytes one rank holds for optimizer state moved by ``strategy``.
 
     ``complete`` copies each state tensor into an exact-size host buffer (page rounding,
@@ -180,11 +182,16 @@ def optimizer_host(strategy: str, stage: StageLayout, opt: OptimizerOptions) -> 
     PyTorch's caching allocator: one rounded block per per-parameter shard tensor, kept
     in the cache across loads and reused by the next offload. The worst data-parallel
     rank is taken.
+
+    ``emulated`` (CPU emulation): nothing is pinned, so every strategy's copy of a tensor
+    is an ordinary host allocation of its bytes, page-rounded, per tensor.
     """
     keys = moved_keys(strategy, opt)
     host_copy = _optimizer_info(strategy).host_copy
     if not keys or host_copy == "nothing":
         return 0, Term(label=f"optimizer on host ({strategy})", formula="nothing moved", value=0)
+    if emulated:
+        host_copy = "pageable per tensor"
     if host_copy == "exact":
         total, _ = optimizer_bytes(stage, opt)
         return total, Term(

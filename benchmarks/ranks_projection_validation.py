@@ -1,0 +1,482 @@
+"""``plan`` against measurement over several ranks: per rank and per node, both parts.
+
+Every case is one parallel layout of the probe model (dense or MoE) and one pair of
+strategies (a parameter strategy and an optimizer-state strategy). One fresh
+``offloadprobe run --nproc-per-node N`` child measures every rank and the node cgroup;
+``offloadprobe.plan.probe_world.project_world`` predicts the same figures from the
+child's own model and layout, without running anything:
+
+- per rank, exactly: ``payload_bytes`` (the ``param_data`` bytes of the rank's DDP
+  buffers, dense and expert-parallel, over every virtual-pipeline chunk);
+- per rank: the parameter part's host peak and steady bytes (``summary.params``) and the
+  optimizer part's host peak (``summary.optimizer``), each by ``measure.summary``'s
+  ledger over that part's own phases;
+- per rank and per node, both parts together: the highest offload or load phase (the
+  rank's VmHWM; the node cgroup's peak) over the usage before the first offload, against
+  the plan's figure with both parts in verl's order (``probe_world.rank_total``) summed
+  over the node's ranks (the plan's node rule). Train phases are the framework's, not
+  the offload's: what they left resident before a phase is taken out of that phase's
+  peak and reported (``train_left_bytes``). The raw figures (``summary.host_peak_bytes``,
+  the node's ``peak_bytes``) are compared too, and so is the scenario plan's rule that
+  adds the two parts' peaks.
+
+The verdict of a case: the payload is exact on every rank, and each judged peak (each
+part per rank, both parts per rank, both parts per node) lands within ``--tolerance``.
+Relative error is ``(measured - predicted) / predicted``.
+
+CUDA, on a machine with 2 GPUs: 5 two-rank layouts x 3 pairs, children one at a time,
+each over both GPUs. About 20 s a case on 2 x H200 (estimated from one-rank runs there),
+so about 5 minutes. No case starts after ``--deadline-s`` (280 s) and a child gets 70 s,
+so it ends within 6 minutes; cases it did not start are listed in ``skipped``::
+
+    python benchmarks/ranks_projection_validation.py --device cuda \\
+        --out "$OUT/h200x2-ranks-projection.json"
+
+CPU emulation (gloo ranks; the committed result)::
+
+    python benchmarks/ranks_projection_validation.py --device cpu \\
+        --out benchmarks/results/cpu-2026-11-30-ranks-projection.json
+
+Exit code 0 when every case lands, 1 otherwise. Needs no network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from offloadprobe.core.config import (  # noqa: E402
+    ModelConfig,
+    OptimizerChoice,
+    ParallelConfig,
+    RunConfig,
+    size_for_payload,
+)
+from offloadprobe.core.units import parse_size  # noqa: E402
+from offloadprobe.isolation import child as isolation  # noqa: E402
+from offloadprobe.isolation.child import ChildSpec  # noqa: E402
+from offloadprobe.plan.probe_world import ProbeLayout, WorldProjection, project_world  # noqa: E402
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Layout:
+    """One parallel layout of the probe model."""
+
+    name: str
+    nproc: int
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    vpp: int | None = None
+    experts: int = 0
+    layers: int = 4
+    devices: tuple[str, ...] = ("cpu", "cuda")
+
+    @property
+    def dp(self) -> int:
+        return self.nproc // (self.tp * self.pp)
+
+    @property
+    def shards(self) -> int:
+        """How many ways the model's bytes are split over ranks (roughly)."""
+        return self.tp * self.pp * (self.ep if self.experts else 1)
+
+
+LAYOUTS = (
+    Layout(name="dense-dp2", nproc=2),
+    Layout(name="dense-tp2", nproc=2, tp=2),
+    Layout(name="dense-pp2", nproc=2, pp=2),
+    Layout(name="dense-pp2-vpp2", nproc=2, pp=2, vpp=2),
+    Layout(name="moe-ep2-dp2", nproc=2, ep=2, experts=4),
+    Layout(name="dense-tp2-pp2", nproc=4, tp=2, pp=2, devices=("cpu",)),
+    Layout(name="moe-ep2-pp2-dp2", nproc=4, pp=2, ep=2, experts=4, devices=("cpu",)),
+)
+
+PAIRS = (
+    ("naive", "legacy", True),
+    ("lazy", "fixed", True),
+    ("registered", "complete", False),
+)
+"""(parameter strategy, optimizer strategy, precision-aware optimizer). legacy and fixed
+differ only under the precision-aware optimizer (legacy leaves ``master_param``);
+complete runs the classic optimizer (fp32 master shards)."""
+
+DEFAULT_PAYLOAD = {"cuda": "1GiB", "cpu": "16MiB"}
+"""Per rank, about."""
+
+NOT_RUN = {
+    "moe-tp2": "offloadprobe refuses --tp above 1 with experts where Apex is missing (megatron-"
+    "core's local layers need it for the sequence parallelism MoE under tp requires): this "
+    "host and the H200 image",
+    "moe-tp2-ep2": "offloadprobe refuses --ep that does not divide dp x cp (here 1)",
+    "moe-pp2": "with ep 1 the experts' train step fails in megatron-core 0.16.1 (mlp.py adds "
+    "the expert bias in place to the output of _ReduceFromModelParallelRegion: RuntimeError "
+    "'a view ... modified inplace')",
+}
+"""Layouts the probe cannot build here, and why (recorded in the JSON)."""
+
+
+def case_config(
+    layout: Layout, pair: tuple[str, str, bool], device: str, payload: str, cycles: int
+) -> RunConfig:
+    strategy, optimizer_strategy, precision_aware = pair
+    base = ModelConfig(num_layers=layout.layers, num_experts=layout.experts)
+    model = size_for_payload(base, parse_size(payload) * layout.shards)
+    return RunConfig(
+        model=model,
+        strategy=strategy,
+        optimizer_strategy=optimizer_strategy,
+        optimizer=OptimizerChoice(precision_aware=precision_aware),
+        device=device,
+        cycles=cycles,
+        train_steps=1,
+        reference_check=False,
+        parallel=ParallelConfig(tp=layout.tp, pp=layout.pp, ep=layout.ep, vpp=layout.vpp),
+    )
+
+
+def _error(measured: int | None, predicted: int | None) -> float | None:
+    if measured is None or not predicted:
+        return None
+    return (measured - predicted) / predicted
+
+
+def _figure(measured: int | None, predicted: int | None) -> dict[str, Any]:
+    return {"predicted": predicted, "measured": measured, "error": _error(measured, predicted)}
+
+
+@dataclass(kw_only=True, slots=True)
+class Case:
+    """One layout x strategy pair: what was predicted and measured, and the verdict."""
+
+    name: str
+    layout: dict[str, Any]
+    strategy: str
+    optimizer_strategy: str
+    precision_aware: bool
+    model: dict[str, Any] | None = None
+    exit_code: int | None = None
+    wall_s: float | None = None
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    max_abs_error: float | None = None
+    payload_exact: bool | None = None
+    within_tolerance: bool = False
+    outside: list[str] = field(default_factory=list)
+    """What is outside the bar, figure by figure (empty when the case lands)."""
+    error: str | None = None
+
+
+def _phases(record: dict[str, Any]) -> list[list[Any]]:
+    """Per phase: cycle, name, and host bytes before / at the peak / after, over the rank's
+    baseline (emulated device taken out): where each part's bytes came and went."""
+    base = record["baseline_host_bytes"]
+    out = []
+    for cycle in record.get("cycles") or []:
+        for phase in cycle["phases"]:
+            h = phase["host"]
+            before = h["rss_before"] - (h.get("device_in_host_before") or 0) - base
+            after = h["rss_after"] - (h.get("device_in_host_after") or 0) - base
+            peak = (h.get("host_peak_bytes") or h["peak"]) - base
+            out.append([phase["cycle"], phase["phase"], before, peak, after])
+    return out
+
+
+MOVES = ("offload", "offload optimizer", "load", "load optimizer")
+
+
+def moves_peak(phases: list[list[Any]], baseline: int = 0) -> int | None:
+    """Host peak of the offload and load phases over ``baseline``, less what the train
+    phases before each of them left resident (the framework's memory, in no part).
+    ``phases``: [cycle, name, before, peak, after]."""
+    left, started, best = 0, False, None
+    for _, name, before, top, after in phases:
+        if name == "train" and started and before is not None and after is not None:
+            left += after - before
+        if name in MOVES and top is not None:
+            started = True
+            value = top - baseline - left
+            best = value if best is None else max(best, value)
+    return best
+
+
+def train_left(phases: list[list[Any]]) -> int:
+    """Host bytes the train phases after the first offload left resident (the framework's
+    memory, in the raw peaks but in no part)."""
+    started, left = False, 0
+    for _, name, before, _, after in phases:
+        started |= name in MOVES
+        if started and name == "train" and before is not None and after is not None:
+            left += after - before
+    return left
+
+
+def compare(
+    case: Case, report: dict[str, Any], projection: WorldProjection, tolerance: float
+) -> None:
+    """Fill ``case`` with predicted vs measured figures from the child's ``report``."""
+    world = report["runs"][0]["world"]
+    judged: list[tuple[str, float | None]] = []
+    exact = True
+    for record in world["ranks"]:
+        rank = record["place"]["rank"]
+        p = projection.ranks[rank]
+        s = record.get("summary") or {}
+        params, opt = s.get("params") or {}, s.get("optimizer") or {}
+        phases = _phases(record)
+        row = {
+            "rank": rank,
+            "pp_rank": p.pp_rank,
+            "buffers": list(p.buffers),
+            "payload": {"predicted": p.payload_bytes, "measured": record["payload_bytes"]},
+            "params_peak": _figure(params.get("host_peak_bytes"), p.params.peak),
+            "params_steady": _figure(params.get("steady_host_bytes"), p.params.steady),
+            "optimizer_peak": _figure(opt.get("host_peak_bytes"), p.optimizer_host_bytes),
+            "optimizer_steady": _figure(opt.get("steady_host_bytes"), p.optimizer_host_bytes),
+            "optimizer_moved_bytes": opt.get("moved_bytes"),
+            "rank_peak": _figure(s.get("host_peak_bytes"), p.host_peak_bytes),
+            "rank_peak_added_rule": _figure(s.get("host_peak_bytes"), p.added_peaks_bytes),
+            "rank_offload_peak": _figure(moves_peak(phases), p.host_peak_bytes),
+            "train_left_bytes": train_left(phases),
+            "phases": phases,
+        }
+        case.ranks.append(row)
+        exact &= p.payload_bytes == record["payload_bytes"]
+        for key in ("params_peak", "optimizer_peak", "rank_offload_peak"):
+            if row[key]["predicted"]:
+                judged.append((f"rank {rank} {key}", row[key]["error"]))
+    for record in world["nodes"]:
+        n = projection.nodes[record["node_rank"]]
+        node_phases = [
+            [p["cycle"], p["phase"], p["usage_before"], p["peak"], p["usage_after"]]
+            for p in record.get("phases") or []
+        ]
+        row = {
+            "node_rank": record["node_rank"],
+            "ranks": record["ranks"],
+            "peak": _figure(record.get("peak_bytes"), n.host_peak_bytes),
+            "peak_added_rule": _figure(record.get("peak_bytes"), n.added_peaks_bytes),
+            "offload_peak": _figure(
+                moves_peak(node_phases, record.get("baseline_bytes") or 0), n.host_peak_bytes
+            ),
+            "train_left_bytes": train_left(node_phases),
+            "phases": node_phases,
+            "rank_peak_sum_bytes": record.get("rank_peak_sum_bytes"),
+            "cgroup_missing": record.get("cgroup_missing"),
+        }
+        case.nodes.append(row)
+        judged.append((f"node {record['node_rank']} offload peak", row["offload_peak"]["error"]))
+    case.payload_exact = exact
+    errors = [abs(e) for _, e in judged if e is not None]
+    case.max_abs_error = max(errors) if errors else None
+    case.outside = [
+        f"{what}: {'no figure' if e is None else f'{100 * e:+.2f}%'}"
+        for what, e in judged
+        if e is None or abs(e) > tolerance
+    ]
+    if not exact:
+        case.outside.insert(0, "payload not exact")
+    case.within_tolerance = not case.outside
+
+
+def run_case(
+    layout: Layout, pair: tuple[str, str, bool], args: argparse.Namespace, payload: str
+) -> tuple[Case, dict[str, Any] | None]:
+    strategy, optimizer_strategy, precision_aware = pair
+    case = Case(
+        name=f"{layout.name} {strategy}+{optimizer_strategy}",
+        layout={
+            "tp": layout.tp,
+            "pp": layout.pp,
+            "ep": layout.ep,
+            "dp": layout.dp,
+            "vpp": layout.vpp,
+            "nproc_per_node": layout.nproc,
+            "experts": layout.experts,
+        },
+        strategy=strategy,
+        optimizer_strategy=optimizer_strategy,
+        precision_aware=precision_aware,
+    )
+    config = case_config(layout, pair, args.device, payload, args.cycles)
+    case.model = asdict(config.model)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    spec = ChildSpec(
+        label=case.name,
+        config=config,
+        env={"PYTHONPATH": path},
+        timeout_s=args.timeout,
+        nproc_per_node=layout.nproc,
+    )
+    started = time.perf_counter()
+    outcome = isolation.run_child(spec)
+    case.wall_s = round(time.perf_counter() - started, 1)
+    case.exit_code = outcome.exit_code
+    report = outcome.report
+    world = ((report or {}).get("runs") or [{}])[0].get("world")
+    if outcome.exit_code != 0 or world is None:
+        case.error = (outcome.stderr_tail or outcome.verdict or "")[-2000:]
+        return case, report
+    try:
+        projection = project_world(
+            config.model,
+            ProbeLayout(
+                tp=layout.tp,
+                pp=layout.pp,
+                ep=layout.ep,
+                dp=layout.dp,
+                vpp=layout.vpp,
+                megatron_core=report["versions"]["megatron_core"],
+            ),
+            strategy=strategy,
+            optimizer_strategy=optimizer_strategy,
+            optimizer=config.optimizer,
+            emulated=bool(report["emulated"]),
+            cycles=args.cycles,
+        )
+        compare(case, report, projection, args.tolerance)
+    except Exception as exc:  # a projection that fails is this case's result, not the run's
+        case.error = f"projection or comparison failed: {type(exc).__name__}: {exc}"
+    return case, report
+
+
+def _pct(e: float | None) -> str:
+    return "-" if e is None else f"{100 * e:+.2f}%"
+
+
+def print_case(case: Case) -> None:
+    if case.error:
+        print(f"{case.name}: FAILED (exit {case.exit_code}): {case.error.splitlines()[-1:]}")
+        return
+    worst = max(case.ranks, key=lambda r: abs(r["params_peak"]["error"] or 0))
+    node = case.nodes[0]["offload_peak"] if case.nodes else {}
+    raw = case.nodes[0]["peak"] if case.nodes else {}
+    print(
+        f"{case.name:<36} payload {'exact' if case.payload_exact else 'DIFFERS'}"
+        f"  params {_pct(worst['params_peak']['error'])}"
+        f"  optimizer {_pct(worst['optimizer_peak']['error'])}"
+        f"  node {_pct(node.get('error'))} (raw {_pct(raw.get('error'))})"
+        f"  {'ok' if case.within_tolerance else 'OUTSIDE: ' + '; '.join(case.outside)}"
+        f"  ({case.wall_s} s)",
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--out", type=Path, help="JSON path (default $OUT/ranks_projection.json)")
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        metavar="LAYOUT",
+        help="layouts to run: " + ", ".join(x.name for x in LAYOUTS),
+    )
+    parser.add_argument(
+        "--pairs",
+        nargs="+",
+        metavar="PARAMS+OPTIMIZER",
+        help="strategy pairs, e.g. naive+legacy (default: all three)",
+    )
+    parser.add_argument("--payload", help="per-rank payload, about (cuda 1GiB, cpu 16MiB)")
+    parser.add_argument("--cycles", type=int, default=2)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="children at a time (1: ranks of one case own the machine)",
+    )
+    parser.add_argument("--tolerance", type=float, default=0.05)
+    parser.add_argument(
+        "--timeout", type=float, help="seconds per child (cuda default 70, cpu 300)"
+    )
+    parser.add_argument(
+        "--deadline-s", type=float, help="start no case after this many seconds (cuda default 280)"
+    )
+    args = parser.parse_args(argv)
+    out = args.out or Path(os.environ.get("OUT", ".")) / "ranks_projection.json"
+    payload = args.payload or DEFAULT_PAYLOAD[args.device]
+    deadline = args.deadline_s or (280.0 if args.device == "cuda" else None)
+    args.timeout = args.timeout or (70.0 if args.device == "cuda" else 300.0)
+    layouts = [x for x in LAYOUTS if args.device in x.devices]
+    if args.cases:
+        known = {x.name: x for x in LAYOUTS}
+        unknown = [c for c in args.cases if c not in known]
+        if unknown:
+            parser.error(f"unknown case(s) {unknown}: choose from {', '.join(known)}")
+        layouts = [known[c] for c in args.cases]
+    pairs = list(PAIRS)
+    if args.pairs:
+        pairs = [p for p in PAIRS if f"{p[0]}+{p[1]}" in args.pairs]
+    if args.jobs != 1:
+        parser.error("--jobs: only 1 is supported (a case's ranks share the node cgroup)")
+    # pair-major order: when the deadline cuts the run, every layout has had a pair
+    jobs = [(layout, pair) for pair in pairs for layout in layouts]
+    started = time.perf_counter()
+    cases: list[Case] = []
+    skipped: list[str] = []
+    first: dict[str, Any] | None = None
+    for layout, pair in jobs:
+        if deadline is not None and time.perf_counter() - started > deadline:
+            skipped.append(f"{layout.name} {pair[0]}+{pair[1]}")
+            continue
+        case, report = run_case(layout, pair, args, payload)
+        first = first or report
+        cases.append(case)
+        print_case(case)
+        write(out, args, payload, cases, skipped, first, started)
+    doc = write(out, args, payload, cases, skipped, first, started)
+    print(
+        f"{sum(c.within_tolerance for c in cases)}/{len(cases)} cases within "
+        f"{100 * args.tolerance:g}%; skipped {len(skipped)}; versions {doc['versions']}; "
+        f"wrote {out}; {doc['wall_s']} s"
+    )
+    return 0 if doc["all_within_tolerance"] else 1
+
+
+def write(
+    out: Path,
+    args: argparse.Namespace,
+    payload: str,
+    cases: list[Case],
+    skipped: list[str],
+    first: dict[str, Any] | None,
+    started: float,
+) -> dict[str, Any]:
+    errors = [c.max_abs_error for c in cases if c.max_abs_error is not None]
+    doc = {
+        "benchmark": "ranks_projection_validation",
+        "device": args.device,
+        "emulated": first.get("emulated") if first else None,
+        "versions": first.get("versions") if first else None,
+        "machine": first.get("machine") if first else None,
+        "payload_per_rank": payload,
+        "cycles": args.cycles,
+        "train_steps": 1,
+        "tolerance": args.tolerance,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "all_within_tolerance": bool(cases)
+        and not skipped
+        and all(c.within_tolerance for c in cases),
+        "max_abs_relative_error": max(errors) if errors else None,
+        "cases": [asdict(c) for c in cases],
+        "not_run": NOT_RUN,
+        "skipped": skipped,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -128,7 +128,7 @@ def test_compare_every_child_killed_exits_1_with_stable_json(invoke, monkeypatch
     assert rc == 1
     assert "2 of 2 rows failed: naive + none (killed), lazy + none (killed)" in stderr
     doc = json.loads(out.read_text())
-    assert doc["schema_version"] == 2 and doc["device"] == "cpu" and doc["emulated"] is True
+    assert doc["schema_version"] == 3 and doc["device"] == "cpu" and doc["emulated"] is True
     assert doc["payload_bytes"] > 15 * 2**20 and doc["versions"]["torch"]
     killed = "killed: SIGKILL, cgroup OOM (oom_kill 0 -> 1)"
     assert [r["verdict"] for r in doc["runs"]] == [killed, killed]

@@ -1,15 +1,16 @@
 """The pytest plugin as its users drive it, through pytester in this process.
 
 One test starts real children (the plugin's point is a fresh process per probe): the
-README's example as it stands, with naive and with legacy, and a corrupting strategy,
-all in one pytest session. The rest of the plugin's logic runs against ``FakeChild``.
+README's example as it stands and a corrupting strategy, in one pytest session with the
+README's block for naive and for legacy (those two in this process). The rest of the
+plugin's logic runs against ``FakeChild``.
 """
 
 from importlib import metadata
 
 import pytest
 
-from tests.fakes import FakeChild, import_all, install_child
+from tests.fakes import FakeChild, InProcessChild, import_all, install_child
 
 import_all()  # before pytester's snapshot of sys.modules, which drops what a test imports
 
@@ -86,10 +87,29 @@ def _readme_example() -> str:
     return next(b for b in blocks if "offload_budget" in b)
 
 
-def test_readme_example_and_a_corrupting_strategy_in_real_children(run_plugin):
+class _TwoInProcess:
+    """``run_child`` for the README test: the broken pairs' children in this process, the
+    rest real. Their verdicts (a host peak, an audit) do not need a fresh process; the
+    block as it stands and the corrupting strategy show the real children."""
+
+    def __init__(self, workdir) -> None:
+        from offloadprobe.isolation.child import run_child
+
+        self.real, self.here = run_child, InProcessChild(workdir)
+        self.ran: list[tuple[str, str]] = []
+
+    def __call__(self, spec, **kwargs):
+        pair = (spec.config.strategy, spec.config.optimizer_strategy)
+        in_process = pair in {("naive", "complete"), ("lazy", "legacy")}
+        self.ran.append((*pair, "in process" if in_process else "child"))
+        return self.here(spec) if in_process else self.real(spec, **kwargs)
+
+
+def test_readme_example_and_a_corrupting_strategy(run_plugin, monkeypatch, tmp_path):
     # The README's block as it stands passes; with naive it breaks the host-peak budget, with
     # legacy the master weights stay on the device; a corrupting strategy through the fixture
-    # fails too. Each probe is a real child process, as users get them.
+    # fails too.
+    child = install_child(monkeypatch, _TwoInProcess(tmp_path))
     source = _readme_example()
     naive = source.replace('strategy="lazy"', 'strategy="naive"')
     legacy = source.replace('optimizer_strategy="complete"', 'optimizer_strategy="legacy"')
@@ -114,6 +134,11 @@ def test_broken(offload_probe):
     # under it, the measured phases, for the reader of a CI log
     result.stdout.fnmatch_lines(["*Captured offloadprobe call*", "*cycle*phase*host peak*"])
     result.stdout.fnmatch_lines(["*FlipsOneBit + none: corrupted: *param_data differs*"])
+    assert sorted(child.ran) == [
+        ("lazy", "complete", "child"), ("lazy", "legacy", "in process"),
+        ("naive", "complete", "in process"),
+        ("tests.integration.user_strategies:FlipsOneBit", "none", "child"),
+    ]  # fmt: skip
 
 
 def test_misspelt_marker_keyword_is_a_usage_error_naming_it(run_plugin, fake_child):

@@ -353,17 +353,18 @@ def _long_lived_objects_frozen() -> Iterator[None]:
     every tracked object, some 400,000 once torch and megatron-core are imported (0.2 s
     each time, several seconds a run); frozen, they are skipped, and a collection only
     walks what the run itself created. Garbage that exists now is collected first, so
-    nothing the run could free is frozen; everything is unfrozen again at the end.
+    nothing the run could free is frozen. Everything is unfrozen at the end, unless the
+    caller had frozen objects of its own before (a test session does): unfreezing is
+    then the caller's, and what was frozen here stays frozen with them.
     """
-    if gc.get_freeze_count():  # an outer block froze them already
-        yield
-        return
+    outer = gc.get_freeze_count() > 0
     gc.collect()
     gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        if not outer:
+            gc.unfreeze()
 
 
 @contextlib.contextmanager

@@ -97,6 +97,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(f"{seconds:8.2f}s  {nodeid}")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what exists once the tests are collected (torch, pytest, every test module):
+    a runtime's full collection then skips them (``emulation._long_lived_objects_frozen``)
+    instead of walking them again at every in-process run. Nothing here unfreezes them."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
         return

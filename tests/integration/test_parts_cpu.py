@@ -34,18 +34,17 @@ def test_verl_order_by_default_and_reversed_on_request(run_doc):
     assert _phases(run, 1) == ["train", "offload optimizer", "offload", "load optimizer", "load"]
 
 
-def test_optimizer_strategy_that_moves_nothing_did_not_offload(run_doc):
-    rc, run, _ = run_doc("--strategy", "lazy", "--optimizer-strategy",
-                         "tests.integration.user_optimizer_offload:Nothing")  # fmt: skip
-    assert rc == 1 and run["outcome"]["kind"] == "not offloaded"
-    assert "none of it left the device" in run["verdict"]
-
-
-def test_each_part_over_its_own_bytes_and_both_strategies_named(run_doc):
+def test_each_part_over_its_own_bytes_and_both_strategies_named(tmp_path):
     """The issue's case: lazy + legacy with the precision-aware optimizer read 5.01x
-    "payload"; each part now reads about 1x over the bytes it moves."""
-    rc, run, stdout = run_doc("--strategy", "lazy", "--optimizer-strategy", "legacy",
-                              "--precision-aware", "--max-host-peak", "1.3x")  # fmt: skip
+    "payload"; each part now reads about 1x over the bytes it moves. A fresh process: host
+    copies of small tensors could otherwise reuse heap pages earlier tests left resident."""
+    from tests.conftest import run_cli
+
+    out = tmp_path / "r.json"
+    proc = run_cli("run", *TINY, "--cycles", "2", "--no-progress", "--json", str(out),
+                   "--strategy", "lazy", "--optimizer-strategy", "legacy", "--precision-aware",
+                   "--max-host-peak", "1.3x")  # fmt: skip
+    rc, run, stdout = proc.returncode, json.loads(out.read_text())["runs"][0], proc.stdout
     s = run["summary"]
     params, optimizer = s["params"], s["optimizer"]
     assert rc == 0 and run["label"] == "lazy + legacy"
@@ -63,3 +62,10 @@ def test_each_part_over_its_own_bytes_and_both_strategies_named(run_doc):
     assert "lazy + legacy: ok" in text
     rows = {line.split()[0] for line in stdout.splitlines() if line.strip()}
     assert {"parameters", "optimizer", "whole"} <= rows
+
+
+def test_optimizer_strategy_that_moves_nothing_did_not_offload(run_doc):
+    rc, run, _ = run_doc("--strategy", "lazy", "--optimizer-strategy",
+                         "tests.integration.user_optimizer_offload:Nothing")  # fmt: skip
+    assert rc == 1 and run["outcome"]["kind"] == "not offloaded"
+    assert "none of it left the device" in run["verdict"]

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.fakes import FakeRunner, install_runner
 
@@ -46,10 +45,12 @@ SUBPROCESS_TIMEOUT = 600
 
 # ------------------------------------------------------------------ CPU time per test
 # Wall-clock durations on a shared 2-core host say more about the neighbours than about
-# the suite; ``--cpu-durations N`` lists the tests that used the most CPU (this process
-# and the children it waited for), which does not depend on the load.
+# the suite; ``--cpu-durations N`` lists the tests that used the most CPU (the process that
+# ran them and the children it waited for), which does not depend on the load. Under
+# xdist each worker measures its own tests and hands the figure over in the report.
 
-_CPU = pytest.StashKey[list]()
+_START = pytest.StashKey[float]()
+_SPENT: list[tuple[float, str]] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,28 +66,49 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.config.getoption("--cpu-durations") is not None:
+        item.stash[_START] = _cpu_seconds()
+
+
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    if item.config.getoption("--cpu-durations") is None:
-        return (yield)
-    start = _cpu_seconds()
-    try:
-        return (yield)
-    finally:
-        item.config.stash.setdefault(_CPU, []).append((_cpu_seconds() - start, item.nodeid))
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if report.when == "teardown" and _START in item.stash:
+        report.user_properties.append(("cpu_seconds", _cpu_seconds() - item.stash[_START]))
+    return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for key, value in report.user_properties:
+        if key == "cpu_seconds" and report.when == "teardown":
+            _SPENT.append((value, report.nodeid))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     count = config.getoption("--cpu-durations")
     if count is None:
         return
-    spent = sorted(config.stash.get(_CPU, []), reverse=True)
+    spent = sorted(_SPENT, reverse=True)
     terminalreporter.write_sep("=", f"CPU seconds: {sum(s for s, _ in spent):.1f} in tests")
     for seconds, nodeid in spent[: count or None]:
         terminalreporter.write_line(f"{seconds:8.2f}s  {nodeid}")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what exists once the tests are collected (torch, pytest, every test module):
+    a runtime's full collection then skips them (``emulation._long_lived_objects_frozen``)
+    instead of walking them again at every in-process run. Nothing here unfreezes them."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch  # here, not at the top: the xdist controller never imports it
+
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -1,18 +1,17 @@
-"""`offloadprobe compare` through the console entry point, each strategy in a real child.
+"""`offloadprobe compare`, each strategy in a real child.
 
-Process isolation is what compare adds, so this runs for real, with two children: one
-that breaks the budget and one killed by SIGKILL mid-offload. Flag handling before any
-child starts is tested in-process (test_cli_errors.py).
+Process isolation is what compare adds, so its children run for real, two of them: one
+that breaks the budget and one killed by SIGKILL mid-offload. The parent, which only
+judges and reports, runs in this process through the CLI's entry point. Flag handling
+before any child starts is tested in-process (test_cli_errors.py).
 """
 
 import json
 
 import pytest
 
-from tests.conftest import SUBPROCESS_TIMEOUT
-
 KILLED = "tests.integration.user_strategies:KillsItself"
-MODEL = ["--layers", "2", "--payload", "40MiB", "--seq-length", "32", "--micro-batch", "1"]
+MODEL = ["--layers", "1", "--payload", "16MiB", "--seq-length", "32", "--micro-batch", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -22,17 +21,17 @@ def compare_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def compared(compare_dir):
-    from tests.conftest import run_cli
+    from tests.conftest import ROOT, invoke_cli
 
     out = compare_dir
-    proc = run_cli(
+    result = invoke_cli(
         "compare", "naive", KILLED, "--device", "cpu", "--cycles", "2", "--train-steps", "0",
         "--no-reference-check", *MODEL, "--json", str(out / "c.json"),
         "--markdown", str(out / "c.md"), "--max-host-peak", "1.5x",
         "--trace", str(out / "t.json"),
-        timeout=SUBPROCESS_TIMEOUT,
+        env={"PYTHONPATH": str(ROOT)},  # the children import tests.integration
     )  # fmt: skip
-    return proc, json.loads((out / "c.json").read_text()), (out / "c.md").read_text()
+    return result, json.loads((out / "c.json").read_text()), (out / "c.md").read_text()
 
 
 def test_trace_has_one_process_per_row(compared, compare_dir):
@@ -54,19 +53,19 @@ def test_trace_has_one_process_per_row(compared, compare_dir):
 
 
 def test_naive_breaks_the_budget(compared):
-    proc, _, _ = compared
-    assert proc.returncode == 1, proc.stderr
-    breaches = [line for line in proc.stderr.splitlines() if line.startswith("budget exceeded")]
-    assert len(breaches) == 1, proc.stderr
+    result, _, _ = compared
+    assert result.exit_code == 1, result.stderr
+    breaches = [line for line in result.stderr.splitlines() if line.startswith("budget exceeded")]
+    assert len(breaches) == 1, result.stderr
     assert breaches[0].startswith("budget exceeded: naive + none: --max-host-peak: host peak ")
     assert breaches[0].endswith("x > 1.50x")
     # every failed row is named, and the exit code counts the killed row as well
-    assert "2 of 2 rows failed: naive + none (over budget)" in proc.stderr
+    assert "2 of 2 rows failed: naive + none (over budget)" in result.stderr
 
 
 def test_killed_child_is_a_row_not_a_crash(compared):
-    proc, doc, _ = compared
-    assert "Traceback" not in proc.stderr
+    result, doc, _ = compared
+    assert "Traceback" not in result.stderr
     killed = doc["runs"][1]
     assert killed["label"] == f"{KILLED} + none"
     assert killed["exit_code"] == -9
@@ -77,7 +76,7 @@ def test_killed_child_is_a_row_not_a_crash(compared):
 
 def test_json_has_one_entry_per_strategy_in_the_run_schema(compared):
     _, doc, _ = compared
-    assert doc["schema_version"] == 2 and doc["device"] == "cpu" and doc["emulated"] is True
+    assert doc["schema_version"] == 3 and doc["device"] == "cpu" and doc["emulated"] is True
     assert [r["label"] for r in doc["runs"]] == ["naive + none", f"{KILLED} + none"]
     assert doc["baseline"] == "naive + none"
     naive = doc["runs"][0]

@@ -83,7 +83,7 @@ def _main(args: list[str]) -> int:
     return int(info.value.code or 0)
 
 
-def test_plugin_in_all_four_verbs(plugin, tmp_path):
+def test_plugin_in_all_four_verbs(plugin, tmp_path, monkeypatch):
     assert "swap" in MODEL_STRATEGIES.names()
 
     # plan: projected from the plug-in's own host_events
@@ -108,7 +108,11 @@ def test_plugin_in_all_four_verbs(plugin, tmp_path):
     assert code == 0
     assert [r["verdict"] for r in json.loads(out.read_text())["runs"]] == ["ok"]
 
-    # repro: a scenario may expect it, and the child runs it
+    # repro: a scenario may expect it, and its child runs it (here in this process: that a
+    # fresh process finds the entry point is what compare showed above)
+    from tests.fakes import InProcessChild, install_child
+
+    child = install_child(monkeypatch, InProcessChild(tmp_path))
     text = (ROOT / "scenarios/ci-small.toml").read_text()
     start, end = text.index("[expect]"), text.index("[source]")
     scenario = tmp_path / "swap.toml"
@@ -119,3 +123,4 @@ def test_plugin_in_all_four_verbs(plugin, tmp_path):
     assert code == 0, (tmp_path / "repro.json").read_text() if out.exists() else ""
     outcomes = json.loads(out.read_text())["outcomes"]
     assert [(o["strategy"], o["observed"]) for o in outcomes] == [("swap", "ok")]
+    assert [spec.config.strategy for spec in child.specs] == ["swap"]

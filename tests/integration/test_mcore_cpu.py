@@ -1,4 +1,5 @@
-"""megatron-core's own offload (``--strategy mcore``, ``--optimizer-strategy mcore``) on CPU."""
+"""megatron-core's own offload (``--strategy mcore``, ``--optimizer-strategy mcore``) on CPU,
+through the CLI in this process."""
 
 import json
 
@@ -10,20 +11,21 @@ TINY = ["--layers", "1", "--hidden", "256", "--vocab", "1024", "--seq-length", "
 
 @pytest.fixture(scope="module")
 def classic(tmp_path_factory):
-    from tests.conftest import run_cli
+    from tests.conftest import invoke_cli
 
     out = tmp_path_factory.mktemp("mcore") / "run.json"
-    proc = run_cli("run", "--strategy", "mcore", "--optimizer-strategy", "mcore",
-                   "--json", str(out), *TINY)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr + proc.stdout
-    return json.loads(out.read_text())["runs"][0], proc.stdout
+    result = invoke_cli("run", "--strategy", "mcore", "--optimizer-strategy", "mcore",
+                        "--json", str(out), *TINY)  # fmt: skip
+    assert result.exit_code == 0, result.stderr + result.stdout
+    return json.loads(out.read_text())["runs"][0], result.stdout
 
 
 def test_megatron_moves_every_buffer_and_all_optimizer_state(classic):
-    run, _ = classic
+    run, stdout = classic
     left = {k: v for k, v in run["summary"]["left_after_offload_bytes_by_key"].items() if v}
     assert left == {}
     assert run["summary"]["integrity_ok"] and run["integrity"] == []
+    assert "compared bit for bit with a no-offload run" in stdout
 
 
 def test_host_holds_parameters_and_optimizer_state(classic):
@@ -31,13 +33,14 @@ def test_host_holds_parameters_and_optimizer_state(classic):
     s = run["summary"]
     # param_data_cpu (1x payload) plus pageable optimizer state (Adam moments + fp32 main
     # params: 6x the bf16 payload), less the allocator's slack
+    assert s["optimizer_state_bytes"] >= 5 * run["payload_bytes"]
     assert s["steady_host_bytes"] >= 0.8 * (run["payload_bytes"] + s["optimizer_state_bytes"])
 
 
-def test_precision_aware_after_freed_params_fails_as_on_the_gpu(cli):
+def test_precision_aware_after_freed_params_fails_as_on_the_gpu(invoke):
     # megatron's optimizer offload reads the inner params, views into param_data, which
     # the mcore model strategy freed first: CUDA says "invalid argument" (H200, 0.19.2)
-    proc = cli("run", "--strategy", "mcore", "--optimizer-strategy", "mcore",
-               "--precision-aware", "--no-reference-check", *TINY)  # fmt: skip
-    assert proc.returncode == 1
-    assert "invalid argument" in proc.stderr
+    result = invoke("run", "--strategy", "mcore", "--optimizer-strategy", "mcore",
+                    "--precision-aware", "--no-reference-check", *TINY)  # fmt: skip
+    assert result.exit_code == 1
+    assert "invalid argument" in result.stderr

@@ -37,7 +37,8 @@ def test_verl_order_by_default_and_reversed_on_request(run_doc):
 def test_each_part_over_its_own_bytes_and_both_strategies_named(tmp_path):
     """The issue's case: lazy + legacy with the precision-aware optimizer read 5.01x
     "payload"; each part now reads about 1x over the bytes it moves. A fresh process: host
-    copies of small tensors could otherwise reuse heap pages earlier tests left resident."""
+    copies of small tensors could otherwise reuse heap pages earlier tests left resident
+    (in a busy test process the optimizer part read 0.945x)."""
     from tests.conftest import run_cli
 
     out = tmp_path / "r.json"

@@ -1,21 +1,21 @@
 """The pytest plugin as its users drive it, through pytester in this process.
 
-Two tests start real children (the plugin's point is a fresh process per probe): a
-budget breach and a corrupting strategy. The rest of the plugin's logic runs against
-``FakeChild``.
+One test starts real children (the plugin's point is a fresh process per probe): the
+README's example as it stands and a corrupting strategy, in one pytest session with the
+README's block for naive and for legacy (those two in this process). The rest of the
+plugin's logic runs against ``FakeChild``.
 """
 
 from importlib import metadata
 
 import pytest
 
-from tests.fakes import FakeChild, import_all, install_child
+from tests.fakes import FakeChild, InProcessChild, import_all, install_child
 
 import_all()  # before pytester's snapshot of sys.modules, which drops what a test imports
 
 pytest_plugins = ["pytester"]
 
-REAL = 'payload="40MiB", layers=2, seq_length=32, micro_batch=1, train_steps=0, device="cpu"'
 TINY = 'layers=1, hidden=128, heads=4, vocab=1024, seq_length=32, cycles=1, device="cpu"'
 
 
@@ -30,8 +30,8 @@ def run_plugin(pytester, monkeypatch):
 
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the children import tests.integration
 
-    def go(source: str):
-        pytester.makepyfile(test_offload=source)
+    def go(source: str | None = None, **files: str):
+        pytester.makepyfile(**({"test_offload": source} if source is not None else files))
         return pytester.runpytest_inprocess(*_plugin_args(), "-q", "-rf", "--tb=short",
                                             "-p", "no:cacheprovider")  # fmt: skip
 
@@ -41,27 +41,6 @@ def run_plugin(pytester, monkeypatch):
 @pytest.fixture
 def fake_child(monkeypatch) -> FakeChild:
     return install_child(monkeypatch, FakeChild())
-
-
-def test_real_children_breach_and_corruption_fail_with_one_line(run_plugin):
-    result = run_plugin(
-        f"""
-import pytest
-
-@pytest.mark.offload_budget(strategy="naive", max_host_peak="1.5x", {REAL})
-def test_naive():
-    pass
-
-def test_broken(offload_probe):
-    offload_probe(strategy="tests.integration.user_strategies:FlipsOneBit", {TINY})
-"""
-    )
-    result.assert_outcomes(failed=2)
-    # the failure's whole explanation is one line, the breached budget
-    result.stdout.re_match_lines([r"^naive \+ none: over budget: host peak \d\.\d\dx > 1\.50x$"])
-    result.stdout.fnmatch_lines(["FAILED test_offload.py::test_naive - Failed: naive + none: *"])
-    result.stdout.fnmatch_lines(["*Captured offloadprobe call*", "*cycle*phase*host peak*"])
-    result.stdout.fnmatch_lines(["*FlipsOneBit + none: corrupted: *param_data differs*"])
 
 
 def test_marker_passes_within_budget_and_hands_over_the_run(run_plugin, fake_child):
@@ -108,22 +87,58 @@ def _readme_example() -> str:
     return next(b for b in blocks if "offload_budget" in b)
 
 
-def test_readme_example_passes_for_a_correct_pair_fails_for_naive_or_legacy(pytester, monkeypatch):
-    from tests.conftest import ROOT
+class _TwoInProcess:
+    """``run_child`` for the README test: the broken pairs' children in this process, the
+    rest real. Their verdicts (a host peak, an audit) do not need a fresh process; the
+    block as it stands and the corrupting strategy show the real children."""
 
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    def __init__(self, workdir) -> None:
+        from offloadprobe.isolation.child import run_child
+
+        self.real, self.here = run_child, InProcessChild(workdir)
+        self.ran: list[tuple[str, str]] = []
+
+    def __call__(self, spec, **kwargs):
+        pair = (spec.config.strategy, spec.config.optimizer_strategy)
+        in_process = pair in {("naive", "complete"), ("lazy", "legacy")}
+        self.ran.append((*pair, "in process" if in_process else "child"))
+        return self.here(spec) if in_process else self.real(spec, **kwargs)
+
+
+def test_readme_example_and_a_corrupting_strategy(run_plugin, monkeypatch, tmp_path):
+    # The README's block as it stands passes; with naive it breaks the host-peak budget, with
+    # legacy the master weights stay on the device; a corrupting strategy through the fixture
+    # fails too.
+    child = install_child(monkeypatch, _TwoInProcess(tmp_path))
     source = _readme_example()
     naive = source.replace('strategy="lazy"', 'strategy="naive"')
     legacy = source.replace('optimizer_strategy="complete"', 'optimizer_strategy="legacy"')
     assert naive != source and legacy != source
-    pytester.makepyfile(test_ok=source, test_naive=naive, test_legacy=legacy)
-    result = pytester.runpytest_subprocess(*_plugin_args(), "-q", "-rf", "--tb=short")
-    result.assert_outcomes(passed=1, failed=2)
-    result.stdout.fnmatch_lines(["FAILED test_legacy.py::*", "FAILED test_naive.py::*"])
+    broken = f"""
+def test_broken(offload_probe):
+    offload_probe(strategy="tests.integration.user_strategies:FlipsOneBit", {TINY})
+"""
+    result = run_plugin(test_ok=source, test_naive=naive, test_legacy=legacy, test_broken=broken)
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines(
+        ["FAILED test_broken.py::*", "FAILED test_legacy.py::*", "FAILED test_naive.py::*"]
+    )
+    # each failure's whole explanation is one line: the verdict, in the row's own words
     result.stdout.re_match_lines([r"^lazy \+ legacy: over budget: left on device .* > 0 B$"])
     result.stdout.re_match_lines(
         [r"^naive \+ complete: over budget: host peak \(parameters\) \d\.\d\dx > 1\.10x$"]
     )
+    result.stdout.fnmatch_lines(
+        ["FAILED test_naive.py::test_offload_stays_within_budget - Failed: naive + *"]
+    )
+    # under it, the measured phases, for the reader of a CI log
+    result.stdout.fnmatch_lines(["*Captured offloadprobe call*", "*cycle*phase*host peak*"])
+    result.stdout.fnmatch_lines(["*FlipsOneBit + none: corrupted: *param_data differs*"])
+    assert sorted(child.ran) == [
+        ("lazy", "complete", "child"), ("lazy", "legacy", "in process"),
+        ("naive", "complete", "in process"),
+        ("tests.integration.user_strategies:FlipsOneBit", "none", "child"),
+    ]  # fmt: skip
 
 
 def test_misspelt_marker_keyword_is_a_usage_error_naming_it(run_plugin, fake_child):

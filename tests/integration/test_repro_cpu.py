@@ -1,8 +1,9 @@
 """`offloadprobe repro` on this machine: a real OOM kill under a real cgroup limit.
 
-The cgroup case needs real children (the kernel kills one). The GPU-limit scenario in
-CPU emulation judges the rollout claim from emulated device bytes, which a fresh
-process does not change: its children run in this process (``InProcessChild``).
+The cgroup case needs real children (the kernel kills one); the parent, which sets the
+limit and judges, runs in this process through the CLI's entry point. The GPU-limit
+scenario in CPU emulation judges the rollout claim from emulated device bytes, which a
+fresh process does not change: its children run in this process (``InProcessChild``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import pytest
 
 from offloadprobe.measure.memory_cgroup import CgroupUnavailable, create_group
-from tests.conftest import ROOT, SUBPROCESS_TIMEOUT
+from tests.conftest import ROOT
 from tests.fakes import InProcessChild, install_child
 
 
@@ -31,21 +32,21 @@ NO_CGROUP = _cgroup_reason()
 
 @pytest.fixture(scope="module")
 def ci_small(tmp_path_factory):
-    from tests.conftest import run_cli
+    from tests.conftest import invoke_cli
 
     out = tmp_path_factory.mktemp("repro") / "repro.json"
-    proc = run_cli(
-        "repro", "scenarios/ci-small.toml", "--device", "cpu",
+    result = invoke_cli(
+        "repro", str(ROOT / "scenarios/ci-small.toml"), "--device", "cpu",
         "--only", "naive", "--only", "lazy", "--cycles", "1", "--json", str(out),
-        timeout=SUBPROCESS_TIMEOUT,
+        env={"PYTHONPATH": str(ROOT)},
     )  # fmt: skip
-    return proc, json.loads(out.read_text()) if out.exists() else None
+    return result, json.loads(out.read_text()) if out.exists() else None
 
 
 @pytest.mark.skipif(NO_CGROUP is not None, reason=f"no memory cgroup can be made: {NO_CGROUP}")
 def test_naive_is_oom_killed_lazy_stays_within(ci_small):
-    proc, doc = ci_small
-    assert proc.returncode == 0, proc.stderr + proc.stdout
+    result, doc = ci_small
+    assert result.exit_code == 0, result.stderr + result.stdout
     naive, lazy = doc["outcomes"]
     assert naive["strategy"] == "naive" and naive["observed"] == "oom"
     assert naive["exit_code"] == -9
@@ -57,16 +58,22 @@ def test_naive_is_oom_killed_lazy_stays_within(ci_small):
     # the limit is the child's own pre-offload usage plus the scaled 88 MiB budget
     terms = {t["label"]: t["value"] for t in lazy["terms"]}
     assert terms["cgroup limit"] == terms["cgroup usage at the first offload"] + 88 * 2**20
-    assert "OOM reproduced: killed at cycle 0, phase offload" in " ".join(proc.stdout.split())
+    assert "OOM reproduced: killed at cycle 0, phase offload" in " ".join(result.stdout.split())
 
 
 def test_gpu_limit_scenario_in_cpu_emulation(invoke, monkeypatch, tmp_path):
     # verl PR 6635: legacy leaves master_param on the device and the rollout claim fails;
     # fixed moves it and fits. In CPU emulation the claim is judged, and says so.
+    # The packaged scenario at a quarter of its [repro] payload: the limit and the claim are
+    # scaled from the payload, so the verdicts do not depend on it; the run costs a quarter.
+    text = (ROOT / "scenarios/verl-6635-master-param.toml").read_text()
+    assert 'payload = "64MiB"' in text
+    scenario = tmp_path / "verl-6635-16MiB.toml"
+    scenario.write_text(text.replace('payload = "64MiB"', 'payload = "16MiB"'))
     child = install_child(monkeypatch, InProcessChild(tmp_path))
     out = tmp_path / "gpu.json"
     result = invoke(
-        "repro", str(ROOT / "scenarios/verl-6635-master-param.toml"), "--device", "cpu",
+        "repro", str(scenario), "--device", "cpu",
         "--only", "legacy", "--only", "fixed", "--cycles", "1", "--json", str(out),
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr + result.stdout

@@ -1,9 +1,9 @@
 """`offloadprobe run` on CPU, in this process: real strategies on real megatron-core buffers.
 
-Host magnitudes use a payload above 32 MiB, glibc's largest mmap threshold, so every host
-copy is a mapping of its own and RSS moves by its exact size; they are asserted as
-invariants with margins. Wiring (JSON, output, integrity, user strategies) uses the
-smallest model that still builds megatron's objects.
+Host magnitudes use a 16 MiB payload: CPU emulation pins glibc's mmap threshold at
+128 KiB, so every host copy of a buffer is a mapping of its own and RSS moves by its exact
+size; they are asserted as invariants with margins. Wiring (JSON, output, integrity, user
+strategies) uses the smallest model that still builds megatron's objects.
 """
 
 import json
@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import TINY_MODEL
 
-# above glibc's 32 MiB mmap threshold; no train steps: host figures only
-MAGNITUDE = ["--layers", "2", "--payload", "40MiB", "--seq-length", "32", "--micro-batch", "1",
+# no train steps: host figures only
+MAGNITUDE = ["--layers", "1", "--payload", "16MiB", "--seq-length", "32", "--micro-batch", "1",
              "--train-steps", "0", "--no-reference-check", "--cycles", "2"]  # fmt: skip
 
 SUMMARY_KEYS = {
@@ -42,7 +42,7 @@ def _summary(reports, strategy):
 
 @pytest.fixture(scope="module")
 def magnitudes(tmp_path_factory):
-    """Per built-in strategy: its JSON report on a 40 MiB payload, two cycles."""
+    """Per built-in strategy: its JSON report on a 16 MiB payload, two cycles."""
     from tests.conftest import invoke_cli
 
     tmp = tmp_path_factory.mktemp("magnitudes")
@@ -67,7 +67,7 @@ def lazy_tiny(tmp_path_factory):
 
 def test_json_schema_is_stable(lazy_tiny):
     _, doc = lazy_tiny
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert doc["device"] == "cpu" and doc["emulated"] is True
     assert doc["payload_bytes"] == doc["runs"][0]["payload_bytes"] > 0
     assert {"torch", "megatron_core", "cuda"} <= set(doc["versions"])
@@ -92,8 +92,8 @@ def test_payload_is_what_megatron_allocates(magnitudes, lazy_tiny):
         assert probe_payload(model) == doc["payload_bytes"]
         # bf16: two bytes per parameter, plus at most a little DDP padding
         assert 0 <= doc["payload_bytes"] - 2 * model.param_count < 2**16
-    # --payload 40MiB sizes the model to within 2 % of it
-    assert magnitudes["lazy"]["payload_bytes"] == pytest.approx(40 * 2**20, rel=0.02)
+    # --payload 16MiB sizes the model to within 2 % of it
+    assert magnitudes["lazy"]["payload_bytes"] == pytest.approx(16 * 2**20, rel=0.02)
 
 
 def test_output_says_what_is_emulated_and_checked(lazy_tiny):

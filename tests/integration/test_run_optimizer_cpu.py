@@ -1,7 +1,7 @@
 """`offloadprobe run` with optimizer-state strategies: the residency audit through the CLI.
 
 In this process. The host magnitude (what ``fixed`` moves, ``legacy`` leaves) uses a
-40 MiB payload; the audit's byte counts are exact at any size, so the rest uses the
+16 MiB payload; the audit's byte counts are exact at any size, so the rest uses the
 tiny model with the no-offload reference check on.
 """
 
@@ -13,7 +13,7 @@ from tests.conftest import TINY_MODEL
 
 MODEL_KEYS = {"param_data", "grad_data"}
 PRE_FIX = "tests.integration.user_optimizer_offload:VerlOffloadPreFix"
-MAGNITUDE = ["--layers", "2", "--payload", "40MiB", "--seq-length", "32", "--micro-batch", "1",
+MAGNITUDE = ["--layers", "1", "--payload", "16MiB", "--seq-length", "32", "--micro-batch", "1",
              "--cycles", "1", "--no-reference-check"]  # fmt: skip
 
 

@@ -30,10 +30,15 @@ def test_a_setting_this_torch_has_passes():
     alloc_conf.validate_alloc_conf("pinned_use_background_threads:True,max_split_size_mb:64")
 
 
-def test_compare_rejects_an_unknown_setting_before_running(cli):
-    proc = cli("compare", "lazy", "--device", "cpu", "--alloc-conf", "pinned_bogus:True")
-    assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and "pinned_bogus" in proc.stderr
+def test_compare_rejects_an_unknown_setting_before_running(invoke, monkeypatch):
+    from tests.fakes import FakeChild, install_child
+
+    child = install_child(monkeypatch, FakeChild())
+    result = invoke("compare", "lazy", "--device", "cpu", "--alloc-conf", "pinned_bogus:True")
+    assert result.exit_code == 2
+    assert len(result.error_lines) == 1 and "pinned_bogus" in result.stderr
+    assert result.error_lines[0].startswith("offloadprobe: error: ")
+    assert child.specs == []  # refused before any child started
 
 
 def test_a_parser_that_accepts_any_key_is_not_trusted(monkeypatch):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from offloadprobe.core.config import ModelConfig, ParallelConfig
 from offloadprobe.core.errors import UsageError
@@ -90,6 +92,14 @@ def check_layout(cfg: ModelConfig, world: World | ParallelConfig) -> None:
             "--cp needs TransformerEngine (megatron-core's context-parallel attention), "
             "which this host lacks: use --cp 1 or install transformer_engine"
         )
+    if cfg.num_experts and world.ep == 1 and _megatron_version() < (0, 19):
+        # measured on megatron-core 0.16.1: its expert MLP adds the bias in place to a view
+        # a custom autograd function returned, which autograd refuses in the train step
+        raise UsageError(
+            "--num-experts with --ep 1 fails in megatron-core "
+            f"{'.'.join(map(str, _megatron_version()))}'s expert MLP (an in-place bias add "
+            "on a view autograd refuses): use --ep 2 or more, or megatron-core 0.19"
+        )
     if world.tp > 1 and cfg.num_experts:
         # megatron trains MoE layers under tp only with sequence parallelism, and the local
         # spec's LayerNorm supports that only as Apex's FusedLayerNorm
@@ -104,3 +114,24 @@ def check_layout(cfg: ModelConfig, world: World | ParallelConfig) -> None:
                 f"--tp {world.tp} with experts needs sequence parallelism: make --seq-length "
                 f"a multiple of {world.tp}"
             )
+
+
+def _megatron_version() -> tuple[int, ...]:
+    """megatron-core's installed version as numbers (torch-free: package metadata only)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        text = version("megatron-core")
+    except PackageNotFoundError:
+        return (0,)
+    return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
+
+
+def rank_file(path: Path, rank: int | None = None) -> Path:
+    """One file per rank of a run over several ranks (``error.json.rank1``): this process's
+    rank from torchrun's ``RANK`` when not given; ``path`` itself for one process."""
+    if rank is None:
+        if int(os.environ.get("WORLD_SIZE", "1") or "1") <= 1:
+            return path
+        rank = int(os.environ.get("RANK", "0") or "0")
+    return path.with_name(f"{path.name}.rank{rank}")

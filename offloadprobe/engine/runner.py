@@ -47,6 +47,10 @@ from offloadprobe.measure.summary import LOADS, OFFLOADS, summarise
 
 PhaseCallback = Callable[[PhaseRecord], None]
 
+COLLECTIVE_PHASES = ("train",)
+"""Phases whose work includes collectives: over several ranks, a rank that fails in one
+ends its process (its peers may be waiting for it inside a collective)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Hooks:
@@ -161,6 +165,8 @@ class _Cycles:
             traceback.print_exc(file=sys.stderr)
             self.stop("crashed", cycle, name, f"{type(exc).__name__}: {exc}".splitlines()[0])
             raised = _Stopped()
+        if fence is not None and raised is not None and name in COLLECTIVE_PHASES:
+            fence.abort(self.failure_kind or "crashed", self.failure or "crashed")
         if fence is not None:
             failed = fence.after(cycle, name, self.failure if raised is not None else None)
             if raised is None and failed:

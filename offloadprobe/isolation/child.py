@@ -21,12 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from offloadprobe.core.config import RunConfig
+from offloadprobe.core.errors import ERROR_FILE_ENV
 from offloadprobe.core.records import ChildFailure, RunRecord, report_from_dict
 from offloadprobe.measure.phase_log import last_started
 from offloadprobe.measure.probes.cgroup import locate
-
-ERROR_FILE_ENV = "OFFLOADPROBE_ERROR_FILE"
-"""Where a child writes ``{"kind", "message"}`` when it fails (see ``cli.main``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,16 +93,6 @@ def oom_kills() -> int | None:
         except (OSError, ValueError):
             continue
     return None
-
-
-def rank_file(path: Path, rank: int | None = None) -> Path:
-    """One file per rank of a run over several ranks (``error.json.rank1``): this process's
-    rank from torchrun's ``RANK`` when not given; ``path`` itself for one process."""
-    if rank is None:
-        if int(os.environ.get("WORLD_SIZE", "1") or "1") <= 1:
-            return path
-        rank = int(os.environ.get("RANK", "0") or "0")
-    return path.with_name(f"{path.name}.rank{rank}")
 
 
 def signal_message(signum: int, oom_before: int | None, oom_after: int | None) -> str:

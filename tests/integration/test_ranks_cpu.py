@@ -117,13 +117,20 @@ def test_two_torchrun_agents_are_two_nodes(tmp_path):
 
 @pytest.mark.skipif(NO_CGROUP is not None, reason=f"no memory cgroup here: {NO_CGROUP}")
 def test_node_level_repro_kills_naive_and_keeps_lazy(tmp_path):
+    """The repro parent runs in this process; each strategy's child launches two real
+    ranks in one node cgroup under the scaled node limit."""
+    from tests.conftest import invoke_cli
+
     out = tmp_path / "repro.json"
-    proc = run_cli("repro", "scenarios/ci-node.toml", "--device", "cpu", "--only", "naive",
-                   "--only", "lazy", "--cycles", "2", "--json", str(out))  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    result = invoke_cli(
+        "repro", str(ROOT / "scenarios/ci-node.toml"), "--device", "cpu", "--only", "naive",
+        "--only", "lazy", "--cycles", "2", "--json", str(out), env={"PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stdout[-3000:] + result.stderr[-2000:]
     doc = json.loads(out.read_text())
     observed = {o["strategy"]: o for o in doc["outcomes"]}
     assert observed["naive"]["observed"] == "oom"
     assert "node level" in observed["naive"]["detail"]
+    assert "cgroup OOM" in observed["naive"]["detail"]
     assert observed["lazy"]["observed"] == "ok"
     assert observed["lazy"]["margin"] > 0

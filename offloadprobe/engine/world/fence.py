@@ -9,10 +9,17 @@ The exchanges run on a CPU-side (gloo) group: control traffic never touches the 
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
+from offloadprobe.core.errors import ERROR_FILE_ENV
+from offloadprobe.core.world import rank_file
 from offloadprobe.measure.node import NodeReading
 from offloadprobe.measure.probes.cgroup import PeakCounter, locate
 
@@ -58,6 +65,19 @@ class PhaseFence:
         said: list[Any] = [None] * dist.get_world_size(self.group)
         dist.all_gather_object(said, failure, group=self.group)
         return [(rank, text) for rank, text in enumerate(said) if text is not None]
+
+    def abort(self, kind: str, message: str) -> None:
+        """A phase that runs collectives (the train step) failed on this rank: the other
+        ranks may wait in a collective for it, never reaching the fence. Say why in one
+        line and in this rank's error file, then end the process, so that torchrun's agent
+        stops the other ranks and the launcher reports this rank's failure."""
+        print(f"offloadprobe: error: {message}", file=sys.stderr, flush=True)
+        path = os.environ.get(ERROR_FILE_ENV)
+        if path:
+            with contextlib.suppress(OSError):
+                rank_file(Path(path)).write_text(json.dumps({"kind": kind, "message": message}))
+        sys.stderr.flush()
+        os._exit(1)
 
     def close(self) -> None:
         if self.counter is not None:

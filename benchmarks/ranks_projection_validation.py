@@ -32,6 +32,11 @@ so it ends within 6 minutes; cases it did not start are listed in ``skipped``::
     python benchmarks/ranks_projection_validation.py --device cuda \\
         --out "$OUT/h200x2-ranks-projection.json"
 
+Re-projection (runs nothing: every prediction recomputed by the current code from
+committed results, the measured figures kept; several files become one)::
+
+    python benchmarks/ranks_projection_validation.py --reproject A.json B.json --out C.json
+
 CPU emulation (gloo ranks; the committed result)::
 
     python benchmarks/ranks_projection_validation.py --device cpu \\
@@ -45,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -221,61 +227,139 @@ def train_left(phases: list[list[Any]]) -> int:
     return left
 
 
+def measured_rank(record: dict[str, Any]) -> dict[str, Any]:
+    """One rank's measured figures from the child's rank record."""
+    s = record.get("summary") or {}
+    params, opt = s.get("params") or {}, s.get("optimizer") or {}
+    phases = _phases(record)
+    return {
+        "rank": record["place"]["rank"],
+        "payload": record["payload_bytes"],
+        "params_peak": params.get("host_peak_bytes"),
+        "params_steady": params.get("steady_host_bytes"),
+        "optimizer_peak": opt.get("host_peak_bytes"),
+        "optimizer_steady": opt.get("steady_host_bytes"),
+        "optimizer_moved_bytes": opt.get("moved_bytes"),
+        "rank_peak": s.get("host_peak_bytes"),
+        "rank_offload_peak": moves_peak(phases),
+        "train_left_bytes": train_left(phases),
+        "phases": phases,
+    }
+
+
+def measured_node(record: dict[str, Any]) -> dict[str, Any]:
+    """One node's measured figures from the child's node record."""
+    phases = [
+        [p["cycle"], p["phase"], p["usage_before"], p["peak"], p["usage_after"]]
+        for p in record.get("phases") or []
+    ]
+    return {
+        "node_rank": record["node_rank"],
+        "ranks": record["ranks"],
+        "peak": record.get("peak_bytes"),
+        "offload_peak": moves_peak(phases, record.get("baseline_bytes") or 0),
+        "train_left_bytes": train_left(phases),
+        "phases": phases,
+        "rank_peak_sum_bytes": record.get("rank_peak_sum_bytes"),
+        "cgroup_missing": record.get("cgroup_missing"),
+    }
+
+
+RANK_FIGURES = (
+    "params_peak",
+    "params_steady",
+    "optimizer_peak",
+    "optimizer_steady",
+    "rank_peak",
+    "rank_offload_peak",
+)
+
+
+def measured_from_rows(case: dict[str, Any]) -> tuple[list[dict], list[dict]]:
+    """The measured figures a committed case holds (for ``--reproject``)."""
+    ranks = []
+    for row in case["ranks"]:
+        m = {k: row[k]["measured"] for k in RANK_FIGURES}
+        m["payload"] = row["payload"]["measured"]
+        for key in ("rank", "optimizer_moved_bytes", "train_left_bytes", "phases"):
+            m[key] = row[key]
+        ranks.append(m)
+    nodes = []
+    for row in case["nodes"]:
+        m = {k: row[k]["measured"] for k in ("peak", "offload_peak")}
+        for key in (
+            "node_rank",
+            "ranks",
+            "train_left_bytes",
+            "phases",
+            "rank_peak_sum_bytes",
+            "cgroup_missing",
+        ):
+            m[key] = row[key]
+        nodes.append(m)
+    return ranks, nodes
+
+
 def compare(
-    case: Case, report: dict[str, Any], projection: WorldProjection, tolerance: float
+    case: Case,
+    ranks: list[dict[str, Any]],
+    nodes: list[dict[str, Any]],
+    projection: WorldProjection,
+    tolerance: float,
 ) -> None:
-    """Fill ``case`` with predicted vs measured figures from the child's ``report``."""
-    world = report["runs"][0]["world"]
+    """Fill ``case`` with predicted vs measured figures (``measured_rank``/``measured_node``).
+
+    Each part's figures and the rank's peak are predicted by both parts replayed together
+    (``RankProjection.run``); the older rule (``max_rule``: the larger of the parameter
+    peak and the parameter steady bytes plus the optimizer state) and the scenario plan's
+    rule (peaks added) are reported beside them, not judged."""
     judged: list[tuple[str, float | None]] = []
     exact = True
-    for record in world["ranks"]:
-        rank = record["place"]["rank"]
+    for m in ranks:
+        rank = m["rank"]
         p = projection.ranks[rank]
-        s = record.get("summary") or {}
-        params, opt = s.get("params") or {}, s.get("optimizer") or {}
-        phases = _phases(record)
+        run = p.run
         row = {
             "rank": rank,
             "pp_rank": p.pp_rank,
             "buffers": list(p.buffers),
-            "payload": {"predicted": p.payload_bytes, "measured": record["payload_bytes"]},
-            "params_peak": _figure(params.get("host_peak_bytes"), p.params.peak),
-            "params_steady": _figure(params.get("steady_host_bytes"), p.params.steady),
-            "optimizer_peak": _figure(opt.get("host_peak_bytes"), p.optimizer_host_bytes),
-            "optimizer_steady": _figure(opt.get("steady_host_bytes"), p.optimizer_host_bytes),
-            "optimizer_moved_bytes": opt.get("moved_bytes"),
-            "rank_peak": _figure(s.get("host_peak_bytes"), p.host_peak_bytes),
-            "rank_peak_added_rule": _figure(s.get("host_peak_bytes"), p.added_peaks_bytes),
-            "rank_offload_peak": _figure(moves_peak(phases), p.host_peak_bytes),
-            "train_left_bytes": train_left(phases),
-            "phases": phases,
+            "payload": {"predicted": p.payload_bytes, "measured": m["payload"]},
+            "params_peak": _figure(m["params_peak"], run.params.peak),
+            "params_steady": _figure(m["params_steady"], run.params.steady),
+            "optimizer_peak": _figure(m["optimizer_peak"], run.optimizer.peak),
+            "optimizer_steady": _figure(m["optimizer_steady"], run.optimizer.steady),
+            "optimizer_moved_bytes": m["optimizer_moved_bytes"],
+            "rank_peak": _figure(m["rank_peak"], p.host_peak_bytes),
+            "rank_offload_peak": _figure(m["rank_offload_peak"], p.host_peak_bytes),
+            "params_peak_alone": _figure(m["params_peak"], p.params.peak),
+            "rank_offload_peak_max_rule": _figure(m["rank_offload_peak"], p.max_rule_bytes),
+            "rank_peak_added_rule": _figure(m["rank_peak"], p.added_peaks_bytes),
+            "cross_part_reuses": run.cross_reuses,
+            "train_left_bytes": m["train_left_bytes"],
+            "phases": m["phases"],
         }
         case.ranks.append(row)
-        exact &= p.payload_bytes == record["payload_bytes"]
+        exact &= p.payload_bytes == m["payload"]
         for key in ("params_peak", "optimizer_peak", "rank_offload_peak"):
             if row[key]["predicted"]:
                 judged.append((f"rank {rank} {key}", row[key]["error"]))
-    for record in world["nodes"]:
-        n = projection.nodes[record["node_rank"]]
-        node_phases = [
-            [p["cycle"], p["phase"], p["usage_before"], p["peak"], p["usage_after"]]
-            for p in record.get("phases") or []
-        ]
+    for m in nodes:
+        n = projection.nodes[m["node_rank"]]
+        max_rule = sum(projection.ranks[r].max_rule_bytes for r in n.ranks)
         row = {
-            "node_rank": record["node_rank"],
-            "ranks": record["ranks"],
-            "peak": _figure(record.get("peak_bytes"), n.host_peak_bytes),
-            "peak_added_rule": _figure(record.get("peak_bytes"), n.added_peaks_bytes),
-            "offload_peak": _figure(
-                moves_peak(node_phases, record.get("baseline_bytes") or 0), n.host_peak_bytes
-            ),
-            "train_left_bytes": train_left(node_phases),
-            "phases": node_phases,
-            "rank_peak_sum_bytes": record.get("rank_peak_sum_bytes"),
-            "cgroup_missing": record.get("cgroup_missing"),
+            "node_rank": m["node_rank"],
+            "ranks": m["ranks"],
+            "peak": _figure(m["peak"], n.host_peak_bytes),
+            "peak_added_rule": _figure(m["peak"], n.added_peaks_bytes),
+            "offload_peak": _figure(m["offload_peak"], n.host_peak_bytes),
+            "offload_peak_max_rule": _figure(m["offload_peak"], max_rule),
+            "train_left_bytes": m["train_left_bytes"],
+            "phases": m["phases"],
+            "rank_peak_sum_bytes": m["rank_peak_sum_bytes"],
+            "cgroup_missing": m["cgroup_missing"],
         }
         case.nodes.append(row)
-        judged.append((f"node {record['node_rank']} offload peak", row["offload_peak"]["error"]))
+        judged.append((f"node {m['node_rank']} offload peak", row["offload_peak"]["error"]))
     case.payload_exact = exact
     errors = [abs(e) for _, e in judged if e is not None]
     case.max_abs_error = max(errors) if errors else None
@@ -287,6 +371,35 @@ def compare(
     if not exact:
         case.outside.insert(0, "payload not exact")
     case.within_tolerance = not case.outside
+
+
+def project_case(
+    model: ModelConfig,
+    layout: dict[str, Any],
+    pair: tuple[str, str, bool],
+    *,
+    megatron_core: str,
+    emulated: bool,
+    cycles: int,
+) -> WorldProjection:
+    """``plan``'s projection of one case (``layout``: the case's JSON ``layout``)."""
+    strategy, optimizer_strategy, precision_aware = pair
+    return project_world(
+        model,
+        ProbeLayout(
+            tp=layout["tp"],
+            pp=layout["pp"],
+            ep=layout["ep"],
+            dp=layout["dp"],
+            vpp=layout["vpp"],
+            megatron_core=megatron_core,
+        ),
+        strategy=strategy,
+        optimizer_strategy=optimizer_strategy,
+        optimizer=OptimizerChoice(precision_aware=precision_aware),
+        emulated=emulated,
+        cycles=cycles,
+    )
 
 
 def run_case(
@@ -328,23 +441,21 @@ def run_case(
         case.error = (outcome.stderr_tail or outcome.verdict or "")[-2000:]
         return case, report
     try:
-        projection = project_world(
+        projection = project_case(
             config.model,
-            ProbeLayout(
-                tp=layout.tp,
-                pp=layout.pp,
-                ep=layout.ep,
-                dp=layout.dp,
-                vpp=layout.vpp,
-                megatron_core=report["versions"]["megatron_core"],
-            ),
-            strategy=strategy,
-            optimizer_strategy=optimizer_strategy,
-            optimizer=config.optimizer,
+            case.layout,
+            pair,
+            megatron_core=report["versions"]["megatron_core"],
             emulated=bool(report["emulated"]),
             cycles=args.cycles,
         )
-        compare(case, report, projection, args.tolerance)
+        compare(
+            case,
+            [measured_rank(r) for r in world["ranks"]],
+            [measured_node(n) for n in world["nodes"]],
+            projection,
+            args.tolerance,
+        )
     except Exception as exc:  # a projection that fails is this case's result, not the run's
         case.error = f"projection or comparison failed: {type(exc).__name__}: {exc}"
     return case, report
@@ -403,7 +514,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--deadline-s", type=float, help="start no case after this many seconds (cuda default 280)"
     )
+    parser.add_argument(
+        "--reproject",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="run nothing: recompute every prediction of committed result FILE(s) (one "
+        "machine and versions), keep the measured figures, write one JSON to --out",
+    )
     args = parser.parse_args(argv)
+    if args.reproject:
+        if not args.out:
+            parser.error("--reproject needs --out")
+        doc = reproject(args.reproject, args.out, args.tolerance)
+        within = sum(c["within_tolerance"] for c in doc["cases"])
+        print(
+            f"{within}/{len(doc['cases'])} cases within {100 * args.tolerance:g}%; "
+            f"re-projected with {doc['reprojected']['code']}; wrote {args.out}"
+        )
+        return 0 if doc["all_within_tolerance"] else 1
     out = args.out or Path(os.environ.get("OUT", ".")) / "ranks_projection.json"
     payload = args.payload or DEFAULT_PAYLOAD[args.device]
     deadline = args.deadline_s or (280.0 if args.device == "cuda" else None)
@@ -442,6 +571,104 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {out}; {doc['wall_s']} s"
     )
     return 0 if doc["all_within_tolerance"] else 1
+
+
+def _code_version() -> str:
+    """The commit the prediction code comes from (``+dirty`` when it differs from it)."""
+
+    def git(*argv: str) -> str:
+        done = subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "offloadprobe", "benchmarks")
+    return head + ("+dirty" if dirty else "")
+
+
+def reproject(files: list[Path], out: Path, tolerance: float) -> dict[str, Any]:
+    """Recompute every case's prediction from committed results; the measured figures are
+    copied unchanged. Several files of one machine and versions become one document."""
+    docs = [json.loads(f.read_text()) for f in files]
+    first = docs[0]
+    for f, d in zip(files, docs, strict=True):
+        for key in ("device", "emulated", "versions", "payload_per_rank", "cycles"):
+            if d.get(key) != first.get(key):
+                raise SystemExit(f"{f}: {key} differs from {files[0]}'s; cannot combine")
+    jobs = [(layout, pair) for pair in PAIRS for layout in LAYOUTS]  # main()'s order
+    order = {f"{layout.name} {a}+{b}": i for i, (layout, (a, b, _)) in enumerate(jobs)}
+    cases, seen = [], set()
+    for d in docs:
+        for old in d["cases"]:
+            if old["name"] in seen:
+                raise SystemExit(f"case {old['name']!r} is in more than one file")
+            seen.add(old["name"])
+            case = Case(
+                **{
+                    k: old[k]
+                    for k in (
+                        "name",
+                        "layout",
+                        "strategy",
+                        "optimizer_strategy",
+                        "precision_aware",
+                        "model",
+                        "exit_code",
+                        "wall_s",
+                    )
+                }
+            )
+            if old["error"] and not old["ranks"]:
+                case.error = old["error"]
+            else:
+                ranks, nodes = measured_from_rows(old)
+                pair = (old["strategy"], old["optimizer_strategy"], old["precision_aware"])
+                projection = project_case(
+                    ModelConfig(**old["model"]),
+                    old["layout"],
+                    pair,
+                    megatron_core=first["versions"]["megatron_core"],
+                    emulated=bool(first["emulated"]),
+                    cycles=first["cycles"],
+                )
+                compare(case, ranks, nodes, projection, tolerance)
+            cases.append(case)
+    cases.sort(key=lambda c: order.get(c.name, len(order)))
+    skipped = sorted({s for d in docs for s in d.get("skipped") or []} - seen)
+    errors = [c.max_abs_error for c in cases if c.max_abs_error is not None]
+    doc = {
+        **{
+            k: first.get(k)
+            for k in (
+                "benchmark",
+                "device",
+                "emulated",
+                "versions",
+                "machine",
+                "payload_per_rank",
+                "cycles",
+                "train_steps",
+            )
+        },
+        "tolerance": tolerance,
+        "wall_s": sum(d.get("wall_s") or 0 for d in docs),
+        "all_within_tolerance": bool(cases)
+        and not skipped
+        and all(c.within_tolerance for c in cases),
+        "max_abs_relative_error": max(errors) if errors else None,
+        "cases": [asdict(c) for c in cases],
+        "not_run": first.get("not_run"),
+        "skipped": skipped,
+        "reprojected": {
+            "from": [f.name for f in files],
+            "code": _code_version(),
+            "note": "measured figures copied from the files above unchanged; every "
+            "prediction recomputed by offloadprobe.plan.probe_world.project_world (both "
+            "parts replayed together: offloadprobe.plan.rank_replay)",
+        },
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
 
 
 def write(

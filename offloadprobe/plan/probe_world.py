@@ -19,22 +19,34 @@ output layer, 4h MLPs with biases) on each rank at megatron's layout:
 - megatron's rank order puts tp innermost and pp outermost (``tp-cp-ep-dp-pp``), so rank
   ``i`` is on pipeline stage ``i // (tp * dp)``.
 
-Per rank, the parameter strategy's host figures come from ``plan.projection.rank_host``
-(CUDA: the pinned allocator replayed) or ``plan.probe.emulated_host`` (CPU emulation),
-and the optimizer state's from ``plan.projection.optimizer_host``. Per node, the plan's
+Per rank, both parts are replayed together in the run's phase order
+(``plan.rank_replay``: on CUDA through one pinned cache, in CPU emulation as ordinary
+memory) and read with the run's ledger; each part alone is kept too
+(``plan.projection.rank_host`` or ``plan.probe.emulated_host``, and
+``plan.projection.optimizer_host``: the scenario plan's figures). Per node, the plan's
 own rule: the node's figure is the sum of its ranks' figures.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from offloadprobe.core.config import ModelConfig, OptimizerChoice
 from offloadprobe.layout.inputs import Parallelism
 from offloadprobe.layout.optimizer_state import OptimizerOptions
+from offloadprobe.layout.pinned import Alloc, Event
 from offloadprobe.layout.stages import StageLayout, lay_out_model
 from offloadprobe.plan.probe import PROBE_DDP, emulated_host, probe_shape
-from offloadprobe.plan.projection import RankHost, buffer_labels, optimizer_host, rank_host
+from offloadprobe.plan.projection import (
+    RankHost,
+    buffer_labels,
+    optimizer_host,
+    optimizer_moves,
+    param_events,
+    rank_host,
+)
+from offloadprobe.plan.rank_replay import RankRun, per_cycle, run_rank
 
 _STATE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "uint8": "uint8"}
 
@@ -131,13 +143,17 @@ class RankProjection:
     buffers: tuple[str, ...]
     """``dense``/``expert`` with each buffer's bytes, in order."""
     params: RankHost
+    """The parameter strategy replayed alone (the scenario plan's figure)."""
     optimizer_host_bytes: int
-    """Host bytes of the optimizer state the optimizer strategy moved (peak = steady)."""
+    """Host bytes of the optimizer state the optimizer strategy moved, alone."""
+    run: RankRun
+    """Both parts replayed together in the run's order, read with the run's ledger
+    (:mod:`offloadprobe.plan.rank_replay`): what ``offloadprobe run`` reports."""
 
     @property
     def host_peak_bytes(self) -> int:
-        """Both parts in verl's order (:func:`rank_total`)."""
-        return rank_total(self.params, self.optimizer_host_bytes)
+        """Both parts together (:func:`project_rank_run`)."""
+        return self.run.host_peak
 
     @property
     def added_peaks_bytes(self) -> int:
@@ -145,18 +161,40 @@ class RankProjection:
         parameter peak plus the optimizer state, as if they coincided."""
         return self.params.peak + self.optimizer_host_bytes
 
+    @property
+    def max_rule_bytes(self) -> int:
+        """The rule before both parts were replayed together: the larger of the parameter
+        peak and the parameter steady bytes plus the optimizer state. It holds where a
+        part's freed copies leave the process (CPU emulation), not with PyTorch's pinned
+        cache (docs/ranks.md, "plan against measurement")."""
+        return max(self.params.peak, self.params.steady + self.optimizer_host_bytes)
 
-def rank_total(params: RankHost, optimizer_bytes: int) -> int:
-    """One rank's host peak with both parts moved in verl's order: parameters offloaded
-    before the optimizer state and loaded before it.
 
-    A parameter strategy's own peak is a transient of its offload (naive's new copy beside
-    the old one). The optimizer state reaches the host only after that offload, while the
-    parameters hold their steady copies, and it leaves before the next parameter offload
-    (loads allocate no host memory). So the rank peaks at the larger of the parameter peak
-    alone and the parameter steady bytes plus the optimizer state.
-    """
-    return max(params.peak, params.steady + optimizer_bytes)
+def project_rank_run(
+    strategy: str,
+    optimizer_strategy: str,
+    stage: StageLayout,
+    opt: OptimizerOptions,
+    *,
+    cycles: int,
+    emulated: bool,
+) -> RankRun:
+    """Both parts of one rank of ``stage`` replayed together, cycle by cycle, in the run's
+    phase order: on CUDA through one pinned cache, in CPU emulation as ordinary memory
+    (pinned and registered requests become page-rounded ``pageable`` allocations)."""
+    labels = buffer_labels(stage)
+    payloads = [b.param_bytes for b in stage.buffers]
+
+    def events(n: int) -> list[Event]:
+        out = param_events(strategy, payloads, n, labels)
+        if emulated:
+            out = [
+                dataclasses.replace(e, kind="pageable") if isinstance(e, Alloc) else e for e in out
+            ]
+        return out
+
+    moves = optimizer_moves(optimizer_strategy, stage, opt, emulated=emulated)
+    return run_rank(per_cycle(events, cycles), moves)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -168,7 +206,7 @@ class NodeProjection:
     params_peak_bytes: int
     optimizer_host_bytes: int
     host_peak_bytes: int
-    """Sum of the ranks' ``host_peak_bytes`` (both parts in verl's order)."""
+    """Sum of the ranks' ``host_peak_bytes`` (both parts replayed together)."""
     added_peaks_bytes: int
     """Sum of the ranks' ``added_peaks_bytes`` (the scenario plan's rule)."""
 
@@ -207,11 +245,14 @@ def project_world(
             else rank_host(strategy, stage, cycles)
         )
         state = optimizer_host(optimizer_strategy, stage, opt, emulated=emulated)[0]
+        run = project_rank_run(
+            strategy, optimizer_strategy, stage, opt, cycles=cycles, emulated=emulated
+        )
         names = tuple(f"{k} {b.param_bytes}" for k, b in zip(labels, stage.buffers, strict=True))
-        per_stage.append((stage, names, params, state))
+        per_stage.append((stage, names, params, state, run))
     ranks = []
     for rank in range(layout.world_size):
-        stage, names, params, state = per_stage[layout.pp_rank(rank)]
+        stage, names, params, state, run = per_stage[layout.pp_rank(rank)]
         ranks.append(
             RankProjection(
                 rank=rank,
@@ -220,6 +261,7 @@ def project_world(
                 buffers=names,
                 params=params,
                 optimizer_host_bytes=state,
+                run=run,
             )
         )
     per_node = layout.ranks_per_node or layout.world_size

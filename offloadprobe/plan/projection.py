@@ -23,6 +23,7 @@ from offloadprobe.layout.pinned import (
     PAGE_LOCKED,
     Alloc,
     Event,
+    HostKind,
     Replay,
     page_rounded,
     pinned_block_size,
@@ -30,6 +31,7 @@ from offloadprobe.layout.pinned import (
 )
 from offloadprobe.layout.stages import StageLayout
 from offloadprobe.layout.terms import Term
+from offloadprobe.plan.rank_replay import NO_OPTIMIZER_MOVES, OptimizerMoves
 from offloadprobe.scenarios.schema import Scenario, strategy_kind
 
 Outcome = Literal["oom", "ok"]
@@ -200,23 +202,59 @@ def optimizer_host(
             value=total,
         )
     block = pinned_block_size if host_copy == "pinned per tensor" else page_rounded
-    worst = 0
-    for buffer_index, buffer in enumerate(stage.buffers):
-        per_rank = []
-        for dp_rank in range(buffer.dp_size):
-            pieces = buffer.shard_pieces(dp_rank)
-            rank_total = 0
-            for key in keys:
-                dtype = _key_dtypes(stage, opt, key)[buffer_index]
-                if dtype is not None:
-                    rank_total += sum(block(n * DTYPE_BYTES[dtype]) for n in pieces)
-            per_rank.append(rank_total)
-        worst += max(per_rank)
+    worst = sum(block(n) for n in _worst_tensors(stage, opt, keys, block))
     return worst, Term(
         label=f"optimizer on host ({strategy})",
         formula=f"sum of {block.__name__}(bytes) over every per-parameter tensor of "
         f"{', '.join(keys)} ({host_copy})",
         value=worst,
+    )
+
+
+def _worst_tensors(
+    stage: StageLayout, opt: OptimizerOptions, keys: Sequence[str], block: Any
+) -> list[int]:
+    """Bytes of every per-parameter state tensor of ``keys`` on the data-parallel rank
+    that holds the most (by ``block``'s accounting), buffer by buffer."""
+    out: list[int] = []
+    for buffer_index, buffer in enumerate(stage.buffers):
+        per_rank = []
+        for dp_rank in range(buffer.dp_size):
+            pieces = buffer.shard_pieces(dp_rank)
+            tensors = []
+            for key in keys:
+                dtype = _key_dtypes(stage, opt, key)[buffer_index]
+                if dtype is not None:
+                    tensors += [n * DTYPE_BYTES[dtype] for n in pieces]
+            per_rank.append((sum(block(n) for n in tensors), tensors))
+        out += max(per_rank, key=lambda r: r[0])[1]
+    return out
+
+
+def optimizer_moves(
+    strategy: str, stage: StageLayout, opt: OptimizerOptions, *, emulated: bool = False
+) -> OptimizerMoves:
+    """The host copies ``strategy`` makes and drops, for replaying it beside the model
+    strategy (:mod:`offloadprobe.plan.rank_replay`); the same tensors as
+    :func:`optimizer_host`. ``.to("cpu")`` strategies (legacy, fixed) make a fresh copy
+    per tensor every offload, pinned on CUDA, and drop it on load; ``complete`` makes its
+    exact-size buffers once (registered on CUDA) and keeps them."""
+    keys = moved_keys(strategy, opt)
+    host_copy = _optimizer_info(strategy).host_copy
+    if not keys or host_copy == "nothing":
+        return NO_OPTIMIZER_MOVES
+    kept = host_copy == "exact"
+    if emulated:
+        tensors = _worst_tensors(stage, opt, keys, page_rounded)
+        return OptimizerMoves(tensors=tuple(tensors), kind="pageable", kept=kept)
+    if kept:
+        return OptimizerMoves(
+            tensors=(optimizer_bytes(stage, opt)[0],), kind="registered", kept=True
+        )
+    kind: HostKind = "pinned" if host_copy == "pinned per tensor" else "pageable"
+    block = pinned_block_size if kind == "pinned" else page_rounded
+    return OptimizerMoves(
+        tensors=tuple(_worst_tensors(stage, opt, keys, block)), kind=kind, kept=False
     )
 
 

@@ -14,8 +14,7 @@ import pytest
 
 from offloadprobe.core.config import ModelConfig
 from offloadprobe.layout.inputs import LayoutError
-from offloadprobe.plan.probe_world import ProbeLayout, probe_rank_stages, rank_total
-from offloadprobe.plan.projection import RankHost
+from offloadprobe.plan.probe_world import ProbeLayout, probe_rank_stages
 
 MiB = 2**20
 
@@ -95,13 +94,3 @@ def test_an_impossible_expert_layout_names_the_field() -> None:
     # ep 2 needs tp * dp / ep whole: one rank of tp 1 cannot hold half the experts' replicas
     with pytest.raises(LayoutError, match="ep"):
         probe_rank_stages(MOE, ProbeLayout(ep=2))
-
-
-def test_both_parts_peak_in_verl_order_not_added() -> None:
-    # naive's peak (old and new copy) passes before the optimizer state reaches the host;
-    # measured on two to four gloo ranks (docs/ranks.md, "plan against measurement")
-    naive = RankHost(strategy="naive", pp_rank=0, peak=3 * MiB, steady=MiB, pinned=0, terms=())
-    assert rank_total(naive, 1 * MiB) == 3 * MiB  # the transient is the peak
-    assert rank_total(naive, 4 * MiB) == 5 * MiB  # steady copies + optimizer state
-    lazy = RankHost(strategy="lazy", pp_rank=0, peak=MiB, steady=MiB, pinned=0, terms=())
-    assert rank_total(lazy, 4 * MiB) == 5 * MiB

@@ -82,7 +82,8 @@ def fail(message: str, code: int, kind: str = "bad input") -> None:
 
 def _tell_parent(kind: str, message: str) -> None:
     """A child run (see ``isolation.child``) writes its failure where its parent asked."""
-    from offloadprobe.isolation.child import ERROR_FILE_ENV, rank_file
+    from offloadprobe.core.errors import ERROR_FILE_ENV
+    from offloadprobe.core.world import rank_file
 
     path = os.environ.get(ERROR_FILE_ENV)
     if path:

@@ -23,8 +23,7 @@ from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.units import parse_size
 from offloadprobe.core.verdicts import judge
-from offloadprobe.core.world import check_layout
-from offloadprobe.isolation.child import rank_file
+from offloadprobe.core.world import check_layout, rank_file
 from offloadprobe.isolation.launch import LAUNCHED_ENV, Launch, run_ranks
 from offloadprobe.measure.phase_log import PhaseLog
 from offloadprobe.measure.sampler import Sampler

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from offloadprobe.core.config import RunConfig
-from offloadprobe.core.errors import DeviceOutOfMemory
+from offloadprobe.core.errors import DeviceOutOfMemory, UsageError
 from offloadprobe.core.records import PhaseRecord, Report, RunRecord
 from offloadprobe.core.units import format_bytes, gbps
 from offloadprobe.engine import environment
@@ -342,6 +342,11 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
         state = _Cycles(cfg, runtime, hooks or Hooks())
     except (torch.OutOfMemoryError, DeviceOutOfMemory) as exc:
         return _setup_failed(cfg, exc)
+    except UsageError:
+        raise
+    except Exception as exc:  # megatron or a strategy failed while building: a verdict
+        traceback.print_exc(file=sys.stderr)
+        return _setup_failed(cfg, exc, kind="crashed")
     state.run()
     phases = state.phases
     offloads = [p for p in phases if p.phase in OFFLOADS]
@@ -391,10 +396,12 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
     )
 
 
-def _setup_failed(cfg: RunConfig, exc: BaseException) -> RunRecord:
-    """The device ran out of memory before the first phase (building the model or the
-    no-offload reference run): a record that says so, never a traceback."""
+def _setup_failed(cfg: RunConfig, exc: BaseException, *, kind: str = "out of memory") -> RunRecord:
+    """The run failed before the first phase (building the model or the no-offload
+    reference run): out of memory, or a crash; a record that says so."""
     first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    if kind == "crashed":
+        first = f"{type(exc).__name__}: {first}"
     return RunRecord(
         strategy=cfg.strategy,
         description=model_strategy(cfg.strategy).summary,
@@ -405,7 +412,7 @@ def _setup_failed(cfg: RunConfig, exc: BaseException) -> RunRecord:
         phases=[],
         summary=None,
         failure=f"{first} (phase setup)",
-        failure_kind="out of memory",
+        failure_kind=kind,
         failure_phase="setup",
         optimizer_strategy=cfg.optimizer_strategy,
     )

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from offloadprobe.core.config import RunConfig
+from offloadprobe.core.errors import ERROR_FILE_ENV
 from offloadprobe.core.records import ChildFailure
+from offloadprobe.core.world import rank_file
 from offloadprobe.engine.world.nodegroup import NODE_CGROUP_ENV, NODE_CGROUP_MISSING_ENV
-from offloadprobe.isolation.child import ERROR_FILE_ENV, rank_file, signal_message
+from offloadprobe.isolation.child import signal_message
 from offloadprobe.measure.memory_cgroup import CgroupUnavailable, MemoryGroup, create_group
 from offloadprobe.measure.phase_log import last_started
 

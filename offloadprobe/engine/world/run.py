@@ -86,6 +86,8 @@ def run_rank(cfg: RunConfig, hooks: Any) -> Report | None:
             record = run_cycles(cfg, runtime, dataclasses.replace(hooks, fence=fence))
         finally:
             fence.close()
+        if record.failure_phase == "setup":  # its peers may wait in a collective of the build
+            fence.abort(record.failure_kind or "crashed", record.failure or "crashed in setup")
         place = RankPlace(
             rank=world.rank,
             local_rank=world.local_rank,

@@ -26,7 +26,7 @@ from offloadprobe.compare.comparison import Candidate
 from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import UsageError
-from offloadprobe.core.world import check_layout
+from offloadprobe.core.world import check_trainable
 from offloadprobe.report.comparison_table import render_comparison
 from offloadprobe.report.markdown import comparison_markdown
 from offloadprobe.report.output import check_writable, write_json, write_text
@@ -120,7 +120,7 @@ def compare_command(
     if nproc_per_node < 1:
         raise UsageError("--nproc-per-node must be at least 1")
     parallel.dp(nproc_per_node)
-    check_layout(model, parallel)
+    check_trainable(model, parallel)
     if nproc_per_node > 1 and outputs.wanted:
         raise UsageError("--trace/--plot record one process per row: drop them with ranks")
     choice = opt.optimizer_choice(

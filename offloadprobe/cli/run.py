@@ -23,7 +23,7 @@ from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.units import parse_size
 from offloadprobe.core.verdicts import judge
-from offloadprobe.core.world import check_layout, rank_file
+from offloadprobe.core.world import check_trainable, rank_file
 from offloadprobe.isolation.launch import LAUNCHED_ENV, Launch, run_ranks
 from offloadprobe.measure.phase_log import PhaseLog
 from offloadprobe.measure.sampler import Sampler
@@ -150,12 +150,12 @@ def run_command(
     model_strategy(cfg.strategy)
     optimizer_strategy(cfg.optimizer_strategy)
     resolved = resolve_device(cfg.device)
+    check_trainable(cfg.model, cfg.parallel)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     if nproc_per_node < 1 or nnodes < 1:
         raise UsageError("--nproc-per-node and --nnodes must be at least 1")
     if (nproc_per_node > 1 or nnodes > 1) and not under_torchrun():
         cfg.parallel.dp(nproc_per_node * nnodes)  # exit 2 before any rank starts
-        check_layout(cfg.model, cfg.parallel)
         if config is None:
             check_fits(cfg.model, strategies=[(cfg.strategy, cfg.optimizer_strategy)],
                        optimizer=cfg.optimizer, device=resolved, force=force,

@@ -92,14 +92,6 @@ def check_layout(cfg: ModelConfig, world: World | ParallelConfig) -> None:
             "--cp needs TransformerEngine (megatron-core's context-parallel attention), "
             "which this host lacks: use --cp 1 or install transformer_engine"
         )
-    if cfg.num_experts and world.ep == 1 and _megatron_version() < (0, 19):
-        # measured on megatron-core 0.16.1: its expert MLP adds the bias in place to a view
-        # a custom autograd function returned, which autograd refuses in the train step
-        raise UsageError(
-            "--num-experts with --ep 1 fails in megatron-core "
-            f"{'.'.join(map(str, _megatron_version()))}'s expert MLP (an in-place bias add "
-            "on a view autograd refuses): use --ep 2 or more, or megatron-core 0.19"
-        )
     if world.tp > 1 and cfg.num_experts:
         # megatron trains MoE layers under tp only with sequence parallelism, and the local
         # spec's LayerNorm supports that only as Apex's FusedLayerNorm
@@ -114,6 +106,20 @@ def check_layout(cfg: ModelConfig, world: World | ParallelConfig) -> None:
                 f"--tp {world.tp} with experts needs sequence parallelism: make --seq-length "
                 f"a multiple of {world.tp}"
             )
+
+
+def check_trainable(cfg: ModelConfig, world: World | ParallelConfig) -> None:
+    """Raise ``UsageError`` for a layout megatron-core builds but cannot train here (checked
+    before a run starts; building alone, as a parameter count does, stays allowed)."""
+    check_layout(cfg, world)
+    if cfg.num_experts and world.ep == 1 and _megatron_version() < (0, 19):
+        # measured on megatron-core 0.16.1: its expert MLP adds the bias in place to a view
+        # a custom autograd function returned, which autograd refuses in the train step
+        raise UsageError(
+            "--num-experts with --ep 1 fails in megatron-core "
+            f"{'.'.join(map(str, _megatron_version()))}'s expert MLP (an in-place bias add "
+            "on a view autograd refuses): use --ep 2 or more, or megatron-core 0.19"
+        )
 
 
 def _megatron_version() -> tuple[int, ...]:

@@ -35,7 +35,7 @@ def moe_node(tmp_path_factory):
     """Two MoE ranks, expert parallel (ep 2, dp 2), naive offload, on one node."""
     out = tmp_path_factory.mktemp("ranks") / "ep2.json"
     proc = run_cli("run", "--nproc-per-node", "2", "--ep", "2", *MOE, "--strategy", "naive",
-                   "--cycles", "2", "--no-progress", "--json", str(out))  # fmt: skip
+                   "--cycles", "1", "--no-progress", "--json", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return report_from_dict(json.loads(out.read_text())), proc.stdout
 

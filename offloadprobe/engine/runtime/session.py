@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +102,26 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
+EAGER_NOTE = (
+    "torch.compile off in CPU emulation: megatron's fused helpers run eagerly (same maths; "
+    "no inductor C++ build in every process)"
+)
+
+
+def eager_fusions() -> bool:
+    """CPU emulation: turn torch.compile off before megatron wraps its fused helpers in it,
+    so no process spends seconds building inductor kernels for a few train steps. Only
+    the train step's speed changes; offload and load phases run no compiled code. False
+    when the user set ``TORCHDYNAMO_DISABLE`` themselves (their choice stands)."""
+    if "TORCHDYNAMO_DISABLE" in os.environ:
+        return False
+    os.environ["TORCHDYNAMO_DISABLE"] = "1"  # read when torch._dynamo's config is imported
+    config = sys.modules.get("torch._dynamo.config")
+    if config is not None:
+        config.disable = True
+    return True
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -150,14 +171,16 @@ def open_runtime(
 ) -> Iterator[Runtime]:
     """Join the ranks torchrun started (or make a one-rank process group) and initialise
     megatron's parallel state at ``parallel``'s layout; undo on exit."""
+    device = resolve_device(requested)
+    emulated = device == "cpu"
+    notes = [emulation.NOTE] if emulated else []
+    if emulated and eager_fusions():
+        notes.append(EAGER_NOTE)
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
     parallel = parallel or ParallelConfig()
     world = World.from_env(os.environ, parallel)
-    device = resolve_device(requested)
-    emulated = device == "cpu"
-    notes = [emulation.NOTE] if emulated else []
     with contextlib.ExitStack() as stack:
         if emulated:
             stack.enter_context(emulation.cuda_on_host())

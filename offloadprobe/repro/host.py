@@ -198,6 +198,7 @@ def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
             f"{format_bytes(node.peak_bytes)} of {format_bytes(job.limit)})",
             margin=margin,
             terms=tuple(terms),
+            node=node,
             **base,
         )
     peaks = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from offloadprobe.core.records import NodeRecord
 from offloadprobe.layout.terms import Term
 
 Observed = Literal["oom", "ok", "error"]
@@ -30,6 +31,9 @@ class ReproOutcome:
     exit_code: int | None = None
     child_verdict: str = ""
     stderr_tail: str = ""
+    node: NodeRecord | None = None
+    """Node-level repros that ran through: the node row (its measured peak beside its
+    ranks' own peaks)."""
 
     @property
     def matches(self) -> bool:

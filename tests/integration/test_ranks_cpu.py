@@ -1,7 +1,9 @@
 """Runs over several ranks on CPU: gloo ranks started by torchrun, one node memory cgroup.
 
 Real processes are what is tested here (torchrun's launcher, the node cgroup, the phase
-fences), so every test starts real ranks; they are few and small. Node figures are
+fences), so every test starts real ranks; they are few and small: an MoE model over two
+torchrun agents (two nodes), and the node-level repro (two ranks in one node cgroup,
+whose lazy child also gives the node-versus-ranks invariants). Node figures are
 noisy measurements: asserted as invariants with margins.
 """
 
@@ -17,7 +19,7 @@ import pytest
 
 from offloadprobe.core.config import ModelConfig
 from offloadprobe.core.records import report_from_dict
-from tests.conftest import ROOT, SUBPROCESS_TIMEOUT, run_cli
+from tests.conftest import ROOT, SUBPROCESS_TIMEOUT
 from tests.integration.test_repro_cpu import NO_CGROUP
 
 MiB = 1024**2
@@ -30,51 +32,6 @@ def _margin(nbytes: float) -> float:
     return 0.02 * nbytes + 4 * MiB
 
 
-@pytest.fixture(scope="module")
-def moe_node(tmp_path_factory):
-    """Two MoE ranks, expert parallel (ep 2, dp 2), naive offload, on one node."""
-    out = tmp_path_factory.mktemp("ranks") / "ep2.json"
-    proc = run_cli("run", "--nproc-per-node", "2", "--ep", "2", *MOE, "--strategy", "naive",
-                   "--cycles", "1", "--no-progress", "--json", str(out))  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return report_from_dict(json.loads(out.read_text())), proc.stdout
-
-
-def test_every_rank_and_the_node_have_rows(moe_node):
-    report, stdout = moe_node
-    world = report.runs[0].world
-    assert world.world_size == 2 and world.layout["ep"] == 2 and world.layout["dp"] == 2
-    assert [r.place.rank for r in world.ranks] == [0, 1]
-    assert all(r.summary is not None and r.failure is None for r in world.ranks)
-    assert [n.ranks for n in world.nodes] == [[0, 1]]
-    for row in ("rank 0 (node 0)", "rank 1 (node 0)", "node 0: sum", "node 0: measured"):
-        assert row in stdout
-
-
-def test_each_rank_offloads_its_own_expert_shard(moe_node):
-    report, _ = moe_node
-    model = ModelConfig(num_layers=2, hidden_size=256, num_attention_heads=4, vocab_size=1024,
-                        seq_length=32, num_experts=4)  # fmt: skip
-    expert_params = 2 * 4 * (8 * 256 * 256 + 5 * 256)  # layers x experts x (fc1 + fc2)
-    # ep 2: each rank holds the non-expert parameters and half of the experts (bf16), plus
-    # DDP's bucket padding (well under 1 MiB at this size).
-    expected = 2 * (model.param_count - expert_params // 2)
-    for rank in report.runs[0].world.ranks:
-        assert expected <= rank.payload_bytes <= expected + MiB
-
-
-def test_node_peak_lies_between_the_largest_rank_and_the_sum(moe_node):
-    report, _ = moe_node
-    (node,) = report.runs[0].world.nodes
-    if node.peak_bytes is None:
-        pytest.skip(f"no node cgroup here: {node.cgroup_missing}")
-    largest = node.figures["host_peak_bytes"].max
-    total = node.rank_peak_sum_bytes
-    assert largest - _margin(largest) <= node.peak_bytes <= total + _margin(total)
-    # naive keeps its old copy: the node holds at least one rank's steady copy per rank.
-    assert node.steady_bytes >= 0.9 * node.figures["steady_host_bytes"].sum
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -82,16 +39,15 @@ def _free_port() -> int:
 
 
 def test_two_torchrun_agents_are_two_nodes(tmp_path):
-    """The user's own torchrun, two agents on localhost as two nodes (c10d rendezvous),
-    tensor parallel across them: ranks are grouped by torchrun's node rank."""
+    """The user's own torchrun, two agents on localhost as two nodes (c10d rendezvous), an
+    MoE model expert parallel across them (ep 2, dp 2): ranks are grouped by torchrun's
+    node rank, every rank offloads its own expert shard, rank 0 reports for both nodes."""
     out = tmp_path / "two-nodes.json"
     endpoint = f"127.0.0.1:{_free_port()}"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
            "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-           "--rdzv-id", f"op-test-{os.getpid()}", "-m", "offloadprobe", "run", "--tp", "2",
-           "--strategy", "lazy", "--layers", "2", "--hidden", "256", "--heads", "4",
-           "--vocab", "1024", "--seq-length", "32", "--micro-batch", "1", "--cycles", "1",
-           "--device", "cpu", "--no-reference-check", "--no-progress",
+           "--rdzv-id", f"op-test-{os.getpid()}", "-m", "offloadprobe", "run", "--ep", "2",
+           *MOE, "--strategy", "naive", "--cycles", "1", "--no-progress",
            "--json", str(out)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     agents = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -100,19 +56,30 @@ def test_two_torchrun_agents_are_two_nodes(tmp_path):
     codes = [a.returncode for a in agents]
     assert codes == [0, 0], "\n".join(err[-2000:] for _, err in results)
     world = report_from_dict(json.loads(out.read_text())).runs[0].world
-    assert world.nnodes == 2 and world.layout["tp"] == 2
+    assert world.nnodes == 2 and world.layout["ep"] == 2 and world.layout["dp"] == 2
     assert sorted(n.node_rank for n in world.nodes) == [0, 1]
     by_node = {n.node_rank: n.ranks for n in world.nodes}
     assert sorted(r for ranks in by_node.values() for r in ranks) == [0, 1]
     assert all(len(ranks) == 1 for ranks in by_node.values())
     for rank in world.ranks:
         assert rank.place.rank in by_node[rank.place.node_rank]
+        assert rank.summary is not None and rank.failure is None and rank.integrity == []
     printed = [out for out, _ in results if "node 1: measured" in out]
     assert len(printed) == 1  # rank 0's agent reports for both nodes; the other is quiet
+    for row in ("rank 0 (node ", "rank 1 (node ", "node 0: sum", "node 1: measured"):
+        assert row in printed[0]
     for node in world.nodes:
         if node.peak_bytes is not None:  # one rank per node: the node is that rank
             own = node.figures["host_peak_bytes"].max
             assert abs(node.peak_bytes - own) <= _margin(own)
+    model = ModelConfig(num_layers=2, hidden_size=256, num_attention_heads=4, vocab_size=1024,
+                        seq_length=32, num_experts=4)  # fmt: skip
+    expert_params = 2 * 4 * (8 * 256 * 256 + 5 * 256)  # layers x experts x (fc1 + fc2)
+    # ep 2: each rank holds the non-expert parameters and half of the experts (bf16), plus
+    # DDP's bucket padding (well under 1 MiB at this size).
+    expected = 2 * (model.param_count - expert_params // 2)
+    for rank in world.ranks:
+        assert expected <= rank.payload_bytes <= expected + MiB
 
 
 @pytest.mark.skipif(NO_CGROUP is not None, reason=f"no memory cgroup here: {NO_CGROUP}")
@@ -134,3 +101,11 @@ def test_node_level_repro_kills_naive_and_keeps_lazy(tmp_path):
     assert "cgroup OOM" in observed["naive"]["detail"]
     assert observed["lazy"]["observed"] == "ok"
     assert observed["lazy"]["margin"] > 0
+    # Two ranks in one node cgroup: the node's peak lies between its largest rank's peak
+    # and the sum of both (lazy holds one copy per rank: about twice one rank).
+    node = observed["lazy"]["node"]
+    peaks = node["figures"]["host_peak_bytes"]
+    assert node["ranks"] == [0, 1] and peaks["ranks"] == 2
+    assert peaks["max"] - _margin(peaks["max"]) <= node["peak_bytes"]
+    assert node["peak_bytes"] <= peaks["sum"] + _margin(peaks["sum"])
+    assert node["peak_bytes"] >= 1.8 * peaks["min"]

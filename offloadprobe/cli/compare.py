@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -116,6 +117,11 @@ def compare_command(
         num_experts=num_experts,
         moe_router_topk=moe_router_topk,
     )
+    if int(os.environ.get("WORLD_SIZE", "1") or "1") > 1:
+        raise UsageError(
+            "compare starts its own children: run it outside torchrun, with --nproc-per-node "
+            "for several ranks per row"
+        )
     parallel = opt.parallel_config(tp=tp, pp=pp, ep=ep, cp=cp, vpp=vpp)
     if nproc_per_node < 1:
         raise UsageError("--nproc-per-node must be at least 1")

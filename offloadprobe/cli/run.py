@@ -24,7 +24,7 @@ from offloadprobe.core.errors import UsageError
 from offloadprobe.core.units import parse_size
 from offloadprobe.core.verdicts import judge
 from offloadprobe.core.world import check_trainable, rank_file
-from offloadprobe.isolation.launch import LAUNCHED_ENV, Launch, run_ranks
+from offloadprobe.isolation.launch import LAUNCHED_ENV, Launch, rendezvous_id, run_ranks
 from offloadprobe.measure.phase_log import PhaseLog
 from offloadprobe.measure.sampler import Sampler
 from offloadprobe.report.output import check_writable, write_json
@@ -154,6 +154,13 @@ def run_command(
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
     if nproc_per_node < 1 or nnodes < 1:
         raise UsageError("--nproc-per-node and --nnodes must be at least 1")
+    if under_torchrun() and (outputs.wanted or nproc_per_node > 1 or nnodes > 1):
+        raise UsageError(
+            "under torchrun, offloadprobe is one rank: drop --nproc-per-node/--nnodes (torchrun "
+            "starts the ranks) and --trace/--plot/--timeline (they record one process)"
+        )
+    if nnodes > 1 and not rdzv_endpoint:
+        raise UsageError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT, the same on every node")
     if (nproc_per_node > 1 or nnodes > 1) and not under_torchrun():
         cfg.parallel.dp(nproc_per_node * nnodes)  # exit 2 before any rank starts
         if config is None:
@@ -163,11 +170,14 @@ def run_command(
                        model_parallel=cfg.parallel.model_parallel)  # fmt: skip
         if outputs.wanted:
             raise UsageError("--trace/--plot/--timeline record one process: drop them for now")
-        launch = Launch(nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint)
+        launch = Launch(
+            nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
+            run_id=rendezvous_id(rdzv_endpoint) if nnodes > 1 else None,
+        )  # fmt: skip
         report = run_ranks(cfg, launch, show=progress)
         if report is None:  # rank 0 ran on another node: its run prints the report
             return
-        _finish(report, budgets, json_path)
+        enforce_report(_finish(report, budgets, json_path), budgets)
         return
     if under_torchrun():
         cfg.parallel.dp(int(os.environ["WORLD_SIZE"]))
@@ -202,7 +212,8 @@ def under_torchrun() -> bool:
 
 
 def _finish(report: Report, budgets: list, json_path: Path | None) -> Report:
-    """Judge every row, print the report, write the JSON; exit 1 when a row is not ok."""
+    """Judge every row, print the report, write the JSON (``enforce_report`` then exits 1
+    when a row is not ok)."""
     judged = [(run.label, *judge(run, budgets)) for run in report.runs]
     report = dataclasses.replace(report, verdicts=[verdict for _, verdict, _ in judged])
     render_report(report, Console())

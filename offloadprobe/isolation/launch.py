@@ -27,7 +27,12 @@ from offloadprobe.core.records import ChildFailure
 from offloadprobe.core.world import rank_file
 from offloadprobe.engine.world.nodegroup import NODE_CGROUP_ENV, NODE_CGROUP_MISSING_ENV
 from offloadprobe.isolation.child import signal_message
-from offloadprobe.measure.memory_cgroup import CgroupUnavailable, MemoryGroup, create_group
+from offloadprobe.measure.memory_cgroup import (
+    CgroupUnavailable,
+    MemoryGroup,
+    create_group,
+    home_procs,
+)
 from offloadprobe.measure.phase_log import last_started
 
 LAUNCHED_ENV = "OFFLOADPROBE_LAUNCHED"
@@ -66,6 +71,14 @@ def _node_group(run_id: str) -> tuple[MemoryGroup | None, str | None]:
         return None, str(err)
 
 
+def rendezvous_id(endpoint: str) -> str:
+    """One run id every node derives alike from the shared endpoint (c10d keys its state by
+    it), so the nodes of one run meet."""
+    import hashlib
+
+    return "op-" + hashlib.sha1(endpoint.encode()).hexdigest()[:10]
+
+
 def _free_endpoint() -> str:
     import socket
 
@@ -77,14 +90,19 @@ def _free_endpoint() -> str:
 def _first_failure(
     failures: dict[int, Any], work: Path, group: MemoryGroup | None, oom_before: int | None
 ) -> ChildFailure:
-    """The rank that failed first, as a typed failure: the agent stops the other ranks with
-    SIGTERM once one fails, so a rank that ended any other way is the cause; among those,
-    the earliest (torchrun's own root-cause rule)."""
+    """The rank that caused the failure, as a typed failure: a rank the kernel killed
+    (SIGKILL) first; else a rank that ended other than by the agent's SIGTERM (the agent
+    stops the other ranks with it once one fails); among those the earliest, by torchrun's
+    whole-second timestamps, then the lowest rank."""
     stopped = -signal.SIGTERM
 
-    def cause(item: tuple[int, Any]) -> tuple[bool, float, int]:
+    killed = -signal.SIGKILL
+
+    def cause(item: tuple[int, Any]) -> tuple[bool, bool, float, int]:
         rank, failure = item
-        return failure.exitcode == stopped, failure.timestamp, rank
+        # the kernel's SIGKILL (an OOM kill) first: its peers then fail in a collective or
+        # are stopped, and torchrun's timestamps are whole seconds
+        return failure.exitcode != killed, failure.exitcode == stopped, failure.timestamp, rank
 
     rank, failure = min(failures.items(), key=cause)
     where = last_started(rank_file(work / "phases.jsonl", rank))
@@ -139,7 +157,8 @@ def launch(cfg: RunConfig, how: Launch, *, python: str = sys.executable) -> Laun
             monitor_interval=0.1,
             start_method="spawn",
         )
-        saved = {k: os.environ.get(k) for k in env}
+        # elastic_launch also sets the signals its agent handles in our environment
+        saved = {k: os.environ.get(k) for k in [*env, "TORCHELASTIC_SIGNALS_TO_HANDLE"]}
         oom_before = group.oom_kills() if group is not None else None
         failure = None
         try:
@@ -153,20 +172,25 @@ def launch(cfg: RunConfig, how: Launch, *, python: str = sys.executable) -> Laun
                 elastic_launch(launch_config, python)(*args)
         except ChildFailedError as err:
             failure = _first_failure(err.failures, work, group, oom_before)
+        except Exception as err:  # rendezvous timeout, a signal torchrun turned into one
+            failure = ChildFailure(
+                kind="crashed", exit_code=1,
+                message=f"torchrun's launcher: {type(err).__name__}: {err}".splitlines()[0],
+            )  # fmt: skip
         finally:
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+            kills = None
+            if group is not None:
+                after = group.oom_kills()
+                kills = None if after is None or oom_before is None else after - oom_before
+                if not given:
+                    with contextlib.suppress(OSError):
+                        group.remove()
         report = json.loads(out.read_text()) if out.exists() else None
-        kills = None
-        if group is not None:
-            after = group.oom_kills()
-            kills = None if after is None or oom_before is None else after - oom_before
-            if not given:
-                with contextlib.suppress(OSError):
-                    group.remove()
         return LaunchOutcome(
             report=report,
             failure=failure,
@@ -186,7 +210,7 @@ def _inside(group: MemoryGroup, *, move: bool = True):
     if not move:
         yield
         return
-    before = group.path.parent / "cgroup.procs"
+    before = home_procs(group)
     group.procs.write_text(str(os.getpid()))
     try:
         yield

@@ -187,6 +187,15 @@ def create_group(
     return MemoryGroup(2, group.path, note) if note else group
 
 
+def home_procs(group: MemoryGroup) -> Path:
+    """Where a process leaves ``group`` to: the group above it, or on cgroup v2, where that
+    group delegates the memory controller (and so may hold no process), its leaf ``REST``."""
+    parent = group.path.parent
+    if group.version == 2 and (parent / REST).is_dir():
+        return parent / REST / "cgroup.procs"
+    return parent / "cgroup.procs"
+
+
 REST = "offloadprobe-rest"
 """cgroup v2: the leaf the processes of our own group move to, so that the group may hand
 the memory controller to children (a v2 group that holds processes cannot)."""
@@ -225,12 +234,20 @@ def _delegate(base: Path, subtree: Path) -> str:
     )
 
 
+def _is_empty_group(path: Path) -> bool:
+    """A group of that name left behind by an aborted run, with no process in it: reused."""
+    try:
+        return not (path / "cgroup.procs").read_text().split()
+    except OSError:
+        return False
+
+
 def _mkdir(path: Path, base: Path, limit_file: str) -> Path:
     if not os.access(base, os.W_OK):
         why = "not root" if os.geteuid() != 0 else "read-only"
         raise CgroupUnavailable(f"cannot create a memory cgroup under {base} ({why})")
     try:
-        path.mkdir()
+        path.mkdir(exist_ok=_is_empty_group(path))
     except OSError as err:
         raise CgroupUnavailable(
             f"cannot create a memory cgroup under {base} ({err.strerror})"

@@ -270,6 +270,8 @@ def _judged(job: HostJob, workdir: Path, *, reason: str) -> ReproOutcome:
             value=run.summary.host_peak_bytes,
         ),
     ]
+    if job.ranks > 1:
+        return _judged_node(job, run, terms, base)
     hit = over_limit(run, job.limit)
     if hit is not None:
         cycle, phase, over = hit
@@ -288,5 +290,35 @@ def _judged(job: HostJob, workdir: Path, *, reason: str) -> ReproOutcome:
         detail=f"within limit, margin {format_bytes(margin)} (judged)",
         margin=margin,
         terms=tuple(terms),
+        **base,
+    )
+
+
+def _judged_node(job: HostJob, run: RunRecord, terms: list[Term], base: dict) -> ReproOutcome:
+    """Several ranks and no limit to enforce: the node's measured peak against the node
+    limit, or where the node has no cgroup, the sum of its ranks' peaks (every rank
+    peaking at once: an upper bound, and said so)."""
+    node = run.world.nodes[0] if run.world is not None and run.world.nodes else None
+    if node is None or (node.peak_bytes is None and node.rank_peak_sum_bytes is None):
+        return ReproOutcome(observed="error", detail="no node figure to judge", **base)
+    if node.peak_bytes is not None:
+        figure, how = node.peak_bytes, "node cgroup peak"
+    else:
+        figure, how = node.rank_peak_sum_bytes, "sum of the ranks' VmHWM peaks (upper bound)"
+    terms.append(Term(label="node peak over the baseline", formula=how, value=figure))
+    if figure > job.limit:
+        return ReproOutcome(
+            observed="oom",
+            detail=f"OOM (judged): {how} {format_bytes(figure)} > {format_bytes(job.limit)}",
+            terms=tuple(terms),
+            node=node,
+            **base,
+        )
+    return ReproOutcome(
+        observed="ok",
+        detail=f"within the node limit, margin {format_bytes(job.limit - figure)} (judged, {how})",
+        margin=job.limit - figure,
+        terms=tuple(terms),
+        node=node,
         **base,
     )

@@ -2,8 +2,9 @@
 
 Before a phase every rank waits at a barrier; local rank 0 then resets the node cgroup's
 peak and reads its usage; a second barrier starts the phase on all ranks together. After
-it, the ranks exchange whether they failed (so every rank stops at the same phase, and
-none waits forever for a rank that stopped), and local rank 0 reads the node's peak.
+it, a barrier waits for every rank to end the phase, local rank 0 reads the node's peak,
+and the ranks exchange whether they failed (so every rank stops at the same phase, and
+none waits forever for a rank that stopped in a phase without collectives).
 The exchanges run on a CPU-side (gloo) group: control traffic never touches the device.
 """
 
@@ -46,7 +47,9 @@ class PhaseFence:
 
     def after(self, cycle: int, phase: str, failure: str | None) -> list[tuple[int, str]]:
         """Call on every rank right after a phase; returns ``(rank, failure)`` of every rank
-        that failed in it (this one included)."""
+        that failed in it (this one included). The node is read once every rank has ended
+        the phase, and before any rank goes on (they wait for the leader in the exchange)."""
+        dist.barrier(group=self.group)
         if self.counter is not None:
             self.readings.append(
                 NodeReading(

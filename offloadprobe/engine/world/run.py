@@ -27,6 +27,7 @@ from offloadprobe.core.records import (
 from offloadprobe.engine.runtime import open_runtime
 from offloadprobe.engine.world import nodegroup
 from offloadprobe.engine.world.fence import PhaseFence
+from offloadprobe.measure.memory_cgroup import home_procs
 from offloadprobe.measure.node import NodeReading, NodeSource, node_records
 
 
@@ -155,7 +156,7 @@ def _leave(node: nodegroup.NodeGroup, group: Any) -> None:
     made = node.group is not None and os.environ.get(nodegroup.NODE_CGROUP_ENV) is None
     if made:
         with contextlib.suppress(OSError):
-            (node.group.path.parent / "cgroup.procs").write_text(str(os.getpid()))
+            home_procs(node.group).write_text(str(os.getpid()))
     dist.barrier(group=group)
     if node.made_here:
         with contextlib.suppress(OSError):

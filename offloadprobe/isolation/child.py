@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import ERROR_FILE_ENV
 from offloadprobe.core.records import ChildFailure, RunRecord, report_from_dict
+from offloadprobe.measure.memory_cgroup import kill_node_group
 from offloadprobe.measure.phase_log import last_started
 from offloadprobe.measure.probes.cgroup import locate
 
@@ -155,6 +157,9 @@ def run_child(spec: ChildSpec, *, python: str = sys.executable) -> ChildOutcome:
         if spec.nproc_per_node > 1:
             cmd += ["--nproc-per-node", str(spec.nproc_per_node)]
         env = {**os.environ, **spec.env, ERROR_FILE_ENV: str(error_file)}
+        run_id = uuid.uuid4().hex[:12]
+        if spec.nproc_per_node > 1:  # the launcher names its node group after it
+            env["OFFLOADPROBE_RUN_ID"] = run_id
         oom_before = oom_kills()
         try:
             proc = subprocess.run(
@@ -166,6 +171,8 @@ def run_child(spec: ChildSpec, *, python: str = sys.executable) -> ChildOutcome:
                 preexec_fn=_joiner(spec.cgroup_procs),
             )
         except subprocess.TimeoutExpired:
+            if spec.nproc_per_node > 1:  # its ranks run in sessions of their own: kill them
+                kill_node_group(run_id)
             where = last_started(log)
             failure = ChildFailure(
                 kind="timed out",

@@ -32,9 +32,13 @@ from offloadprobe.measure.memory_cgroup import (
     MemoryGroup,
     create_group,
     home_procs,
+    node_group_name,
 )
 from offloadprobe.measure.phase_log import last_started
 
+RUN_ID_ENV = "OFFLOADPROBE_RUN_ID"
+"""A parent's run id for the ranks a child launches, so that it can find (and on a timeout
+kill) their node group."""
 LAUNCHED_ENV = "OFFLOADPROBE_LAUNCHED"
 """Set for ranks this launcher started: rank 0 writes the report and prints nothing."""
 
@@ -66,7 +70,7 @@ class LaunchOutcome:
 
 def _node_group(run_id: str) -> tuple[MemoryGroup | None, str | None]:
     try:
-        return create_group(f"offloadprobe-{run_id}-node"), None
+        return create_group(node_group_name(run_id)), None
     except (CgroupUnavailable, OSError) as err:
         return None, str(err)
 
@@ -130,7 +134,7 @@ def launch(cfg: RunConfig, how: Launch, *, python: str = sys.executable) -> Laun
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    run_id = how.run_id or uuid.uuid4().hex[:12]
+    run_id = how.run_id or os.environ.get(RUN_ID_ENV) or uuid.uuid4().hex[:12]
     given = os.environ.get(NODE_CGROUP_ENV)
     if given:  # a parent (repro) made the group, limits it and removes it
         path = Path(given)

@@ -16,8 +16,10 @@ so it needs a writable hierarchy there: root, or a delegated subtree.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +109,20 @@ class MemoryGroup:
         except (OSError, ValueError, IndexError):
             return None
         return None
+
+    def kill(self) -> None:
+        """SIGKILL every process in the group (v2 ``cgroup.kill`` where the kernel has it),
+        e.g. ranks left behind when their launcher was killed for a timeout."""
+        kill_file = self.path / "cgroup.kill"
+        try:
+            if self.version == 2 and kill_file.exists():
+                kill_file.write_text("1")
+                return
+            for pid in self.procs.read_text().split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            return
 
     def remove(self, timeout_s: float = 5.0) -> None:
         """Remove the group once its processes are gone (retries while the kernel is busy)."""
@@ -256,3 +272,33 @@ def _mkdir(path: Path, base: Path, limit_file: str) -> Path:
         path.rmdir()
         raise CgroupUnavailable(f"{path} has no {limit_file}: no memory controller there")
     return path
+
+
+def node_group_name(run_id: str) -> str:
+    """The node cgroup a launcher makes for the ranks of run ``run_id``."""
+    return f"offloadprobe-{run_id}-node"
+
+
+def kill_node_group(run_id: str) -> bool:
+    """Kill and remove run ``run_id``'s node group under our own group, if it exists (its
+    launcher was killed and its ranks, in sessions of their own, live on)."""
+    try:
+        v1_path, v2_path = _own_paths(Path("/proc/self/cgroup"))
+    except OSError:
+        return False
+    bases = []
+    if v1_path is not None:
+        bases.append(CGROUP_ROOT / "memory" / v1_path.lstrip("/"))
+    if v2_path is not None:
+        base = _v2_base(CGROUP_ROOT, v2_path)
+        if base is not None:
+            bases += [base, base.parent] if base.name == REST else [base]
+    for base in bases:
+        path = base / node_group_name(run_id)
+        if path.is_dir():
+            group = MemoryGroup(2 if (path / "memory.current").exists() else 1, path)
+            group.kill()
+            with contextlib.suppress(OSError):
+                group.remove()
+            return True
+    return False

@@ -66,6 +66,7 @@ def run_host_job(job: HostJob, workdir: Path, *, use_cgroup: bool = True) -> Rep
         try:
             return _limited(job, workdir, group)
         finally:
+            group.kill()  # ranks a timed-out launcher left behind live on in the group
             group.remove()
     return _judged(job, workdir, reason="cgroup limit not requested")
 

@@ -44,6 +44,19 @@ class World:
     """Data-parallel size: ``world_size / (tp * pp * cp)``."""
 
     @property
+    def megatron_sizes(self) -> dict[str, int | None]:
+        """The parallel sizes as megatron-core's keywords (``initialize_model_parallel`` and
+        ``TransformerConfig`` take the same names)."""
+        return {
+            "tensor_model_parallel_size": self.tp,
+            "pipeline_model_parallel_size": self.pp,
+            "virtual_pipeline_model_parallel_size": self.vpp,
+            "context_parallel_size": self.cp,
+            "expert_model_parallel_size": self.ep,
+            "expert_tensor_parallel_size": self.etp,
+        }
+
+    @property
     def distributed(self) -> bool:
         """Whether this process is one of several ranks."""
         return self.world_size > 1

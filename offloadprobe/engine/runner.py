@@ -402,6 +402,13 @@ def _setup_failed(cfg: RunConfig, exc: BaseException, *, kind: str = "out of mem
     first = (str(exc).splitlines() or [type(exc).__name__])[0]
     if kind == "crashed":
         first = f"{type(exc).__name__}: {first}"
+    return failed_run(cfg, failure=f"{first} (phase setup)", kind=kind, phase="setup")
+
+
+def failed_run(
+    cfg: RunConfig, *, failure: str, kind: str, cycle: int | None = None, phase: str | None = None
+) -> RunRecord:
+    """A row with nothing measured: only why and where the run stopped."""
     return RunRecord(
         strategy=cfg.strategy,
         description=model_strategy(cfg.strategy).summary,
@@ -411,9 +418,10 @@ def _setup_failed(cfg: RunConfig, exc: BaseException, *, kind: str = "out of mem
         gpu_baseline_bytes=None,
         phases=[],
         summary=None,
-        failure=f"{first} (phase setup)",
+        failure=failure,
         failure_kind=kind,
-        failure_phase="setup",
+        failure_cycle=cycle,
+        failure_phase=phase,
         optimizer_strategy=cfg.optimizer_strategy,
     )
 
@@ -427,17 +435,32 @@ def run(cfg: RunConfig, hooks: Hooks | None = None) -> Report | None:
         return run_rank(cfg, hooks or Hooks())
     with open_runtime(cfg.device, cfg.seed) as runtime:
         record = run_cycles(cfg, runtime, hooks)
-        return Report(
-            device=runtime.device,
-            emulated=runtime.emulated,
-            emulation_note=runtime.note,
-            payload_bytes=record.payload_bytes,
-            versions=environment.versions(),
-            machine=environment.machine(),
-            model=asdict(cfg.model),
-            settings=settings(cfg),
-            runs=[record],
+        return report_of(
+            cfg, record, device=runtime.device, emulated=runtime.emulated, note=runtime.note
         )
+
+
+def report_of(
+    cfg: RunConfig,
+    row: RunRecord,
+    *,
+    device: str,
+    emulated: bool,
+    note: str | None,
+    extra_settings: dict[str, Any] | None = None,
+) -> Report:
+    """The report of one row: the environment, the model and the run's settings around it."""
+    return Report(
+        device=device,
+        emulated=emulated,
+        emulation_note=note,
+        payload_bytes=row.payload_bytes,
+        versions=environment.versions(),
+        machine=environment.machine(),
+        model=asdict(cfg.model),
+        settings={**settings(cfg), **(extra_settings or {})},
+        runs=[row],
+    )
 
 
 def settings(cfg: RunConfig) -> dict[str, Any]:
@@ -456,4 +479,4 @@ def settings(cfg: RunConfig) -> dict[str, Any]:
     }
 
 
-__all__ = ["Hooks", "phases_per_run", "run", "run_cycles", "settings"]
+__all__ = ["Hooks", "failed_run", "phases_per_run", "report_of", "run", "run_cycles", "settings"]

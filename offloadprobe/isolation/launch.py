@@ -249,36 +249,14 @@ def run_ranks(cfg: RunConfig, how: Launch, *, show: bool = True) -> Any:
 
 def failed_report(cfg: RunConfig, failure: ChildFailure, how: Launch) -> Any:
     """A report with one row that says which rank failed, how, and where."""
-    import dataclasses
-
-    from offloadprobe.core.records import Report, RunRecord
-    from offloadprobe.engine import environment
-    from offloadprobe.engine.strategies import model_strategy
+    from offloadprobe.engine.runner import failed_run, report_of
 
     where = f" (cycle {failure.cycle}, phase {failure.phase})" if failure.phase else ""
-    row = RunRecord(
-        strategy=cfg.strategy,
-        description=model_strategy(cfg.strategy).summary,
-        payload_bytes=0,
-        grad_bytes=0,
-        baseline_host_bytes=0,
-        gpu_baseline_bytes=None,
-        phases=[],
-        summary=None,
-        failure=failure.message + where,
-        failure_kind=failure.kind,
-        failure_cycle=failure.cycle,
-        failure_phase=failure.phase,
-        optimizer_strategy=cfg.optimizer_strategy,
-    )
-    return Report(
-        device=cfg.device,
-        emulated=cfg.device == "cpu",
-        emulation_note=None,
-        payload_bytes=0,
-        versions=environment.versions(),
-        machine=environment.machine(),
-        model=dataclasses.asdict(cfg.model),
-        settings={"nproc_per_node": how.nproc_per_node, "nnodes": how.nnodes},
-        runs=[row],
-    )
+    row = failed_run(
+        cfg, failure=failure.message + where, kind=failure.kind, cycle=failure.cycle,
+        phase=failure.phase,
+    )  # fmt: skip
+    return report_of(
+        cfg, row, device=cfg.device, emulated=cfg.device == "cpu", note=None,
+        extra_settings={"nproc_per_node": how.nproc_per_node, "nnodes": how.nnodes},
+    )  # fmt: skip

@@ -87,12 +87,7 @@ def _transformer_config(cfg: ModelConfig, runtime: Runtime) -> Any:
         pipeline_dtype=torch.bfloat16,
         hidden_dropout=0.0,
         attention_dropout=0.0,
-        tensor_model_parallel_size=world.tp,
-        pipeline_model_parallel_size=world.pp,
-        virtual_pipeline_model_parallel_size=world.vpp,
-        context_parallel_size=world.cp,
-        expert_model_parallel_size=world.ep,
-        expert_tensor_parallel_size=world.etp,
+        **world.megatron_sizes,
         # megatron requires sequence parallelism for MoE layers under tensor parallelism
         sequence_parallel=world.tp > 1 and bool(cfg.num_experts),
         **moe,

@@ -190,12 +190,7 @@ def open_runtime(
         if emulated and world.distributed:
             notes.append(stack.enter_context(collectives.emulated_on_gloo()))
         parallel_state.initialize_model_parallel(
-            tensor_model_parallel_size=world.tp,
-            pipeline_model_parallel_size=world.pp,
-            virtual_pipeline_model_parallel_size=world.vpp,
-            context_parallel_size=world.cp,
-            expert_model_parallel_size=world.ep,
-            expert_tensor_parallel_size=world.etp,
+            **world.megatron_sizes,
         )
         stack.callback(parallel_state.destroy_model_parallel)
         # The no-offload reference comparison is bit for bit: ask for deterministic kernels.

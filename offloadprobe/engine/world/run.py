@@ -69,8 +69,7 @@ def _merged(ranks: list[RunRecord], world: WorldRun) -> RunRecord:
 
 def run_rank(cfg: RunConfig, hooks: Any) -> Report | None:
     """This rank's share of the run; rank 0 returns the world's report, others None."""
-    from offloadprobe.engine import environment
-    from offloadprobe.engine.runner import run_cycles
+    from offloadprobe.engine.runner import report_of, run_cycles
 
     with open_runtime(cfg.device, cfg.seed, cfg.parallel) as runtime:
         world = runtime.world
@@ -125,29 +124,16 @@ def run_rank(cfg: RunConfig, hooks: Any) -> Report | None:
             notes=["phases aligned across ranks with barriers on a gloo group"],
         )
         row = _merged(ranks, world_run)
-        return Report(
-            device=runtime.device,
-            emulated=runtime.emulated,
-            emulation_note=runtime.note,
-            payload_bytes=row.payload_bytes,
-            versions=environment.versions(),
-            machine=environment.machine(),
-            model=dataclasses.asdict(cfg.model),
-            settings=_settings(cfg, world),
-            runs=[row],
-        )
+        return report_of(
+            cfg, row, device=runtime.device, emulated=runtime.emulated, note=runtime.note,
+            extra_settings={"world_size": world.world_size, "layout": world.layout},
+        )  # fmt: skip
 
 
 def _source(data: dict[str, Any]) -> NodeSource:
     fields = dict(data)
     fields["readings"] = [NodeReading(**r) for r in data["readings"]]
     return NodeSource(**fields)
-
-
-def _settings(cfg: RunConfig, world: Any) -> dict[str, Any]:
-    from offloadprobe.engine.runner import settings
-
-    return {**settings(cfg), "world_size": world.world_size, "layout": world.layout}
 
 
 def _leave(node: nodegroup.NodeGroup, group: Any) -> None:

@@ -24,6 +24,12 @@ from pathlib import Path
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Workers share the host's cores with each other and with the children they start: one
+    # intra-op thread each (before torch is imported here or in a child), as torchrun gives
+    # the ranks of a node; more only spin against each other on a 2-core host.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from tests.fakes import FakeRunner, install_runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,6 +113,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _heavy_files_first(items)
     import torch  # here, not at the top: the xdist controller never imports it
 
     if torch.cuda.is_available():
@@ -115,6 +122,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+def _processes(item: pytest.Item) -> int:
+    marker = item.get_closest_marker("processes")
+    return int(marker.args[0]) if marker is not None else 0
+
+
+def _heavy_files_first(items: list[pytest.Item]) -> None:
+    """Files that start the most real processes run first (``pytest.mark.processes(N)`` on
+    the module: N processes that import torch). xdist hands out whole files in this order
+    (``--no-loadscope-reorder``) to whichever worker is free, so the long files start at
+    once and the short ones fill in behind them; the order within a file is kept."""
+    weight: dict[str, int] = {}
+    for item in items:
+        weight[item.nodeid.split("::")[0]] = max(
+            weight.get(item.nodeid.split("::")[0], 0), _processes(item)
+        )
+    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])  # stable
 
 
 # ------------------------------------------------------------------ in-process CLI

@@ -146,6 +146,8 @@ def launch(cfg: RunConfig, how: Launch, *, python: str = sys.executable) -> Laun
         config, out = work / "config.json", work / "report.json"
         config.write_text(json.dumps(cfg.to_dict()))
         env = {LAUNCHED_ENV: "1", ERROR_FILE_ENV: str(work / "error.json")}
+        if how.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
+            env["OMP_NUM_THREADS"] = "1"  # as torchrun does: ranks of a node share its cores
         env.update({NODE_CGROUP_ENV: str(group.path)} if group else {})
         env.update({NODE_CGROUP_MISSING_ENV: missing} if missing else {})
         args = ["-m", "offloadprobe", "run", "--config", str(config), "--json", str(out)]

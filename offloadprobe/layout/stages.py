@@ -16,6 +16,7 @@ tensor-parallel size is ``Parallelism.expert_tp`` (1 unless set).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -85,8 +86,16 @@ class ModelLayout:
 
 
 def lay_out_model(model: ModelSpec, par: Parallelism, ddp: DdpOptions | None = None) -> ModelLayout:
-    """Every pipeline stage's buffers for ``model`` under ``par``."""
-    ddp = ddp or DdpOptions()
+    """Every pipeline stage's buffers for ``model`` under ``par``.
+
+    Inputs and result are frozen, so a layout is computed once per process and shared (a
+    235B MoE model has some 700,000 parameters to place; ``plan`` and a scenario's checks
+    ask for the same layout several times)."""
+    return _lay_out_model(model, par, ddp or DdpOptions())
+
+
+@functools.lru_cache(maxsize=32)
+def _lay_out_model(model: ModelSpec, par: Parallelism, ddp: DdpOptions) -> ModelLayout:
     stages = []
     for pp_rank in range(par.pp):
         if isinstance(model, GptShape):

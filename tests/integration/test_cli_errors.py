@@ -7,6 +7,8 @@ through ``python -m offloadprobe`` so the console script's own stderr is covered
 import pytest
 import torch
 
+pytestmark = pytest.mark.processes(1)  # the console entry point
+
 CASES = {
     "unknown strategy": (["run", "--strategy", "lasy"], "choose one of naive, lazy"),
     "unparsable size": (["run", "--payload", "5 gigs"], "cannot parse --payload"),

@@ -10,6 +10,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.processes(2)  # compare's two children
+
 KILLED = "tests.integration.user_strategies:KillsItself"
 MODEL = ["--layers", "1", "--payload", "16MiB", "--seq-length", "32", "--micro-batch", "1"]
 

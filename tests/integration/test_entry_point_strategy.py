@@ -12,6 +12,8 @@ import pytest
 from offloadprobe.cli import main
 from offloadprobe.engine.strategies import MODEL_STRATEGIES
 
+pytestmark = pytest.mark.processes(1)  # compare's child
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--layers", "1", "--hidden", "128", "--heads", "4", "--vocab", "512", "--seq-length", "32"]
 

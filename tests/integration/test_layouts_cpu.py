@@ -18,6 +18,8 @@ import pytest
 from offloadprobe.core.config import ModelConfig
 from tests.conftest import SUBPROCESS_TIMEOUT
 
+pytestmark = pytest.mark.processes(3)  # one torchrun agent, two ranks
+
 ROOT = Path(__file__).resolve().parents[2]
 DENSE = {"num_layers": 2, "hidden_size": 128, "num_attention_heads": 4, "vocab_size": 1024,
          "seq_length": 32, "micro_batch_size": 1}  # fmt: skip

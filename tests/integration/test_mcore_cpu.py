@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.processes(1)  # one fresh run
+
 TINY = ["--layers", "1", "--hidden", "256", "--vocab", "1024", "--seq-length", "32",
         "--micro-batch", "1", "--cycles", "2", "--no-progress", "--device", "cpu"]  # fmt: skip
 

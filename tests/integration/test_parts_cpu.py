@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import TINY
 
+pytestmark = pytest.mark.processes(1)  # one fresh run
+
 
 @pytest.fixture
 def run_doc(invoke, tmp_path):

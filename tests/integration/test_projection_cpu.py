@@ -11,7 +11,11 @@ import importlib.util
 import json
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.processes(1)  # the script's child
 
 
 def test_script_measures_and_projects_one_row(tmp_path, capsys, monkeypatch):

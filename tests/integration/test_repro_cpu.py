@@ -17,6 +17,8 @@ from offloadprobe.measure.memory_cgroup import CgroupUnavailable, create_group
 from tests.conftest import ROOT
 from tests.fakes import InProcessChild, install_child
 
+pytestmark = pytest.mark.processes(2)  # naive's and lazy's children under the cgroup limit
+
 
 def _cgroup_reason() -> str | None:
     try:

@@ -5,6 +5,8 @@ import pytest
 from offloadprobe.core.errors import UsageError
 from offloadprobe.engine import alloc_conf
 
+pytestmark = pytest.mark.processes(2)  # two interpreters asked for torch's parser
+
 
 def test_keys_split_outside_brackets():
     conf = "max_split_size_mb:100,roundup_power2_divisions:[64:8,256:4],expandable_segments:True"

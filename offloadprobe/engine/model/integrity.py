@@ -93,13 +93,30 @@ def _words(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def fingerprint(tensor: torch.Tensor, key: FingerprintKey | None = None) -> tuple[int, ...]:
-    """(dtype, shape, bytes) and the keyed 64-bit hash of ``tensor``'s raw bytes."""
+    """(dtype, shape, bytes) and the keyed 64-bit hash of ``tensor``'s raw bytes.
+
+    The arithmetic runs on the tensor's real device with ``__torch_function__`` off: it is
+    this tool's own reading, not the code under test, and in CPU emulation every one of its
+    ops would otherwise pass through the emulated device (its temporaries are plain host
+    tensors either way)."""
     key = key or run_key()
-    words = _words(tensor)
-    mult = key.on(words.device)
+    with torch._C.DisableTorchFunction():
+        device = _REAL_DEVICE.__get__(tensor)
+        total = _keyed_sum(_words(tensor), key.on(device), key, device)
+    meta = hash((str(tensor.dtype), tuple(tensor.shape))) & _MASK64
+    return (meta, nbytes(tensor), total)
+
+
+_REAL_DEVICE = torch._C.TensorBase.device
+"""``Tensor.device`` as torch answers it (CPU emulation answers ``cuda:0`` for its tensors)."""
+
+
+def _keyed_sum(
+    words: torch.Tensor, mult: torch.Tensor, key: FingerprintKey, device: torch.device
+) -> int:
     block = key.block
     step = max(_STEP // block, 1) * block
-    total = torch.zeros((), dtype=torch.int64, device=words.device)
+    total = 0
     for start in range(0, words.numel(), step):
         part = words[start : start + step]
         full = part.numel() // block * block
@@ -110,10 +127,10 @@ def fingerprint(tensor: torch.Tensor, key: FingerprintKey | None = None) -> tupl
             tail = part[full:]
             sums.append((tail * mult[: tail.numel()]).sum().reshape(1))
         block_sums = torch.cat(sums) if len(sums) > 1 else sums[0]
-        index = torch.arange(block_sums.numel(), device=words.device) + start // block
-        total = total + _finalise(block_sums + index * key.index_key).sum()
-    meta = hash((str(tensor.dtype), tuple(tensor.shape))) & _MASK64
-    return (meta, nbytes(tensor), int(total))
+        first = start // block
+        index = torch.arange(first, first + block_sums.numel(), device=device)
+        total += int(_finalise(block_sums + index * key.index_key).sum())
+    return _signed(total)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import mmap
 import os
 from collections.abc import Callable
@@ -47,7 +48,9 @@ _RESERVE = 1 << 40  # virtual address space for the ballast; NORESERVE: no commi
 _ORIGINAL_RESIZE = torch.UntypedStorage.resize_
 
 
+@functools.lru_cache(maxsize=1)
 def _libc() -> Any:
+    """glibc, loaded once (``find_library`` runs ``ldconfig`` every time it is asked)."""
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,

@@ -11,8 +11,6 @@ pinned memory, a "pin" is an ordinary host copy, and the run says so.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import gc
 from collections.abc import Iterator
 from unittest import mock
@@ -23,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 from offloadprobe.engine.runtime.device_memory import (
     _ORIGINAL_RESIZE,
     DeviceMemory,
+    _libc,
     fix_malloc_threshold,
 )
 
@@ -33,12 +32,11 @@ NOTE = (
 
 
 def trim_host_heap() -> None:
-    """Return free glibc heap pages to the kernel (``malloc_trim(0)``), where glibc exists."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    """Return free glibc heap pages to the kernel (``malloc_trim(0)``), where glibc exists:
+    a phase that then allocates small tensors from the heap faults its pages in again, so
+    RSS counts them instead of hiding them in pages an earlier phase freed."""
+    with contextlib.suppress(OSError, AttributeError):
+        _libc().malloc_trim(0)
 
 
 ACTIVE: DeviceMemory | None = None
@@ -123,6 +121,13 @@ class _CudaToHost(TorchFunctionMode):
     """
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if (
+            func not in _ROUTED
+            and (not kwargs or ("device" not in kwargs and "pin_memory" not in kwargs))
+            and (func not in _LIKE or not _held(args))
+        ):
+            # no device asked for and nothing derived from a device tensor: a plain op
+            return func(*args, **(kwargs or {}))
         kwargs = dict(kwargs or {})
         memory = ACTIVE
         target = _target(func, args, kwargs)
@@ -178,6 +183,19 @@ class _CudaToHost(TorchFunctionMode):
         if size is None:
             return memory.adopt(run())
         return memory.allocate(size, run, touch=func in _UNWRITTEN)
+
+
+_ROUTED = frozenset({torch.Tensor.pin_memory, torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.to})
+"""Ops that move tensors between host and device: always decided below."""
+
+
+def _held(args: tuple) -> bool:
+    """Whether the op's first argument is emulated device memory."""
+    memory = ACTIVE
+    return (
+        memory is not None and bool(args) and isinstance(args[0], torch.Tensor)
+        and memory.holds(args[0])
+    )  # fmt: skip
 
 
 def _require_storage(tensor: torch.Tensor) -> None:

@@ -16,6 +16,7 @@ from offloadprobe.core.config import ParallelConfig
 from offloadprobe.core.errors import DeviceUnavailable
 from offloadprobe.core.world import World
 from offloadprobe.engine.runtime import collectives, emulation
+from offloadprobe.engine.runtime.eager import EAGER_NOTE, eager_fusions
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,7 +64,8 @@ class Runtime:
     def settle(self) -> None:
         """Around a phase, in CPU emulation: collect cyclic garbage, then free device storages
         nothing references any more (as a GPU allocator does), through the device so the
-        ballast compensates.
+        ballast compensates, and give free heap pages back (a phase's small host tensors
+        then show in RSS however much the process freed before).
         On CUDA this does nothing: the strategy's own caching behaviour is measured."""
         memory = self.device_memory
         if memory is not None:
@@ -71,6 +73,7 @@ class Runtime:
 
             gc.collect()  # cyclic garbage goes now, not at a random point inside a phase
             memory.reclaim()
+            emulation.trim_host_heap()
 
     def release(self) -> None:
         """Give freed memory back after a model was dropped (between two builds)."""
@@ -79,7 +82,6 @@ class Runtime:
         gc.collect()
         if self.emulated:
             self.settle()
-            emulation.trim_host_heap()
         else:
             torch.cuda.empty_cache()
 
@@ -102,24 +104,14 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
-EAGER_NOTE = (
-    "torch.compile off in CPU emulation: megatron's fused helpers run eagerly (same maths; "
-    "no inductor C++ build in every process)"
-)
-
-
-def eager_fusions() -> bool:
-    """CPU emulation: turn torch.compile off before megatron wraps its fused helpers in it,
-    so no process spends seconds building inductor kernels for a few train steps. Only
-    the train step's speed changes; offload and load phases run no compiled code. False
-    when the user set ``TORCHDYNAMO_DISABLE`` themselves (their choice stands)."""
-    if "TORCHDYNAMO_DISABLE" in os.environ:
-        return False
-    os.environ["TORCHDYNAMO_DISABLE"] = "1"  # read when torch._dynamo's config is imported
-    config = sys.modules.get("torch._dynamo.config")
-    if config is not None:
-        config.disable = True
-    return True
+def _deterministic_algorithms(on: bool, emulated: bool) -> None:
+    """``torch.use_deterministic_algorithms(on, warn_only=True)``. In CPU emulation without
+    importing inductor's config for its flag (nothing is compiled there; the import alone
+    takes about a second of CPU in every process)."""
+    if emulated and "torch._inductor" not in sys.modules:
+        torch._C._set_deterministic_algorithms(on, warn_only=True)
+    else:
+        torch.use_deterministic_algorithms(on, warn_only=True)
 
 
 def _free_port() -> int:
@@ -195,8 +187,8 @@ def open_runtime(
         stack.callback(parallel_state.destroy_model_parallel)
         # The no-offload reference comparison is bit for bit: ask for deterministic kernels.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        stack.callback(torch.use_deterministic_algorithms, False)
+        _deterministic_algorithms(True, emulated)
+        stack.callback(_deterministic_algorithms, False, emulated)
         torch.manual_seed(seed)
         model_parallel_cuda_manual_seed(seed)
         yield Runtime(

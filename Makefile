@@ -15,6 +15,9 @@ $(BIN)/offloadprobe: pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# bytecode for the package and the tests, once: every run, child and rank imports them
+	# (where PYTHONDONTWRITEBYTECODE is set, as here, Python would compile them each time)
+	$(BIN)/python -m compileall -q offloadprobe tests benchmarks
 	touch $@
 
 .PHONY: env

@@ -9,7 +9,8 @@
   assertion needs.
 - A fresh process (``run_cli``, ``isolation.run_child``) only where process isolation is
   what is tested: compare's child per strategy, a killed child, a cgroup limit, the
-  console entry point itself.
+  console entry point itself. Such a module says how many processes it starts,
+  ``pytestmark = pytest.mark.processes(N)``, and runs first (``_heavy_files_first``).
 - Noisy readings are asserted as invariants with margins; exact values only on fakes.
 """
 
@@ -100,6 +101,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.write_sep("=", f"CPU seconds: {sum(s for s, _ in spent):.1f} in tests")
     for seconds, nodeid in spent[: count or None]:
         terminalreporter.write_line(f"{seconds:8.2f}s  {nodeid}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Where tests run (a worker, or the one process without xdist) on a host without CUDA:
+    import megatron-core as CPU emulation does at a run's start (``eager_fusions``), once,
+    before the test modules import it, instead of compiling its helpers' wrappers first."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # the xdist controller runs no test
+    import torch
+
+    if not torch.cuda.is_available():
+        from offloadprobe.engine.runtime.eager import eager_fusions
+
+        eager_fusions()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -44,15 +44,39 @@ def _root(
     """Measure, compare and reproduce offload memory on real megatron-core buffers."""
 
 
-def _register() -> None:
-    from offloadprobe.cli import (  # noqa: F401  (each verb registers)
-        alloc_conf,
-        compare,
-        plan,
-        repro,
-        run,
-        scenarios,
-    )
+VERBS = {
+    "run": "run",
+    "compare": "compare",
+    "plan": "plan",
+    "repro": "repro",
+    "scenarios": "scenarios",
+    "alloc-conf": "alloc_conf",
+}
+"""Each verb and the module that registers it (one module per verb)."""
+
+
+def _register(args: list[str] | None = None) -> None:
+    """Import the verbs' modules (each registers its command). Only the one asked for when
+    ``args`` names a verb: a child run imports neither compare's nor plan's reporting."""
+    import importlib
+
+    wanted = [VERBS[args[0]]] if args and args[0] in VERBS else VERBS.values()
+    for module in wanted:
+        importlib.import_module(f"offloadprobe.cli.{module}")
+
+
+_BUILT: dict[tuple[str, ...], Any] = {}
+"""The click command built for each set of registered verbs (typer builds it from the
+functions' signatures, tens of milliseconds; a process that calls ``main`` again reuses it)."""
+
+
+def _command() -> Any:
+    verbs = tuple(sorted(info.name or "" for info in app.registered_commands))
+    built = _BUILT.get(verbs)
+    if built is None:
+        built = _BUILT[verbs] = typer.main.get_command(app)
+        _plain_flags(built)
+    return built
 
 
 def _plain_flags(command) -> None:
@@ -115,10 +139,9 @@ def main(argv: list[str] | None = None) -> None:
     whether they vendor click.
     """
     _quiet_third_party_warnings()
-    _register()
     args = sys.argv[1:] if argv is None else list(argv)
-    command = typer.main.get_command(app)
-    _plain_flags(command)
+    _register(args)
+    command = _command()
     if not args:
         args = ["--help"]
     try:

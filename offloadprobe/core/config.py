@@ -116,7 +116,7 @@ class ModelConfig:
 def model_param_count(layers: int, hidden: int, vocab: int, seq: int, experts: int = 0) -> int:
     """``gpt_param_count`` with ``experts`` MLPs and a router (an ``E x h`` weight and an
     ``E`` bias, megatron-core 0.16 with linear biases) in place of each layer's MLP;
-    checked against a real build in tests/integration/test_layouts_cpu.py."""
+    checked against a real build in tests/integration/test_ranks_cpu.py."""
     dense = gpt_param_count(layers, hidden, vocab, seq)
     if not experts:
         return dense

@@ -1,8 +1,9 @@
 """Run under torchrun: every rank runs ``run_cycles`` at each layout given, in turn, and
-writes what it measured to ``OUT/<case>-rank<R>.json``.
+writes what it measured to ``OUT/<case>-rank<R>.json``; then, if given, the command line
+``offloadprobe CLI_ARGS`` as a user's torchrun would run it, and exits with its code.
 
     python -m torch.distributed.run --nproc-per-node 2 -m tests.integration.ranks_probe \
-        OUT CASES_JSON
+        OUT CASES_JSON [CLI_ARGS_JSON]
 
 First, gloo's collectives and their emulation side by side (``collectives-rank<R>.json``,
 see gloo_collectives.py). ``CASES_JSON`` maps a case name to
@@ -49,7 +50,7 @@ def _own_buffers(cfg: RunConfig, runtime) -> dict:
     return found
 
 
-def main(out: Path, cases: dict) -> None:
+def main(out: Path, cases: dict, cli: list[str] | None = None) -> int:
     # one process group for every case (open_runtime uses one it finds and leaves it)
     torch.distributed.init_process_group(backend="gloo", init_method="env://")
     rank = torch.distributed.get_rank()
@@ -74,8 +75,18 @@ def main(out: Path, cases: dict) -> None:
             }
         path = out / f"{name}-rank{runtime.world.rank}.json"
         path.write_text(json.dumps(doc))
+    code = 0
+    if cli is not None:  # the process group stays: the command line finds it and uses it
+        from offloadprobe.cli import main as offloadprobe
+
+        try:
+            offloadprobe(cli)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
     torch.distributed.destroy_process_group()
+    return code
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), json.loads(sys.argv[2]))
+    cli = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
+    sys.exit(main(Path(sys.argv[1]), json.loads(sys.argv[2]), cli))

@@ -1,8 +1,8 @@
 """benchmarks/projection_validation.py runs on CPU: a smoke test of the H200 script.
 
 The projection itself is checked against in-process measurements in test_run_cpu.py;
-this only proves the script runs a real child and writes its JSON (one child; the
-script's own main runs in this process).
+this only proves the script measures, projects and writes its JSON. Its main and its one
+child run in this process (``InProcessChild``: real children are test_compare_cpu's).
 """
 
 from __future__ import annotations
@@ -11,11 +11,8 @@ import importlib.util
 import json
 import sys
 
-import pytest
-
 from tests.conftest import ROOT
-
-pytestmark = pytest.mark.processes(1)  # the script's child
+from tests.fakes import InProcessChild, install_child
 
 
 def test_script_measures_and_projects_one_row(tmp_path, capsys, monkeypatch):
@@ -25,6 +22,7 @@ def test_script_measures_and_projects_one_row(tmp_path, capsys, monkeypatch):
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look it up
     spec.loader.exec_module(module)
+    install_child(monkeypatch, InProcessChild(tmp_path))
     out = tmp_path / "projection.json"
     code = module.main(["--device", "cpu", "--sizes", "16MiB", "--strategies", "lazy", "--cycles",
                         "1", "--train-steps", "0", "--jobs", "1", "--out", str(out)])  # fmt: skip

@@ -81,6 +81,14 @@ def _finalise(z: torch.Tensor) -> torch.Tensor:
     return z ^ _shr(z, 31)
 
 
+def _finalise_word(z: int) -> int:
+    """:func:`_finalise` of one block sum (block index 0), on a Python integer."""
+    z &= _MASK64
+    z = ((z ^ (z >> 30)) * _C1) & _MASK64
+    z = ((z ^ (z >> 27)) * _C2) & _MASK64
+    return z ^ (z >> 31)
+
+
 def _words(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor's bytes as int64 words (zero-padded to a multiple of 8 bytes)."""
     raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
@@ -115,6 +123,8 @@ def _keyed_sum(
     words: torch.Tensor, mult: torch.Tensor, key: FingerprintKey, device: torch.device
 ) -> int:
     block = key.block
+    if words.numel() <= block:  # one block (most optimizer tensors): finalise it here
+        return _signed(_finalise_word(int((words * mult[: words.numel()]).sum())))
     step = max(_STEP // block, 1) * block
     total = 0
     for start in range(0, words.numel(), step):

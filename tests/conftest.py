@@ -117,6 +117,15 @@ def pytest_configure(config: pytest.Config) -> None:
         eager_fusions()
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """One worker where a GPU is: the GPU tests read device-wide memory (``mem_get_info``,
+    the pinned cache) and must not share the device with each other. Elsewhere, xdist's
+    own count (one per core, at most 4 here)."""
+    import torch
+
+    return 1 if torch.cuda.is_available() else None
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Freeze what exists once the tests are collected (torch, pytest, every test module):
     a runtime's full collection then skips them (``emulation._long_lived_objects_frozen``)

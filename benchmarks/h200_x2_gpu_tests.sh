@@ -15,7 +15,7 @@ python3 -W ignore -c "import torch, megatron.core as m, platform
 print('torch', torch.__version__, '| cuda', torch.version.cuda, '| megatron_core', m.__version__,
       '| python', platform.python_version())
 print('gpus', torch.cuda.device_count(), '|', torch.cuda.get_device_name(0))" > "$LOG" 2>&1
-echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)" >> "$LOG"
+echo "commit ${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" >> "$LOG"
 timeout 540 python3 -W ignore -m pytest -o addopts="-ra" -p no:cacheprovider -v tests/gpu \
   >> "$LOG" 2>&1
 echo "gpu tests exit $?" >> "$LOG"

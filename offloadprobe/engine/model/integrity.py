@@ -126,7 +126,7 @@ def _keyed_sum(
     if words.numel() <= block:  # one block (most optimizer tensors): finalise it here
         return _signed(_finalise_word(int((words * mult[: words.numel()]).sum())))
     step = max(_STEP // block, 1) * block
-    total = 0
+    total = torch.zeros((), dtype=torch.int64, device=device)  # summed on the device
     for start in range(0, words.numel(), step):
         part = words[start : start + step]
         full = part.numel() // block * block
@@ -139,8 +139,8 @@ def _keyed_sum(
         block_sums = torch.cat(sums) if len(sums) > 1 else sums[0]
         first = start // block
         index = torch.arange(first, first + block_sums.numel(), device=device)
-        total += int(_finalise(block_sums + index * key.index_key).sum())
-    return _signed(total)
+        total = total + _finalise(block_sums + index * key.index_key).sum()
+    return int(total)
 
 
 @dataclass(frozen=True, slots=True)

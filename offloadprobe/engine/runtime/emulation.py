@@ -32,9 +32,8 @@ NOTE = (
 
 
 def trim_host_heap() -> None:
-    """Return free glibc heap pages to the kernel (``malloc_trim(0)``), where glibc exists:
-    a phase that then allocates small tensors from the heap faults its pages in again, so
-    RSS counts them instead of hiding them in pages an earlier phase freed."""
+    """Return free glibc heap pages to the kernel (``malloc_trim(0)``), where glibc exists.
+    Between builds only (``Runtime.release``), never between phases: see ``Runtime.settle``."""
     with contextlib.suppress(OSError, AttributeError):
         _libc().malloc_trim(0)
 

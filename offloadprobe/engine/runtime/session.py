@@ -64,8 +64,11 @@ class Runtime:
     def settle(self) -> None:
         """Around a phase, in CPU emulation: collect cyclic garbage, then free device storages
         nothing references any more (as a GPU allocator does), through the device so the
-        ballast compensates, and give free heap pages back (a phase's small host tensors
-        then show in RSS however much the process freed before).
+        ballast compensates.
+        No ``malloc_trim`` here: a device storage below glibc's mmap threshold is freed into
+        the heap without RSS falling (so without ballast in its place); giving those pages
+        back between phases would take them out of RSS but not out of the constant device
+        part, and hide as much of the strategy's host memory.
         On CUDA this does nothing: the strategy's own caching behaviour is measured."""
         memory = self.device_memory
         if memory is not None:
@@ -73,7 +76,6 @@ class Runtime:
 
             gc.collect()  # cyclic garbage goes now, not at a random point inside a phase
             memory.reclaim()
-            emulation.trim_host_heap()
 
     def release(self) -> None:
         """Give freed memory back after a model was dropped (between two builds)."""
@@ -82,6 +84,7 @@ class Runtime:
         gc.collect()
         if self.emulated:
             self.settle()
+            emulation.trim_host_heap()
         else:
             torch.cuda.empty_cache()
 

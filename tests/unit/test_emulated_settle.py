@@ -14,6 +14,7 @@ MIB = 1 << 20
 def test_settle_keeps_the_host_copies_of_small_device_tensors_in_the_host_figure():
     # GIVEN 32 MiB of device tensors below glibc's mmap threshold (heap memory)
     runtime = Runtime(device="cpu", emulated=True, note=None)
+    emulation.trim_host_heap()  # and no free heap pages from earlier tests for copies to take
     size = MMAP_THRESHOLD // 8
     count = 32 * MIB // size
     with emulation.emulated_device() as memory:

@@ -160,10 +160,12 @@ def _heavy_files_first(items: list[pytest.Item]) -> None:
     once and the short ones fill in behind them; the order within a file is kept."""
     weight: dict[str, int] = {}
     for item in items:
-        weight[item.nodeid.split("::")[0]] = max(
-            weight.get(item.nodeid.split("::")[0], 0), _processes(item)
-        )
-    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])  # stable
+        weight[_file(item)] = max(weight.get(_file(item), 0), _processes(item))
+    items.sort(key=lambda item: -weight[_file(item)])  # stable
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
 
 
 # ------------------------------------------------------------------ in-process CLI

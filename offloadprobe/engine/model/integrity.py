@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from offloadprobe.engine.optimizer.holdings import holdings, storage_key
+from offloadprobe.engine.runtime.emulation import real_device
 from offloadprobe.engine.strategies.base import ddp_buffers, nbytes
 
 BLOCK = 1 << 20
@@ -109,14 +110,10 @@ def fingerprint(tensor: torch.Tensor, key: FingerprintKey | None = None) -> tupl
     tensors either way)."""
     key = key or run_key()
     with torch._C.DisableTorchFunction():
-        device = _REAL_DEVICE.__get__(tensor)
+        device = real_device(tensor)
         total = _keyed_sum(_words(tensor), key.on(device), key, device)
     meta = hash((str(tensor.dtype), tuple(tensor.shape))) & _MASK64
     return (meta, nbytes(tensor), total)
-
-
-_REAL_DEVICE = torch._C.TensorBase.device
-"""``Tensor.device`` as torch answers it (CPU emulation answers ``cuda:0`` for its tensors)."""
 
 
 def _keyed_sum(

@@ -258,10 +258,17 @@ _ORIGINAL_DEVICE = torch._C.TensorBase.device
 _EMULATED_CUDA = torch.device("cuda", 0)
 
 
+def real_device(tensor: torch.Tensor) -> torch.device:
+    """Where ``tensor``'s bytes are, as torch itself answers (``cpu`` for an emulated device
+    tensor). Call it with ``__torch_function__`` off: under the emulation's mode the getter
+    goes through the patched ``Tensor.device``."""
+    return _ORIGINAL_DEVICE.__get__(tensor)
+
+
 def _device_of(self: torch.Tensor) -> torch.device:
     """``Tensor.device``: ``cuda:0`` for a tensor whose storage is emulated device memory, so
     ``torch.zeros(..., device=t.device)`` allocates on the (emulated) device, as on a GPU."""
-    device = _ORIGINAL_DEVICE.__get__(self)
+    device = real_device(self)
     if ACTIVE is not None and device.type == "cpu" and ACTIVE.holds(self):
         return _EMULATED_CUDA
     return device

@@ -1,20 +1,34 @@
 """``Runtime.settle`` in CPU emulation: host figures are RSS less the emulated device's
 constant part, so settling between phases must not take device pages out of RSS that
-the constant still counts."""
+the constant still counts.
 
-import torch
+The measurement runs in a fresh interpreter: in a worker that ran other tests, heap pages
+those tests freed take some of the small copies (66% to 85% of them seen counted), which
+is the emulation's documented small-tensor limit, not what this test is about."""
 
-from offloadprobe.engine.runtime import emulation
-from offloadprobe.engine.runtime.device_memory import MMAP_THRESHOLD, rss
-from offloadprobe.engine.runtime.session import Runtime
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, SUBPROCESS_TIMEOUT
+
+pytestmark = pytest.mark.processes(1)  # the fresh interpreter
 
 MIB = 1 << 20
 
 
-def test_settle_keeps_the_host_copies_of_small_device_tensors_in_the_host_figure():
+def measure() -> dict:
+    """Host figure growth over an offload of 32 MiB of heap-sized device tensors."""
+    import torch
+
+    from offloadprobe.engine.runtime import emulation
+    from offloadprobe.engine.runtime.device_memory import MMAP_THRESHOLD, rss
+    from offloadprobe.engine.runtime.session import Runtime
+
     # GIVEN 32 MiB of device tensors below glibc's mmap threshold (heap memory)
     runtime = Runtime(device="cpu", emulated=True, note=None)
-    emulation.trim_host_heap()  # and no free heap pages from earlier tests for copies to take
     size = MMAP_THRESHOLD // 8
     count = 32 * MIB // size
     with emulation.emulated_device() as memory:
@@ -28,11 +42,16 @@ def test_settle_keeps_the_host_copies_of_small_device_tensors_in_the_host_figure
         runtime.settle()
         after = rss() - memory.constant
         freed = all(not memory.resident(t) for t in device)
-    held = len(host)
-    del device, host
-    emulation.trim_host_heap()  # no freed heap pages left to the tests after this one
+    return {"grew": after - before, "copied": count * size, "freed": freed,
+            "held": len(host) == count}  # fmt: skip
+
+
+def test_settle_keeps_the_host_copies_of_small_device_tensors_in_the_host_figure():
+    code = "import json, tests.unit.test_emulated_settle as t; print(json.dumps(t.measure()))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=SUBPROCESS_TIMEOUT)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
     # THEN the host figure grew by the copies, which are all still held
-    assert freed and held == count
-    # (in a worker that ran other tests, heap fragments trim cannot return still take some
-    # copies: 85% seen; a trim between phases shows about 30%)
-    assert after - before >= 0.7 * count * size, (after - before) / MIB
+    assert found["freed"] and found["held"]
+    assert found["grew"] >= 0.9 * found["copied"], found["grew"] / MIB

@@ -147,3 +147,17 @@ def test_fingerprint_cost_benchmark_runs_and_checks_on_cpu(tmp_path, monkeypatch
     result = doc["result"]
     assert result["one_ulp_caught"] and result["swap_65521_apart_caught"]
     assert result["fingerprint_s"] > 0 and result["pinned_h2d_s"] > 0
+
+
+@pytest.mark.parametrize(
+    "words", [1, 7, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK, 3 * BLOCK + 5, 40 * BLOCK + 123]
+)
+def test_the_host_sum_is_the_device_sum_bit_for_bit(words):
+    # CPU runs take the int64 mv/dot path; CUDA the element-wise one: same value, always
+    from offloadprobe.engine.model.integrity import _keyed_sum_device, _keyed_sum_host
+
+    data = torch.randint(-(1 << 62), 1 << 62, (words + 3,), generator=GEN, dtype=torch.int64)
+    for view in (data[:words], data[3:]):  # offsets and odd ends
+        host = _keyed_sum_host(view, KEY.multipliers, KEY)
+        device = _keyed_sum_device(view, KEY.multipliers, KEY, torch.device("cpu"))
+        assert host == device

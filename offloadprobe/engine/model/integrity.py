@@ -119,6 +119,16 @@ def fingerprint(tensor: torch.Tensor, key: FingerprintKey | None = None) -> tupl
 def _keyed_sum(
     words: torch.Tensor, mult: torch.Tensor, key: FingerprintKey, device: torch.device
 ) -> int:
+    if device.type == "cpu":  # integer dot products: no temporary the size of the tensor
+        return _keyed_sum_host(words, mult, key)
+    return _keyed_sum_device(words, mult, key, device)
+
+
+def _keyed_sum_device(
+    words: torch.Tensor, mult: torch.Tensor, key: FingerprintKey, device: torch.device
+) -> int:
+    """Element-wise products summed per block (CUDA has no int64 ``mv``); at most ``_STEP``
+    words per pass."""
     block = key.block
     if words.numel() <= block:  # one block (most optimizer tensors): finalise it here
         return _signed(_finalise_word(int((words * mult[: words.numel()]).sum())))
@@ -138,6 +148,24 @@ def _keyed_sum(
         index = torch.arange(first, first + block_sums.numel(), device=device)
         total = total + _finalise(block_sums + index * key.index_key).sum()
     return int(total)
+
+
+def _keyed_sum_host(words: torch.Tensor, mult: torch.Tensor, key: FingerprintKey) -> int:
+    """The same sum on the host, through ``torch.mv``/``torch.dot`` on int64 (wrapping, as
+    the element-wise product does; integer sums do not depend on their order). An
+    element-wise product would write a temporary as large as the tensor: page faults and
+    three passes over memory instead of one."""
+    block = key.block
+    if words.numel() <= block:
+        return _signed(_finalise_word(int(torch.dot(words, mult[: words.numel()]))))
+    full = words.numel() // block * block
+    sums = [torch.mv(words[:full].view(-1, block), mult)]
+    if words.numel() > full:
+        tail = words[full:]
+        sums.append(torch.dot(tail, mult[: tail.numel()]).reshape(1))
+    block_sums = torch.cat(sums) if len(sums) > 1 else sums[0]
+    index = torch.arange(block_sums.numel())
+    return int(_finalise(block_sums + index * key.index_key).sum())
 
 
 @dataclass(frozen=True, slots=True)

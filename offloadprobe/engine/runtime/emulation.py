@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 from collections.abc import Iterator
 from unittest import mock
 
@@ -369,6 +370,17 @@ def emulated_device() -> Iterator[DeviceMemory]:
         yield memory
 
 
+_RUN_IMPORTS = (
+    "torch._dynamo",  # torch.optim's step imports it (about 90 modules, 50,000 objects)
+    "megatron.core.models.gpt",
+    "megatron.core.models.gpt.gpt_layer_specs",
+    "megatron.core.distributed",
+    "megatron.core.optimizer",
+    "megatron.core.pipeline_parallel",
+)
+"""Modules a run imports lazily (the first optimizer step, the model builder)."""
+
+
 @contextlib.contextmanager
 def _long_lived_objects_frozen() -> Iterator[None]:
     """Keep the objects that exist before the run out of the cyclic collector's sight.
@@ -376,11 +388,16 @@ def _long_lived_objects_frozen() -> Iterator[None]:
     ``Runtime.settle`` collects cyclic garbage around every phase. A full collection walks
     every tracked object, some 400,000 once torch and megatron-core are imported (0.2 s
     each time, several seconds a run); frozen, they are skipped, and a collection only
-    walks what the run itself created. Garbage that exists now is collected first, so
-    nothing the run could free is frozen. Everything is unfrozen at the end, unless the
-    caller had frozen objects of its own before (a test session does): unfreezing is
-    then the caller's, and what was frozen here stays frozen with them.
+    walks what the run itself created. The modules a run would import lazily (torch's
+    compiler stack on the first optimizer step, megatron's model and optimizer) are
+    imported first, so that their objects are frozen with the rest. Garbage that exists
+    now is collected first, so nothing the run could free is frozen. Everything is
+    unfrozen at the end, unless the caller had frozen objects of its own before (a test
+    session does): unfreezing is then the caller's, and what was frozen here stays frozen
+    with them.
     """
+    for name in _RUN_IMPORTS:  # imported by every run anyway: their objects are frozen too
+        importlib.import_module(name)
     outer = gc.get_freeze_count() > 0
     gc.collect()
     gc.freeze()

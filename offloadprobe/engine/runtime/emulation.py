@@ -171,6 +171,14 @@ class _CudaToHost(TorchFunctionMode):
         )
         if device_result:
             size = _meta_nbytes(func, args, kwargs)
+            if size == 0 and source is not None and not on_dev:
+                # the op would hand back its host input (``torch.as_tensor(h, device=
+                # "cuda")``): on a GPU that is a copy to the device
+                kwargs.pop("pin_memory", None)
+                kwargs["device"] = _host_device(kwargs.get("device"))
+                return memory.allocate(
+                    _nbytes(source), lambda: func(*args, **kwargs).clone(), touch=False
+                )
             device_result = size != 0
         kwargs.pop("pin_memory", None)
         if "device" in kwargs:
@@ -178,7 +186,10 @@ class _CudaToHost(TorchFunctionMode):
         if func is torch.Tensor.to and len(args) > 1 and _is_device(args[1]):
             args = (args[0], _host_device(args[1]), *args[2:])
         if not device_result:
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
+            if target == "cpu" and on_dev and _same_storage(result, source):
+                return result.clone()  # asked for the host: on a GPU, a copy to the host
+            return result
         run = lambda: func(*args, **kwargs)  # noqa: E731
         if size is None:
             return memory.adopt(run())
@@ -231,6 +242,13 @@ def is_cuda_as_on_gpu() -> Iterator[None]:
         yield
 
 
+def _same_storage(result: object, tensor: torch.Tensor) -> bool:
+    return (
+        isinstance(result, torch.Tensor)
+        and result.untyped_storage()._cdata == tensor.untyped_storage()._cdata
+    )
+
+
 def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
@@ -242,8 +260,11 @@ def _target(func: object, args: tuple, kwargs: dict) -> str | None:
     if func is torch.Tensor.cuda:
         return "cuda"
     device = kwargs.get("device")
-    if device is None and func is torch.Tensor.to and len(args) > 1 and _is_device(args[1]):
-        device = args[1]
+    if device is None and func is torch.Tensor.to and len(args) > 1:
+        if isinstance(args[1], torch.Tensor):  # ``x.to(other)``: other's device and dtype
+            return "cuda" if ACTIVE is not None and ACTIVE.holds(args[1]) else "cpu"
+        if _is_device(args[1]):
+            device = args[1]
     if device is None:
         return None
     if isinstance(device, int):
@@ -323,12 +344,37 @@ _ORIGINAL_TYPE = torch.Tensor.type
 
 
 def _cuda_type_name(self: torch.Tensor, *args: object, **kwargs: object) -> object:
-    name = _ORIGINAL_TYPE(self, *args, **kwargs)
-    if args or kwargs or not isinstance(name, str) or name.startswith("torch.cuda."):
+    """``Tensor.type``: a device tensor's name is ``torch.cuda.*``; a conversion puts its
+    result where a GPU would (a dtype keeps the device, a type name says it)."""
+    if args or kwargs:
+        return _convert_type(self, *args, **kwargs)
+    name = _ORIGINAL_TYPE(self)
+    if not isinstance(name, str) or name.startswith("torch.cuda."):
         return name
     if ACTIVE is None or not ACTIVE.holds(self):
         return name
     return "torch.cuda." + name.removeprefix("torch.")
+
+
+def _convert_type(
+    self: torch.Tensor, dtype: object = None, non_blocking: bool = False, **kwargs: object
+) -> object:
+    """``t.type(torch.float64)``, ``t.type("torch.cuda.FloatTensor")`` or
+    ``t.type(torch.cuda.FloatTensor)`` through ``Tensor.to``, which the emulation places."""
+    if dtype is None:
+        dtype = kwargs.pop("dtype", None)
+    if dtype is None:
+        return _cuda_type_name(self)
+    if isinstance(dtype, torch.dtype):
+        held = ACTIVE is not None and ACTIVE.holds(self)
+        return self.to("cuda" if held else "cpu", dtype=dtype, non_blocking=non_blocking)
+    name = dtype if isinstance(dtype, str) else f"{dtype.__module__}.{dtype.__name__}"
+    cuda = name.startswith("torch.cuda.")
+    host_type = getattr(torch, name.rpartition(".")[2], None)
+    if not name.startswith("torch.") or not isinstance(getattr(host_type, "dtype", None),
+                                                       torch.dtype):  # fmt: skip
+        return _ORIGINAL_TYPE(self, dtype, non_blocking, **kwargs)  # torch's own error
+    return self.to("cuda" if cuda else "cpu", dtype=host_type.dtype, non_blocking=non_blocking)
 
 
 _ORIGINAL_BACKWARD_APPLY = torch.autograd.function.BackwardCFunction.apply

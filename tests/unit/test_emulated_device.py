@@ -1,0 +1,82 @@
+"""CPU emulation puts a tensor where a GPU would: every way torch moves a tensor counts.
+
+GIVEN the emulated device (no megatron shims) and one host and one device tensor,
+WHEN a tensor is made by any of torch's calls that, on a GPU, put the result on the GPU
+(``.cuda()``, ``.to(...)`` with a device, a device tensor or a type, ``torch.as_tensor``,
+``Tensor.type`` with a dtype or a CUDA type name, ``*_like``, dtype conversions),
+THEN the result is emulated device memory exactly when it would be CUDA memory on a GPU,
+and the emulated device grew by its bytes. A strategy cannot hide a load or an offload by
+choosing a spelling the emulation does not know.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from offloadprobe.engine.runtime import emulation
+
+N = 4096
+
+
+# (name, make(host, device) -> tensor, on the device on a GPU?)
+CASES = [
+    ("h.cuda()", lambda h, d: h.cuda(), True),
+    ("h.to('cuda')", lambda h, d: h.to("cuda"), True),
+    ("h.to(d.device)", lambda h, d: h.to(d.device), True),
+    ("h.to(d)", lambda h, d: h.to(d), True),
+    ("h.to(d, copy=True)", lambda h, d: h.to(d, copy=True), True),
+    (
+        "h.to(device='cuda', dtype=bf16)",
+        lambda h, d: h.to(device="cuda", dtype=torch.bfloat16),
+        True,
+    ),
+    ("as_tensor(h, device='cuda')", lambda h, d: torch.as_tensor(h, device="cuda"), True),
+    ("as_tensor(h, device=d.device)", lambda h, d: torch.as_tensor(h, device=d.device), True),
+    ("tensor(list, device='cuda')", lambda h, d: torch.tensor([1.0] * N, device="cuda"), True),
+    ("h.type('torch.cuda.FloatTensor')", lambda h, d: h.type("torch.cuda.FloatTensor"), True),
+    ("h.type(torch.cuda.FloatTensor)", lambda h, d: h.type(torch.cuda.FloatTensor), True),
+    ("d.type(torch.float64)", lambda h, d: d.type(torch.float64), True),
+    ("d.type('torch.cuda.DoubleTensor')", lambda h, d: d.type("torch.cuda.DoubleTensor"), True),
+    ("d.to(torch.float64)", lambda h, d: d.to(torch.float64), True),
+    ("d.double()", lambda h, d: d.double(), True),
+    ("d.to(h.double())", lambda h, d: d.to(h.double()), False),
+    ("zeros_like(d)", lambda h, d: torch.zeros_like(d), True),
+    ("d.cpu()", lambda h, d: d.cpu(), False),
+    ("d.to('cpu')", lambda h, d: d.to("cpu"), False),
+    ("d.to(h)", lambda h, d: d.to(h), False),
+    ("d.type('torch.FloatTensor')", lambda h, d: d.type("torch.FloatTensor"), False),
+    ("d.type(torch.FloatTensor)", lambda h, d: d.type(torch.FloatTensor), False),
+    ("as_tensor(d, device='cpu')", lambda h, d: torch.as_tensor(d, device="cpu"), False),
+    ("h.type(torch.float64)", lambda h, d: h.type(torch.float64), False),
+    ("h.to(torch.float64)", lambda h, d: h.to(torch.float64), False),
+    ("h.clone()", lambda h, d: h.clone(), False),
+]
+NOT_COPIES = {"zeros_like(d)", "tensor(list, device='cuda')"}
+
+
+@pytest.mark.parametrize(("name", "make", "on_gpu"), CASES, ids=[c[0] for c in CASES])
+def test_a_result_is_device_memory_exactly_where_a_gpu_would_put_it(name, make, on_gpu):
+    with emulation.emulated_device() as memory:
+        host = torch.arange(N, dtype=torch.float32)
+        device = host.cuda()
+        before = memory.allocated_bytes
+        out = make(host, device)
+        if name not in NOT_COPIES:
+            assert torch.equal(out.cpu(), host.to(out.dtype))  # the same values, wherever
+        assert emulation.on_device(out) is on_gpu
+        assert (out.device.type == "cuda") is on_gpu
+        grown = memory.allocated_bytes - before
+        if on_gpu and out.untyped_storage()._cdata != device.untyped_storage()._cdata:
+            assert grown >= out.numel() * out.element_size()
+        if not on_gpu:
+            assert grown == 0
+
+
+def test_a_device_tensor_moved_to_its_own_place_is_itself():
+    with emulation.emulated_device():
+        device = torch.arange(N, dtype=torch.float32).cuda()
+        moved = [device.cuda(), device.to("cuda"), device.to(device), device.type(torch.float32),
+                torch.as_tensor(device, device="cuda")]  # fmt: skip
+        for same in moved:
+            assert same.untyped_storage()._cdata == device.untyped_storage()._cdata

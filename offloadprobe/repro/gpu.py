@@ -9,7 +9,7 @@ bytes still resident, and says so).
 What the probe keeps on its device besides optimizer state (CUDA context aside: the
 caching allocator's own blocks, the batch, small scalars) is measured by a calibration
 child that offloads everything (optimizer strategy ``complete``, one cycle): its
-``residue`` after offload. Then::
+``residue`` after offload, of the rank that keeps the most when it runs several. Then::
 
     gpu limit = max(scaled GPU limit, calibration's reserved peak)
     claim     = gpu limit - residue - scaled headroom
@@ -62,6 +62,16 @@ def residue(run: RunRecord) -> int:
     return sum((last.left_on_device or {}).values())
 
 
+def rank_runs(run: RunRecord) -> list[RunRecord]:
+    """Every rank's record of a run over several ranks (rank 0's report carries them all),
+    or the run itself."""
+    if run.world is not None:
+        found = [r for r in run.world.ranks if r.phases]
+        if found:
+            return found
+    return [run]
+
+
 def reserved_peak(run: RunRecord) -> int:
     """The caching allocator's highest reserved bytes in any phase (0 in emulation)."""
     return max((p.gpu.reserved_peak for p in run.phases if p.gpu is not None), default=0)
@@ -101,18 +111,19 @@ def calibrate(
     run = child_run(outcome)
     if outcome.exit_code != 0 or run is None or not run.phases:
         return None, f"calibration run failed: {outcome.verdict}"
-    left, peak = residue(run), reserved_peak(run)
+    ranks = rank_runs(run)  # every rank: a pipeline stage or an expert shard may hold more
+    left, peak = max(residue(r) for r in ranks), max(reserved_peak(r) for r in ranks)
     limit = max(scaling.limit, peak, floor)
     claim = limit - left - scaling.headroom
     terms = (
         Term(
             label="calibration residue",
-            formula="device bytes after offloading everything (complete)",
+            formula="device bytes after offloading everything (complete), largest rank",
             value=left,
         ),
         Term(
             label="calibration reserved peak",
-            formula="max reserved bytes in any phase (0 in emulation)",
+            formula="max reserved bytes in any phase and rank (0 in emulation)",
             value=peak,
         ),
         Term(

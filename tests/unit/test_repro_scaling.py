@@ -132,3 +132,35 @@ def test_without_a_cgroup_the_first_phase_over_the_limit_is_named() -> None:
     assert over_limit(run, 130 * MiB) is None
     assert over_limit(run, 70 * MiB) == (0, "offload", 80 * MiB)
     assert over_limit(run, 85 * MiB) == (1, "offload", 120 * MiB)
+
+
+def test_calibration_takes_the_rank_that_keeps_the_most(monkeypatch, tmp_path: Path) -> None:
+    # GIVEN a calibration over two ranks where rank 1 (a later pipeline stage, say) keeps
+    # 3 MiB on its device after offloading everything and rank 0 keeps 1 MiB
+    from dataclasses import replace
+
+    from offloadprobe.core.config import RunConfig
+    from offloadprobe.core.records import WorldRun
+    from offloadprobe.isolation.child import ChildOutcome
+    from offloadprobe.repro.gpu import calibrate
+    from tests.fakes import fake_report, fake_run, install_child
+
+    ranks = [fake_run(left_on_device={"param_data": 0, "exp_avg": n * MiB}) for n in (1, 3)]
+    world = WorldRun(world_size=2, nnodes=1, layout={"pp": 2}, ranks=ranks, nodes=[])
+    report = fake_report(replace(ranks[0], world=world)).to_dict()
+    asked = []
+
+    def child(spec, **_):
+        asked.append(spec)
+        return ChildOutcome(label=spec.label, exit_code=0, report=report, failure=None,
+                            stderr_tail="")  # fmt: skip
+
+    install_child(monkeypatch, child)
+    s = load_scenario(SCENARIOS / "verl-6635-master-param.toml")
+    scaling = gpu_scaling(s, probe_model(s))
+    # WHEN it calibrates THEN the residue is the largest rank's, and the claim leaves room for it
+    settings, why = calibrate(RunConfig(model=probe_model(s)), scaling, tmp_path, None, ranks=2)
+    assert why == "" and settings is not None
+    assert settings.residue == 3 * MiB
+    assert settings.claim == settings.limit - 3 * MiB - scaling.headroom
+    assert asked[0].nproc_per_node == 2

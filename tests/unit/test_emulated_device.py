@@ -80,3 +80,40 @@ def test_a_device_tensor_moved_to_its_own_place_is_itself():
                 torch.as_tensor(device, device="cuda")]  # fmt: skip
         for same in moved:
             assert same.untyped_storage()._cdata == device.untyped_storage()._cdata
+
+
+@pytest.mark.parametrize("numel", [0, N])
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [("h.to('cuda')", lambda h, d: h.to("cuda")), ("h.to(0)", lambda h, d: h.to(0)),
+     ("h.to(cuda, fp16)", lambda h, d: h.to(torch.device("cuda"), torch.float16)),
+     ("h.to(d)", lambda h, d: h.to(d)), ("h.to(d, False, True)", lambda h, d: h.to(d, False, True)),
+     ("h.to('cuda', fp16, False, True)", lambda h, d: h.to("cuda", torch.float16, False, True)),
+     ("h.type(torch.cuda.FloatTensor)", lambda h, d: h.type(torch.cuda.FloatTensor)),
+     ("as_tensor(h, device='cuda')", lambda h, d: torch.as_tensor(h, device="cuda"))],
+)  # fmt: skip
+def test_positional_forms_and_empty_tensors_move_to_the_device(name, make, numel):
+    with emulation.emulated_device():
+        host = torch.arange(numel, dtype=torch.float32)
+        out = make(host, torch.ones(1).cuda())
+        assert out.device.type == "cuda" and emulation.on_device(out) == (numel > 0)
+        assert out.numel() == numel
+
+
+def test_positional_copy_back_to_the_host():
+    with emulation.emulated_device():
+        host = torch.arange(N, dtype=torch.float32)
+        device = host.cuda()
+        back = device.to(host, False, False)
+        assert not emulation.on_device(back) and back.device.type == "cpu"
+        assert torch.equal(back, host)
+
+
+def test_an_empty_device_tensor_is_device_memory_when_it_grows():
+    # a storage made empty on the device and grown later is device memory, as on a GPU
+    with emulation.emulated_device() as memory:
+        for empty in (torch.empty(0, device="cuda"), torch.zeros(0, device="cuda")):
+            assert empty.device.type == "cuda"
+            before = memory.allocated_bytes
+            empty.untyped_storage().resize_(N * 4)
+            assert memory.allocated_bytes - before == N * 4 and emulation.on_device(empty)

@@ -90,8 +90,13 @@ def _as_meta(value: object) -> object:
     return value
 
 
+RETURNS_INPUT = -1
+"""What :func:`_meta_nbytes` says of an op that hands back its input."""
+
+
 def _meta_nbytes(func: object, args: tuple, kwargs: dict) -> int | None:
-    """Bytes the op's result will need, from running it on the meta device; None if unknown."""
+    """Bytes the op's result will need, from running it on the meta device (0 for an empty
+    result, :data:`RETURNS_INPUT` for the input itself); None if unknown."""
     try:
         meta_args = tuple(_as_meta(a) for a in args)
         meta_kwargs = {k: _as_meta(v) for k, v in kwargs.items()}
@@ -104,7 +109,7 @@ def _meta_nbytes(func: object, args: tuple, kwargs: dict) -> int | None:
         return None
     outs = out if isinstance(out, (list, tuple)) else [out]
     if any(o is a for o in outs for a in meta_args):
-        return 0  # the op returns its input: nothing is allocated
+        return RETURNS_INPUT  # nothing is allocated
     return sum(t.untyped_storage().nbytes() for t in outs if isinstance(t, torch.Tensor))
 
 
@@ -129,6 +134,8 @@ class _CudaToHost(TorchFunctionMode):
             # no device asked for and nothing derived from a device tensor: a plain op
             return func(*args, **(kwargs or {}))
         kwargs = dict(kwargs or {})
+        if func is torch.Tensor.to:
+            args, kwargs = _to_keywords(args, kwargs)
         memory = ACTIVE
         target = _target(func, args, kwargs)
         source = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -164,22 +171,19 @@ class _CudaToHost(TorchFunctionMode):
             if func is torch.Tensor.cpu:
                 return source.clone()
             kwargs["copy"] = True
-        size = None
+        size = copy_of = None
         device_result = memory is not None and (
             (target == "cuda" and func is not torch.Tensor.cpu)
             or (target is None and on_dev and (func in _LIKE or func is torch.Tensor.to))
         )
         if device_result:
             size = _meta_nbytes(func, args, kwargs)
-            if size == 0 and source is not None and not on_dev:
+            if size == RETURNS_INPUT and source is not None and not on_dev:
                 # the op would hand back its host input (``torch.as_tensor(h, device=
                 # "cuda")``): on a GPU that is a copy to the device
-                kwargs.pop("pin_memory", None)
-                kwargs["device"] = _host_device(kwargs.get("device"))
-                return memory.allocate(
-                    _nbytes(source), lambda: func(*args, **kwargs).clone(), touch=False
-                )
-            device_result = size != 0
+                size = _nbytes(source)
+                copy_of = source
+            device_result = size != RETURNS_INPUT  # an empty result is device memory too
         kwargs.pop("pin_memory", None)
         if "device" in kwargs:
             kwargs["device"] = _host_device(kwargs["device"])
@@ -190,7 +194,10 @@ class _CudaToHost(TorchFunctionMode):
             if target == "cpu" and on_dev and _same_storage(result, source):
                 return result.clone()  # asked for the host: on a GPU, a copy to the host
             return result
-        run = lambda: func(*args, **kwargs)  # noqa: E731
+        if copy_of is not None:
+            run = lambda: _fresh(func(*args, **kwargs), copy_of)  # noqa: E731
+        else:
+            run = lambda: func(*args, **kwargs)  # noqa: E731
         if size is None:
             return memory.adopt(run())
         return memory.allocate(size, run, touch=func in _UNWRITTEN)
@@ -242,6 +249,34 @@ def is_cuda_as_on_gpu() -> Iterator[None]:
         yield
 
 
+def _to_keywords(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``Tensor.to`` in its keyword form: ``to(other)`` becomes other's device (the emulated
+    device when other is device memory) and dtype; positional device, dtype, non_blocking
+    and copy become keywords."""
+    source, rest = args[0], list(args[1:])
+    out = dict(kwargs)
+    if rest and isinstance(rest[0], torch.Tensor):
+        other = rest.pop(0)
+        held = ACTIVE is not None and ACTIVE.holds(other)
+        out.setdefault("device", _EMULATED_CUDA if held else real_device(other))
+        out.setdefault("dtype", other.dtype)
+    else:
+        if rest and (rest[0] is None or _is_device(rest[0])):
+            out["device"] = rest.pop(0)
+        if rest and isinstance(rest[0], torch.dtype):
+            out["dtype"] = rest.pop(0)
+    for name, value in zip(("non_blocking", "copy"), rest, strict=False):
+        out[name] = value
+    if out.get("device", 0) is None:
+        del out["device"]
+    return (source,), out
+
+
+def _fresh(result: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """``result``, or a copy where it is ``source``'s own storage."""
+    return result.clone() if _same_storage(result, source) else result
+
+
 def _same_storage(result: object, tensor: torch.Tensor) -> bool:
     return (
         isinstance(result, torch.Tensor)
@@ -259,12 +294,7 @@ def _target(func: object, args: tuple, kwargs: dict) -> str | None:
         return "cpu"
     if func is torch.Tensor.cuda:
         return "cuda"
-    device = kwargs.get("device")
-    if device is None and func is torch.Tensor.to and len(args) > 1:
-        if isinstance(args[1], torch.Tensor):  # ``x.to(other)``: other's device and dtype
-            return "cuda" if ACTIVE is not None and ACTIVE.holds(args[1]) else "cpu"
-        if _is_device(args[1]):
-            device = args[1]
+    device = kwargs.get("device")  # ``Tensor.to`` arrives in keyword form (_to_keywords)
     if device is None:
         return None
     if isinstance(device, int):

@@ -84,6 +84,15 @@ def _train(model: ProbeModel, steps: int) -> float | None:
     return loss
 
 
+MiB = 1 << 20
+
+
+def _within(code: Callable[[], Any], action: Callable[[Any], Any], arg: Any) -> Any:
+    """``action(arg)`` inside ``code()`` (the runtime's context for a strategy's code)."""
+    with code():
+        return action(arg)
+
+
 def _close(strategy: Any) -> int:
     registered = registered_bytes(strategy)
     close(strategy)
@@ -108,8 +117,9 @@ class _Cycles:
         limit_device_memory(runtime, cfg.gpu_limit_bytes)
         self.model = self.build()
         self.info = model_strategy(cfg.strategy)
-        self.strategy = self.info.build(runtime)
-        self.optimizer_strategy = optimizer_strategy(cfg.optimizer_strategy).build(runtime)
+        with runtime.strategy_code():
+            self.strategy = self.info.build(runtime)
+            self.optimizer_strategy = optimizer_strategy(cfg.optimizer_strategy).build(runtime)
         memory = runtime.device_memory
         self.meter = PhaseMeter(
             runtime,
@@ -253,6 +263,13 @@ class _Cycles:
             lines.append(
                 f"param_data {format_bytes(left['param_data'])} still on device after offload"
             )
+        elif self.param_to_move:
+            net = self.phases[max(i for i, p in enumerate(self.phases) if p.phase == "offload")]
+            if net.bytes_moved < 0.99 * self.param_to_move - MiB:
+                lines.append(
+                    f"param_data freed, but the device gave back {format_bytes(net.bytes_moved)}"
+                    f" net of {format_bytes(self.param_to_move)} (a copy kept on the device?)"
+                )
         if self.moves_optimizer and self.optimizer_bytes and not self.optimizer_moved:
             lines.append(
                 f"optimizer state {format_bytes(self.optimizer_bytes)}: none of it left the device"
@@ -265,10 +282,11 @@ class _Cycles:
         """The cycle's parameter and optimizer moves, in the configured order."""
         verb = "offload" if offload else "load"
         params = getattr(self.strategy, verb)
-        steps = [(verb, lambda: params(self.model.chunks))]
+        code = self.runtime.strategy_code
+        steps = [(verb, lambda: _within(code, params, self.model.chunks))]
         if self.moves_optimizer:
             optimizer = getattr(self.optimizer_strategy, verb)
-            step = (f"{verb} optimizer", lambda: optimizer([self.model.optimizer]))
+            step = (f"{verb} optimizer", lambda: _within(code, optimizer, [self.model.optimizer]))
             steps.insert(0 if self.cfg.optimizer_first else 1, step)
         return steps
 
@@ -323,7 +341,8 @@ class _Cycles:
         except (DeviceOutOfMemory, _Stopped):
             pass
         finally:
-            self.registered = _close(self.strategy) + _close(self.optimizer_strategy)
+            with self.runtime.strategy_code():
+                self.registered = _close(self.strategy) + _close(self.optimizer_strategy)
 
 
 def _grad_device_bytes(model: ProbeModel) -> int:

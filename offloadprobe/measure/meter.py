@@ -96,12 +96,14 @@ def _device_traffic(
     counted: tuple[int, int],
     counters: Callable[[], tuple[int, int]] | None,
 ) -> tuple[int | None, int | None]:
-    """(device bytes freed, device bytes allocated) in the phase, measured: the emulated
-    device's own counters, or the CUDA allocator's net change; None where neither exists."""
+    """(device bytes freed, device bytes allocated) in the phase, measured as a net change,
+    from the emulated device's own counters or the CUDA allocator's: a copy made on the
+    device and the original freed is no move."""
     if counters is not None:
         freed, allocated = counters()
-        return freed - counted[0], allocated - counted[1]
-    if gpu is None:
+        change = (allocated - counted[1]) - (freed - counted[0])
+    elif gpu is None:
         return None, None
-    change = gpu.allocated_after - gpu.allocated_before
+    else:
+        change = gpu.allocated_after - gpu.allocated_before
     return max(0, -change), max(0, change)

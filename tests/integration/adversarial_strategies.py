@@ -194,3 +194,26 @@ class ZeroesExpAvg:
     def load(self, optimizers):
         for state in _state(optimizers):
             state["exp_avg"].zero_()
+
+
+class KeepsADeviceCopy:
+    """Frees param_data after copying it with ordinary compute (``torch.cat``) that, on a
+    GPU, stays on the GPU: the device gets nothing back. Must fail as not offloaded."""
+
+    def __init__(self):
+        self.copies = {}
+
+    def offload(self, models):
+        for buf in _buffers(models):
+            self.copies[id(buf)] = torch.cat([buf.param_data.detach()])
+            buf.param_data.untyped_storage().resize_(0)
+            buf.grad_data.untyped_storage().resize_(0)
+
+    def load(self, models):
+        for buf in _buffers(models):
+            data = buf.param_data
+            data.untyped_storage().resize_(data.numel() * data.element_size())
+            data.copy_(self.copies.pop(id(buf)))
+            grad = buf.grad_data
+            grad.untyped_storage().resize_(grad.numel() * grad.element_size())
+            grad.zero_()

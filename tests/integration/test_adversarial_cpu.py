@@ -132,3 +132,13 @@ def test_optimizer_exp_avg_zeroed_fails_without_the_reference_run(runs, capsys):
                         ADV + "ZeroesExpAvg", capsys=capsys)  # fmt: skip
     assert code == 1
     assert "optimizer exp_avg differs from before offload" in err
+
+
+def test_a_copy_kept_on_the_device_is_no_offload(runs, capsys):
+    # torch.cat of param_data stays on the device (a GPU puts it there); the device gets
+    # nothing back, net, so the "offload" moved nothing and the run fails
+    code, report, err = runs("--strategy", ADV + "KeepsADeviceCopy", capsys=capsys)
+    assert code == 1, err
+    assert "not offloaded: param_data freed, but the device gave back" in err
+    offload = report["runs"][0]["cycles"][0]["phases"][1]
+    assert offload["phase"] == "offload" and offload["bytes_moved"] == 0

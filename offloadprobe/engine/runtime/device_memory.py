@@ -74,6 +74,9 @@ def fix_malloc_threshold() -> bool:
         return False
 
 
+_NONE: frozenset[int] = frozenset()
+
+
 def _pages(nbytes: int) -> int:
     return -(-nbytes // PAGE) * PAGE
 
@@ -166,10 +169,12 @@ class DeviceMemory:
         else:
             self.ballast.touch(released - added)
 
-    def allocate(self, nbytes: int, make: Callable[[], Any], *, touch: bool) -> Any:
+    def allocate(
+        self, nbytes: int, make: Callable[[], Any], *, touch: bool, exclude: frozenset[int] = _NONE
+    ) -> Any:
         """Run ``make`` (which allocates ``nbytes`` of device storage) cudaMalloc-like:
         ballast released first, the result's storages registered and (``touch``) made
-        resident."""
+        resident. Storages in ``exclude`` (the op's inputs) are not the op's to register."""
         need = _pages(nbytes)
         grew = need > self.ballast.size
         if grew and self.on_grow is not None:
@@ -178,7 +183,7 @@ class DeviceMemory:
         released = self.ballast.release(need)
         result = make()
         for storage in _storages_of(result):
-            if storage._cdata not in self._storages:
+            if storage._cdata not in self._storages and storage._cdata not in exclude:
                 self._storages[storage._cdata] = storage
                 self.allocated_bytes += storage.nbytes()
                 if touch:
@@ -186,11 +191,15 @@ class DeviceMemory:
         self._settle(before, released, grew)
         return result
 
-    def adopt(self, result: Any) -> Any:
+    def adopt(self, result: Any, exclude: frozenset[int] = _NONE) -> Any:
         """Register storages already allocated and written (their size was unknown
         beforehand): ballast is released after the fact, so the phase's high-water mark may
         carry them once. Used only for device results of ops the emulation cannot size."""
-        fresh = [s for s in _storages_of(result) if s._cdata not in self._storages]
+        fresh = [
+            s
+            for s in _storages_of(result)
+            if s._cdata not in self._storages and s._cdata not in exclude
+        ]
         for storage in fresh:
             self._storages[storage._cdata] = storage
             self.allocated_bytes += storage.nbytes()

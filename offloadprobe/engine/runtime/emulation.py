@@ -132,6 +132,8 @@ class _CudaToHost(TorchFunctionMode):
             and (func not in _LIKE or not _held(args))
         ):
             # no device asked for and nothing derived from a device tensor: a plain op
+            if _STRATEGY_CODE and _reads_device(args, kwargs):
+                return _device_op(func, args, kwargs or {})
             return func(*args, **(kwargs or {}))
         kwargs = dict(kwargs or {})
         if func is torch.Tensor.to:
@@ -201,6 +203,51 @@ class _CudaToHost(TorchFunctionMode):
         if size is None:
             return memory.adopt(run())
         return memory.allocate(size, run, touch=func in _UNWRITTEN)
+
+
+_STRATEGY_CODE = False
+"""True while a strategy's own code runs (:func:`strategy_code`)."""
+
+
+@contextlib.contextmanager
+def strategy_code() -> Iterator[None]:
+    """While a strategy's code runs, what any op computes from device memory is device
+    memory, as on a GPU (``torch.cat([d])``, ``d * 1``, ``copy.deepcopy(d)``...): a copy
+    kept on the device is not a move to the host. megatron-core's train steps run outside
+    (their activations stay plain host tensors: train rows count in no figure)."""
+    global _STRATEGY_CODE
+    previous, _STRATEGY_CODE = _STRATEGY_CODE, True
+    try:
+        yield
+    finally:
+        _STRATEGY_CODE = previous
+
+
+def _tensors(args: tuple, kwargs: dict | None) -> Iterator[torch.Tensor]:
+    for value in (*args, *(kwargs or {}).values()):
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (v for v in value if isinstance(v, torch.Tensor))
+
+
+def _reads_device(args: tuple, kwargs: dict | None) -> bool:
+    memory = ACTIVE
+    return memory is not None and any(memory.holds(t) for t in _tensors(args, kwargs))
+
+
+def _device_op(func: object, args: tuple, kwargs: dict) -> object:
+    """An op on device memory in strategy code: its new storages are device memory (its
+    inputs' storages, views and in-place results included, are not new)."""
+    memory = ACTIVE
+    inputs = frozenset(t.untyped_storage()._cdata for t in _tensors(args, kwargs))
+    size = _meta_nbytes(func, args, kwargs)
+    run = lambda: func(*args, **kwargs)  # noqa: E731
+    if size == RETURNS_INPUT:
+        return run()
+    if size is None:
+        return memory.adopt(run(), exclude=inputs)
+    return memory.allocate(size, run, touch=False, exclude=inputs)
 
 
 _ROUTED = frozenset({torch.Tensor.pin_memory, torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.to})

@@ -88,6 +88,11 @@ class Runtime:
         else:
             torch.cuda.empty_cache()
 
+    def strategy_code(self) -> contextlib.AbstractContextManager[None]:
+        """Around a strategy's own code: in CPU emulation what it computes from device
+        memory is device memory, as on a GPU (on CUDA, where that holds anyway, nothing)."""
+        return emulation.strategy_code() if self.emulated else contextlib.nullcontext()
+
     def empty_cache(self) -> None:
         """Return cached device blocks to the driver (a no-op in CPU emulation)."""
         if self.device == "cuda":

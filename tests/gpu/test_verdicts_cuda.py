@@ -32,3 +32,15 @@ def test_parts_on_cuda_each_over_their_own_bytes(cli, tmp_path):
     assert 0.95 <= s["params"]["host_peak_x"] <= 1.2
     assert 0.95 <= s["optimizer"]["host_peak_x"] <= 2.1  # pinned rounding up to 2x
     assert s["moved_bytes"] == s["params"]["moved_bytes"] + s["optimizer"]["moved_bytes"]
+
+
+def test_a_copy_kept_on_the_device_is_no_offload_on_cuda(cli, tmp_path):
+    # torch.cat of param_data stays on the GPU; freeing param_data then gives nothing back
+    out = tmp_path / "keeps.json"
+    proc = cli("run", "--device", "cuda", "--no-progress", "--no-reference-check", *MODEL,
+               "--strategy", "tests.integration.adversarial_strategies:KeepsADeviceCopy",
+               "--json", str(out))  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "param_data freed, but the device gave back" in proc.stderr
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["cycles"][0]["phases"][1]["bytes_moved"] < 0.01 * run["payload_bytes"]

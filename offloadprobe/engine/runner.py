@@ -99,6 +99,10 @@ def _close(strategy: Any) -> int:
     return registered
 
 
+class EmulationBypassed(RuntimeError):
+    """A strategy changed device memory where CPU emulation cannot account for it."""
+
+
 class _Stopped(Exception):
     """A strategy raised inside a phase; the record says where and why."""
 
@@ -160,11 +164,23 @@ class _Cycles:
         if fence is not None:
             fence.before()
         raised: BaseException | None = None
+        memory = self.runtime.device_memory
+        bypassed = memory.bypassed_bytes if memory is not None else 0
         try:
             rec, result = self.meter.measure(cycle, name, action)
+            if memory is not None and memory.bypassed_bytes > bypassed and name != "train":
+                moved = format_bytes(memory.bypassed_bytes - bypassed)
+                raise EmulationBypassed(
+                    f"CPU emulation cannot measure this phase: {moved} of device storage "
+                    "were resized outside torch.UntypedStorage.resize_ "
+                    "(torch._C.StorageBase.resize_ or an op's out=); on a GPU it is measured"
+                )
         except DeviceOutOfMemory as exc:
             self.stop("out of memory", cycle, name, str(exc))
             raised = exc
+        except EmulationBypassed as exc:  # the run cannot be measured here: no traceback
+            self.stop("crashed", cycle, name, str(exc))
+            raised = _Stopped()
         except torch.OutOfMemoryError as exc:
             first = str(exc).splitlines()[0] if str(exc) else "torch.OutOfMemoryError"
             if "out of memory" not in first.lower():

@@ -142,3 +142,13 @@ def test_a_copy_kept_on_the_device_is_no_offload(runs, capsys):
     assert "not offloaded: param_data freed, but the device gave back" in err
     offload = report["runs"][0]["cycles"][0]["phases"][1]
     assert offload["phase"] == "offload" and offload["bytes_moved"] == 0
+
+
+def test_a_free_the_emulation_cannot_see_stops_the_run(runs, capsys):
+    # torch._C.StorageBase.resize_ bypasses the emulation's accounting: the run stops with
+    # one line saying so, rather than report a host figure it could not measure
+    code, report, err = runs("--strategy", ADV + "FreesBehindTheEmulation", capsys=capsys)
+    assert code == 1
+    assert "CPU emulation cannot measure this phase" in err and "Traceback" not in err
+    outcome = report["runs"][0]["outcome"]
+    assert outcome["phase"] == "offload" and outcome["cycle"] == 0

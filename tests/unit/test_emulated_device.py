@@ -117,3 +117,34 @@ def test_an_empty_device_tensor_is_device_memory_when_it_grows():
             before = memory.allocated_bytes
             empty.untyped_storage().resize_(N * 4)
             assert memory.allocated_bytes - before == N * 4 and emulation.on_device(empty)
+
+
+def test_type_as_and_storage_moves_land_where_a_gpu_puts_them():
+    with emulation.emulated_device() as memory:
+        host = torch.arange(N, dtype=torch.float32)
+        device = host.cuda()
+        assert emulation.on_device(host.type_as(device))
+        assert not emulation.on_device(device.type_as(host))
+        assert device.type_as(device) is device
+        before = memory.allocated_bytes
+        clone = device.untyped_storage().clone()
+        assert memory.holds_storage(clone) and memory.allocated_bytes - before == N * 4
+        back = device.untyped_storage().cpu()
+        assert not memory.holds_storage(back)
+        assert back._cdata != device.untyped_storage()._cdata and back.nbytes() == N * 4
+        up = host.untyped_storage().cuda()
+        assert memory.holds_storage(up) and up.nbytes() == N * 4
+        assert device.untyped_storage().cuda()._cdata == device.untyped_storage()._cdata
+
+
+def test_a_device_tensor_grown_by_tensor_resize_grows_the_device():
+    with emulation.emulated_device() as memory:
+        device = torch.arange(N, dtype=torch.float32).cuda()
+        before = memory.allocated_bytes
+        device.resize_(2 * N)
+        assert memory.allocated_bytes - before == N * 4
+        other = torch.zeros(3 * N).cuda()
+        before = memory.allocated_bytes
+        device.resize_as_(torch.empty(3 * N))
+        assert memory.allocated_bytes - before == N * 4 and memory.reconcile() == 0
+        assert other.numel() == 3 * N

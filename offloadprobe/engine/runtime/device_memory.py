@@ -137,6 +137,10 @@ class DeviceMemory:
         """Called just before the constant grows (the host probe splits its interval)."""
         self.on_grown: Callable[[], None] | None = None
         """Called right after the constant grew."""
+        self._sizes: dict[int, int] = {}
+        """Each device storage's size as this registry last saw it change."""
+        self.bypassed_bytes = 0
+        """Cumulative device bytes resized behind the registry (:meth:`reconcile`)."""
 
     # -- facts ---------------------------------------------------------------------------
     def holds(self, tensor: torch.Tensor) -> bool:
@@ -185,6 +189,7 @@ class DeviceMemory:
         for storage in _storages_of(result):
             if storage._cdata not in self._storages and storage._cdata not in exclude:
                 self._storages[storage._cdata] = storage
+                self._sizes[storage._cdata] = storage.nbytes()
                 self.allocated_bytes += storage.nbytes()
                 if touch:
                     _touch(storage)
@@ -202,6 +207,7 @@ class DeviceMemory:
         ]
         for storage in fresh:
             self._storages[storage._cdata] = storage
+            self._sizes[storage._cdata] = storage.nbytes()
             self.allocated_bytes += storage.nbytes()
         need = sum(_pages(s.nbytes()) for s in fresh)
         released = self.ballast.release(need)
@@ -211,6 +217,7 @@ class DeviceMemory:
     def resize(self, storage: torch.UntypedStorage, size: int) -> Any:
         """``UntypedStorage.resize_`` of a device storage: a free or a (re)allocation."""
         old = storage.nbytes()
+        self._sizes[storage._cdata] = size
         if size == old:
             return _ORIGINAL_RESIZE(storage, size)
         if size < old:
@@ -249,7 +256,30 @@ class DeviceMemory:
                 if storage.nbytes():
                     self.resize(storage, 0)
                 del self._storages[key]
+                self._sizes.pop(key, None)
         return freed
+
+    def reconcile(self) -> int:
+        """Device bytes resized behind this registry (through ``torch._C.StorageBase.resize_``
+        or a C++ op, never through the patched ``UntypedStorage.resize_``), now counted: a
+        shrink as a free with ballast in its place, a growth as an allocation. The RSS the
+        change moved was not compensated when it happened: the caller says so."""
+        changed = 0
+        for key, storage in list(self._storages.items()):
+            now, was = storage.nbytes(), self._sizes.get(key, storage.nbytes())
+            if now == was:
+                continue
+            changed += abs(now - was)
+            self._sizes[key] = now
+            if now < was:
+                self.freed_bytes += was - now
+                self.ballast.touch(_pages(was) - _pages(now))
+            else:
+                self.allocated_bytes += now - was
+                need = _pages(now) - _pages(was)
+                self.constant += need - self.ballast.release(need)
+        self.bypassed_bytes += changed
+        return changed
 
     def close(self) -> None:
         self._storages.clear()
@@ -262,6 +292,8 @@ def _storages_of(result: Any) -> list[torch.UntypedStorage]:
     for t in tensors:
         if isinstance(t, torch.Tensor) and not t.is_meta:
             found.append(t.untyped_storage())
+        elif isinstance(t, torch.UntypedStorage):
+            found.append(t)
     return found
 
 

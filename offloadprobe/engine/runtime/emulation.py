@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import math
 from collections.abc import Iterator
 from unittest import mock
 
@@ -136,6 +137,8 @@ class _CudaToHost(TorchFunctionMode):
                 return _device_op(func, args, kwargs or {})
             return func(*args, **(kwargs or {}))
         kwargs = dict(kwargs or {})
+        if func in _RESIZES:
+            return _resize_tensor(func, args, kwargs)
         if func is torch.Tensor.to:
             args, kwargs = _to_keywords(args, kwargs)
         memory = ACTIVE
@@ -223,6 +226,24 @@ def strategy_code() -> Iterator[None]:
         _STRATEGY_CODE = previous
 
 
+def _resize_tensor(func: object, args: tuple, kwargs: dict) -> object:
+    """``Tensor.resize_``/``resize_as_`` of a device tensor: a storage it outgrows grows
+    through the emulated device first (torch would grow it behind the accounting)."""
+    tensor, memory = args[0], ACTIVE
+    if memory is not None and memory.holds(tensor):
+        if func is torch.Tensor.resize_as_:
+            shape = tuple(args[1].shape)
+        elif len(args) == 2 and isinstance(args[1], (tuple, list, torch.Size)):
+            shape = tuple(args[1])
+        else:
+            shape = tuple(args[1:])
+        need = (tensor.storage_offset() + math.prod(int(n) for n in shape)) * tensor.element_size()
+        storage = tensor.untyped_storage()
+        if need > storage.nbytes():
+            memory.resize(storage, need)
+    return func(*args, **kwargs)
+
+
 def _tensors(args: tuple, kwargs: dict | None) -> Iterator[torch.Tensor]:
     for value in (*args, *(kwargs or {}).values()):
         if isinstance(value, torch.Tensor):
@@ -250,7 +271,10 @@ def _device_op(func: object, args: tuple, kwargs: dict) -> object:
     return memory.allocate(size, run, touch=False, exclude=inputs)
 
 
-_ROUTED = frozenset({torch.Tensor.pin_memory, torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.to})
+_RESIZES = frozenset({torch.Tensor.resize_, torch.Tensor.resize_as_})
+_ROUTED = frozenset(
+    {torch.Tensor.pin_memory, torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.to, *_RESIZES}
+)
 """Ops that move tensors between host and device: always decided below."""
 
 
@@ -433,6 +457,46 @@ def _cuda_type_name(self: torch.Tensor, *args: object, **kwargs: object) -> obje
     return "torch.cuda." + name.removeprefix("torch.")
 
 
+def _type_as(self: torch.Tensor, other: torch.Tensor) -> object:
+    """``Tensor.type_as``: ``self.type(other.type())``, as torch defines it, through the
+    emulation's ``type`` (other's place and dtype)."""
+    return _convert_type(self, _cuda_type_name(other))
+
+
+_ORIGINAL_STORAGE = {name: getattr(torch.UntypedStorage, name) for name in ("clone", "cpu", "cuda")}
+
+
+def _storage_clone(self: torch.UntypedStorage) -> torch.UntypedStorage:
+    """A device storage's clone is device memory."""
+    clone = _ORIGINAL_STORAGE["clone"]
+    memory = ACTIVE
+    if memory is None or not memory.holds_storage(self):
+        return clone(self)
+    return memory.allocate(self.nbytes(), lambda: clone(self), touch=False)
+
+
+def _storage_cpu(self: torch.UntypedStorage) -> torch.UntypedStorage:
+    """``.cpu()`` of a device storage is a host copy (of a host storage, itself)."""
+    memory = ACTIVE
+    if memory is not None and memory.holds_storage(self):
+        return _ORIGINAL_STORAGE["clone"](self)
+    return _ORIGINAL_STORAGE["cpu"](self)
+
+
+def _storage_cuda(self: torch.UntypedStorage, *args: object, **kwargs: object) -> object:
+    """``.cuda()`` of a host storage is a device copy (of a device storage, itself)."""
+    memory = ACTIVE
+    if memory is None:
+        return _ORIGINAL_STORAGE["cuda"](self, *args, **kwargs)
+    if memory.holds_storage(self):
+        return self
+    clone = _ORIGINAL_STORAGE["clone"]
+    return memory.allocate(self.nbytes(), lambda: clone(self), touch=False)
+
+
+_STORAGE_MOVES = {"clone": _storage_clone, "cpu": _storage_cpu, "cuda": _storage_cuda}
+
+
 def _convert_type(
     self: torch.Tensor, dtype: object = None, non_blocking: bool = False, **kwargs: object
 ) -> object:
@@ -486,6 +550,9 @@ def emulated_device() -> Iterator[DeviceMemory]:
         stack.enter_context(mock.patch.object(torch.UntypedStorage, "resize_", _resize))
         stack.enter_context(mock.patch.object(torch.Tensor, "device", property(_device_of)))
         stack.enter_context(mock.patch.object(torch.Tensor, "type", _cuda_type_name))
+        stack.enter_context(mock.patch.object(torch.Tensor, "type_as", _type_as))
+        for name, method in _STORAGE_MOVES.items():
+            stack.enter_context(mock.patch.object(torch.UntypedStorage, name, method))
         stack.enter_context(
             mock.patch.object(torch.autograd.function.BackwardCFunction, "apply", _backward_apply)
         )

@@ -75,6 +75,7 @@ class Runtime:
             import gc
 
             gc.collect()  # cyclic garbage goes now, not at a random point inside a phase
+            memory.reconcile()  # first: what reclaim frees must not hide a resize behind it
             memory.reclaim()
 
     def release(self) -> None:

@@ -229,3 +229,96 @@ class FreesBehindTheEmulation(Pageable):
             self._host(buf).copy_(buf.param_data)
             torch._C.StorageBase.resize_(buf.param_data.untyped_storage(), 0)
             _free(buf.grad_data)
+
+
+class KeepsADeviceCopyInAThread(KeepsADeviceCopy):
+    """KeepsADeviceCopy with the copy made in a worker thread."""
+
+    def offload(self, models):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            for buf in _buffers(models):
+                data = buf.param_data.detach()
+                self.copies[id(buf)] = pool.submit(lambda d=data: torch.cat([d])).result()
+                _free(buf.param_data)
+                _free(buf.grad_data)
+
+
+class KeepsAStagingBuffer(Pageable):
+    """Honest: copies through a device staging buffer of an eighth of the largest buffer,
+    made at the first offload and kept for reuse. Every byte reaches the host: ok."""
+
+    def __init__(self):
+        super().__init__()
+        self.staging = None
+
+    def offload(self, models):
+        for buf in _buffers(models):
+            flat = buf.param_data.detach().view(-1)
+            if self.staging is None:
+                self.staging = torch.empty(max(flat.numel() // 8, 1), dtype=flat.dtype,
+                                           device=flat.device)  # fmt: skip
+            host = self._host(buf).view(-1)
+            n = self.staging.numel()
+            for start in range(0, flat.numel(), n):
+                part = flat[start : start + n]
+                self.staging[: part.numel()].copy_(part)
+                host[start : start + part.numel()].copy_(self.staging[: part.numel()])
+            _free(buf.param_data)
+            _free(buf.grad_data)
+
+
+class PreallocatedDeviceCopy(Pageable):
+    """Makes a device buffer per DDP buffer when built, copies param_data into it at every
+    offload (and to the host, for a plausible host figure), frees param_data: the device
+    gives back what it took at construction. Must fail as not offloaded, on a GPU too."""
+
+    def __init__(self):
+        super().__init__()
+        self.spare = {}
+        for buf in _ddp_buffers_alive():
+            self.spare[id(buf)] = torch.empty_like(buf.param_data)
+
+    def offload(self, models):
+        for buf in _buffers(models):
+            self.spare[id(buf)].copy_(buf.param_data)
+        super().offload(models)
+
+    def load(self, models):
+        for buf in _buffers(models):
+            _restore(buf.param_data)
+            buf.param_data.copy_(self.spare[id(buf)])
+            _restore(buf.grad_data)
+            buf.grad_data.zero_()
+
+
+def _ddp_buffers_alive():
+    """The DDP buffers that exist now (a strategy built before it sees the model)."""
+    import gc
+
+    from megatron.core.distributed.param_and_grad_buffer import _ParamAndGradBuffer
+
+    return [o for o in gc.get_objects() if isinstance(o, _ParamAndGradBuffer)]
+
+
+class PaysWithOptimizerState(KeepsADeviceCopy):
+    """Keeps param_data on the device (``torch.cat``) and moves the optimizer's exp_avg to
+    the host in the same phase, so the device's net change looks like a move. Must fail."""
+
+    def offload(self, models):
+        super().offload(models)
+        for state in _adam_states():
+            state["exp_avg"] = state["exp_avg"].cpu()
+
+    def load(self, models):
+        super().load(models)
+        for state in _adam_states():
+            state["exp_avg"] = state["exp_avg"].cuda()
+
+
+def _adam_states():
+    import gc
+
+    return [s for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer)
+            for s in o.state.values() if "exp_avg" in s]  # fmt: skip

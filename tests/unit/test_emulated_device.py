@@ -135,6 +135,10 @@ def test_type_as_and_storage_moves_land_where_a_gpu_puts_them():
         up = host.untyped_storage().cuda()
         assert memory.holds_storage(up) and up.nbytes() == N * 4
         assert device.untyped_storage().cuda()._cdata == device.untyped_storage()._cdata
+        grown = device.untyped_storage().new()
+        before = memory.allocated_bytes
+        grown.resize_(N * 4)
+        assert memory.holds_storage(grown) and memory.allocated_bytes - before == N * 4
 
 
 def test_a_device_tensor_grown_by_tensor_resize_grows_the_device():
@@ -148,3 +152,35 @@ def test_a_device_tensor_grown_by_tensor_resize_grows_the_device():
         device.resize_as_(torch.empty(3 * N))
         assert memory.allocated_bytes - before == N * 4 and memory.reconcile() == 0
         assert other.numel() == 3 * N
+
+
+def test_a_thread_sees_the_device_as_the_main_thread_does():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with emulation.emulated_device(), ThreadPoolExecutor(1) as pool:
+        host = torch.arange(N, dtype=torch.float32)
+        device = host.cuda()
+        back = pool.submit(lambda: device.to("cpu")).result()
+        assert not emulation.on_device(back) and torch.equal(back, host)
+        assert back.untyped_storage()._cdata != device.untyped_storage()._cdata
+        with emulation.strategy_code():
+            kept = pool.submit(lambda: torch.cat([device])).result()
+        assert emulation.on_device(kept)
+
+
+def test_a_free_and_regrowth_behind_the_registry_is_counted_where_the_address_moved():
+    # torch._C.StorageBase.resize_ bypasses the registry; reconcile finds a size change,
+    # and a free plus regrowth to the same size by the moved address (here the old
+    # address is still taken when the storage grows again)
+    with emulation.emulated_device() as memory:
+        device = torch.zeros(1 << 20).cuda()
+        storage = device.untyped_storage()
+        torch._C.StorageBase.resize_(storage, 0)
+        assert memory.reconcile() == 4 << 20
+        storage.resize_(4 << 20)  # through the registry again
+        assert memory.reconcile() == 0
+        torch._C.StorageBase.resize_(storage, 0)
+        squatter = torch.ones(1 << 20)  # takes the freed pages' address
+        torch._C.StorageBase.resize_(storage, 4 << 20)
+        assert memory.reconcile() == 4 << 20
+        assert squatter.sum() == 1 << 20

@@ -168,6 +168,10 @@ def audit(
     return found
 
 
+ALLOCATED_DURING_OFFLOAD = "allocated during offload"
+"""The owner of device storages an offload made and nothing in the model reaches."""
+
+
 def _unreached_emulated(memory: Any, reached: dict[int, str], snapshot: DeviceSnapshot) -> list:
     """Emulated device storages still allocated that the model and optimizer no longer reach:
     originals a strategy kept aside, and device storages it allocated during the offload."""
@@ -182,7 +186,7 @@ def _unreached_emulated(memory: Any, reached: dict[int, str], snapshot: DeviceSn
                                         dtype=original.dtype, nbytes=original.nbytes,
                                         referenced=False))  # fmt: skip
         elif key not in snapshot.registered:
-            found.append(ResidentTensor(owner="allocated during offload", param_name=None,
+            found.append(ResidentTensor(owner=ALLOCATED_DURING_OFFLOAD, param_name=None,
                                         dtype="uint8", nbytes=storage.nbytes(),
                                         referenced=False))  # fmt: skip
     return found

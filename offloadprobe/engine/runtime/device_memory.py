@@ -139,6 +139,8 @@ class DeviceMemory:
         """Called right after the constant grew."""
         self._sizes: dict[int, int] = {}
         """Each device storage's size as this registry last saw it change."""
+        self._pointers: dict[int, int] = {}
+        """... and its address then (a free and a regrowth behind it move the address)."""
         self.bypassed_bytes = 0
         """Cumulative device bytes resized behind the registry (:meth:`reconcile`)."""
 
@@ -190,6 +192,7 @@ class DeviceMemory:
             if storage._cdata not in self._storages and storage._cdata not in exclude:
                 self._storages[storage._cdata] = storage
                 self._sizes[storage._cdata] = storage.nbytes()
+                self._pointers[storage._cdata] = storage.data_ptr()
                 self.allocated_bytes += storage.nbytes()
                 if touch:
                     _touch(storage)
@@ -208,6 +211,7 @@ class DeviceMemory:
         for storage in fresh:
             self._storages[storage._cdata] = storage
             self._sizes[storage._cdata] = storage.nbytes()
+            self._pointers[storage._cdata] = storage.data_ptr()
             self.allocated_bytes += storage.nbytes()
         need = sum(_pages(s.nbytes()) for s in fresh)
         released = self.ballast.release(need)
@@ -216,6 +220,11 @@ class DeviceMemory:
 
     def resize(self, storage: torch.UntypedStorage, size: int) -> Any:
         """``UntypedStorage.resize_`` of a device storage: a free or a (re)allocation."""
+        result = self._resize(storage, size)
+        self._pointers[storage._cdata] = storage.data_ptr()
+        return result
+
+    def _resize(self, storage: torch.UntypedStorage, size: int) -> Any:
         old = storage.nbytes()
         self._sizes[storage._cdata] = size
         if size == old:
@@ -257,6 +266,7 @@ class DeviceMemory:
                     self.resize(storage, 0)
                 del self._storages[key]
                 self._sizes.pop(key, None)
+                self._pointers.pop(key, None)
         return freed
 
     def reconcile(self) -> int:
@@ -268,9 +278,14 @@ class DeviceMemory:
         for key, storage in list(self._storages.items()):
             now, was = storage.nbytes(), self._sizes.get(key, storage.nbytes())
             if now == was:
+                moved = self._pointers.get(key, storage.data_ptr()) != storage.data_ptr()
+                if moved and now:  # freed and grown again behind the registry
+                    self._pointers[key] = storage.data_ptr()
+                    changed += now
                 continue
             changed += abs(now - was)
             self._sizes[key] = now
+            self._pointers[key] = storage.data_ptr()
             if now < was:
                 self.freed_bytes += was - now
                 self.ballast.touch(_pages(was) - _pages(now))

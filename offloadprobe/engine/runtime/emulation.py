@@ -14,6 +14,7 @@ import contextlib
 import gc
 import importlib
 import math
+import threading
 from collections.abc import Iterator
 from unittest import mock
 
@@ -108,10 +109,13 @@ def _meta_nbytes(func: object, args: tuple, kwargs: dict) -> int | None:
         out = func(*meta_args, **meta_kwargs)  # type: ignore[operator]
     except Exception:  # any op the meta device cannot run: size it after the fact
         return None
-    outs = out if isinstance(out, (list, tuple)) else [out]
-    if any(o is a for o in outs for a in meta_args):
-        return RETURNS_INPUT  # nothing is allocated
-    return sum(t.untyped_storage().nbytes() for t in outs if isinstance(t, torch.Tensor))
+    outs = [o for o in (out if isinstance(out, (list, tuple)) else [out])
+            if isinstance(o, torch.Tensor)]  # fmt: skip
+    inputs = {t.untyped_storage()._cdata for t in _tensors(meta_args, meta_kwargs)}
+    fresh = [o for o in outs if o.untyped_storage()._cdata not in inputs]
+    if outs and not fresh:
+        return RETURNS_INPUT  # the input itself or views of it: nothing is allocated
+    return sum(t.untyped_storage().nbytes() for t in fresh)
 
 
 class _CudaToHost(TorchFunctionMode):
@@ -463,7 +467,9 @@ def _type_as(self: torch.Tensor, other: torch.Tensor) -> object:
     return _convert_type(self, _cuda_type_name(other))
 
 
-_ORIGINAL_STORAGE = {name: getattr(torch.UntypedStorage, name) for name in ("clone", "cpu", "cuda")}
+_ORIGINAL_STORAGE = {
+    name: getattr(torch.UntypedStorage, name) for name in ("clone", "cpu", "cuda", "new")
+}
 
 
 def _storage_clone(self: torch.UntypedStorage) -> torch.UntypedStorage:
@@ -494,7 +500,18 @@ def _storage_cuda(self: torch.UntypedStorage, *args: object, **kwargs: object) -
     return memory.allocate(self.nbytes(), lambda: clone(self), touch=False)
 
 
-_STORAGE_MOVES = {"clone": _storage_clone, "cpu": _storage_cpu, "cuda": _storage_cuda}
+def _storage_new(self: torch.UntypedStorage) -> torch.UntypedStorage:
+    """``new()`` of a device storage is an empty device storage (grown, device memory)."""
+    new = _ORIGINAL_STORAGE["new"]
+    memory = ACTIVE
+    if memory is None or not memory.holds_storage(self):
+        return new(self)
+    return memory.allocate(0, lambda: new(self), touch=False)
+
+
+_STORAGE_MOVES = {
+    "clone": _storage_clone, "cpu": _storage_cpu, "cuda": _storage_cuda, "new": _storage_new,
+}  # fmt: skip
 
 
 def _convert_type(
@@ -516,6 +533,19 @@ def _convert_type(
                                                        torch.dtype):  # fmt: skip
         return _ORIGINAL_TYPE(self, dtype, non_blocking, **kwargs)  # torch's own error
     return self.to("cuda" if cuda else "cpu", dtype=host_type.dtype, non_blocking=non_blocking)
+
+
+_ORIGINAL_THREAD_START = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
+
+
+def _thread_under_the_mode(self: threading.Thread) -> None:
+    """A Python thread started while the emulated device is active runs under the
+    CUDA-to-host mode too (a torch-function mode is per thread): a thread pool's
+    ``.to("cpu")`` is a host copy and its ``torch.cat`` of a device tensor device memory."""
+    if ACTIVE is None:
+        return _ORIGINAL_THREAD_START(self)
+    with _CudaToHost():
+        return _ORIGINAL_THREAD_START(self)
 
 
 _ORIGINAL_BACKWARD_APPLY = torch.autograd.function.BackwardCFunction.apply
@@ -555,6 +585,9 @@ def emulated_device() -> Iterator[DeviceMemory]:
             stack.enter_context(mock.patch.object(torch.UntypedStorage, name, method))
         stack.enter_context(
             mock.patch.object(torch.autograd.function.BackwardCFunction, "apply", _backward_apply)
+        )
+        stack.enter_context(
+            mock.patch.object(threading.Thread, "_bootstrap_inner", _thread_under_the_mode)
         )
         stack.enter_context(_CudaToHost())
         yield memory

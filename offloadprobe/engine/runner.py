@@ -282,9 +282,9 @@ class _Cycles:
         self.optimizer_moved = max(0, self.optimizer_bytes - left_optimizer)
         index = max(i for i, p in enumerate(self.phases) if p.phase == "offload")
         self.phases[index] = dataclasses.replace(self.phases[index], left_on_device=left)
-        self.judge_residency(left)
+        self.judge_residency(left, self.phases[index].bytes_moved)
 
-    def judge_residency(self, left: dict[str, int]) -> None:
+    def judge_residency(self, left: dict[str, int], param_moved: int) -> None:
         """A strategy that should move something and left it on the device did not offload."""
         lines = []
         if self.param_to_move and left.get("param_data", 0):
@@ -292,13 +292,12 @@ class _Cycles:
                 f"param_data {format_bytes(left['param_data'])} still on device after offload"
             )
         elif self.param_to_move:
-            net = self.phases[max(i for i, p in enumerate(self.phases) if p.phase == "offload")]
             # What the offload gave back for the parameters: its net device change, less
             # what the strategy made on the device when it was built (a buffer there could
             # hold the copy) and less optimizer state it moved in the same phase (moving
             # state cannot pay for parameters kept on the device).
             paid = self.built_on_device + (0 if self.moves_optimizer else self.optimizer_moved)
-            gave = max(0, net.bytes_moved - paid)
+            gave = max(0, param_moved - paid)
             # less than half: a copy kept on the device, not a staging buffer kept for reuse
             # (what a strategy keeps there is the residency audit's and --max-gpu-residual's)
             if gave < self.param_to_move // 2:

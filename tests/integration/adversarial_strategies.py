@@ -20,6 +20,14 @@ def _restore(tensor):
     tensor.untyped_storage().resize_(tensor.numel() * tensor.element_size())
 
 
+def _load_from(buf, copy):
+    """Load one DDP buffer: param_data back from ``copy``, grad_data back zeroed."""
+    _restore(buf.param_data)
+    buf.param_data.copy_(copy)
+    _restore(buf.grad_data)
+    buf.grad_data.zero_()
+
+
 class Pageable:
     """Correct: one reused exact-size host copy per buffer. Host peak 1x, steady 1x."""
 
@@ -42,10 +50,7 @@ class Pageable:
 
     def load(self, models):
         for buf in _buffers(models):
-            _restore(buf.param_data)
-            buf.param_data.copy_(self.copies[id(buf)])
-            _restore(buf.grad_data)
-            buf.grad_data.zero_()
+            _load_from(buf, self.copies[id(buf)])
 
 
 def _transient(host):
@@ -91,10 +96,7 @@ class CpuFreePin:
 
     def load(self, models):
         for buf in _buffers(models):
-            _restore(buf.param_data)
-            buf.param_data.copy_(self.pinned[id(buf)])
-            _restore(buf.grad_data)
-            buf.grad_data.zero_()
+            _load_from(buf, self.pinned[id(buf)])
 
 
 class NoOp:
@@ -206,17 +208,12 @@ class KeepsADeviceCopy:
     def offload(self, models):
         for buf in _buffers(models):
             self.copies[id(buf)] = torch.cat([buf.param_data.detach()])
-            buf.param_data.untyped_storage().resize_(0)
-            buf.grad_data.untyped_storage().resize_(0)
+            _free(buf.param_data)
+            _free(buf.grad_data)
 
     def load(self, models):
         for buf in _buffers(models):
-            data = buf.param_data
-            data.untyped_storage().resize_(data.numel() * data.element_size())
-            data.copy_(self.copies.pop(id(buf)))
-            grad = buf.grad_data
-            grad.untyped_storage().resize_(grad.numel() * grad.element_size())
-            grad.zero_()
+            _load_from(buf, self.copies.pop(id(buf)))
 
 
 class FreesBehindTheEmulation(Pageable):
@@ -287,10 +284,7 @@ class PreallocatedDeviceCopy(Pageable):
 
     def load(self, models):
         for buf in _buffers(models):
-            _restore(buf.param_data)
-            buf.param_data.copy_(self.spare[id(buf)])
-            _restore(buf.grad_data)
-            buf.grad_data.zero_()
+            _load_from(buf, self.spare[id(buf)])
 
 
 def _ddp_buffers_alive():

@@ -137,10 +137,9 @@ class DeviceMemory:
         """Called just before the constant grows (the host probe splits its interval)."""
         self.on_grown: Callable[[], None] | None = None
         """Called right after the constant grew."""
-        self._sizes: dict[int, int] = {}
-        """Each device storage's size as this registry last saw it change."""
-        self._pointers: dict[int, int] = {}
-        """... and its address then (a free and a regrowth behind it move the address)."""
+        self._seen: dict[int, tuple[int, int]] = {}
+        """Each device storage's (size, address) when this registry last changed it: a
+        resize behind the registry changes the size, a free and regrowth the address."""
         self.bypassed_bytes = 0
         """Cumulative device bytes resized behind the registry (:meth:`reconcile`)."""
 
@@ -190,14 +189,16 @@ class DeviceMemory:
         result = make()
         for storage in _storages_of(result):
             if storage._cdata not in self._storages and storage._cdata not in exclude:
-                self._storages[storage._cdata] = storage
-                self._sizes[storage._cdata] = storage.nbytes()
-                self._pointers[storage._cdata] = storage.data_ptr()
-                self.allocated_bytes += storage.nbytes()
+                self._register(storage)
                 if touch:
                     _touch(storage)
         self._settle(before, released, grew)
         return result
+
+    def _register(self, storage: torch.UntypedStorage) -> None:
+        self._storages[storage._cdata] = storage
+        self._seen[storage._cdata] = (storage.nbytes(), storage.data_ptr())
+        self.allocated_bytes += storage.nbytes()
 
     def adopt(self, result: Any, exclude: frozenset[int] = _NONE) -> Any:
         """Register storages already allocated and written (their size was unknown
@@ -209,10 +210,7 @@ class DeviceMemory:
             if s._cdata not in self._storages and s._cdata not in exclude
         ]
         for storage in fresh:
-            self._storages[storage._cdata] = storage
-            self._sizes[storage._cdata] = storage.nbytes()
-            self._pointers[storage._cdata] = storage.data_ptr()
-            self.allocated_bytes += storage.nbytes()
+            self._register(storage)
         need = sum(_pages(s.nbytes()) for s in fresh)
         released = self.ballast.release(need)
         self.constant += need - released
@@ -221,12 +219,11 @@ class DeviceMemory:
     def resize(self, storage: torch.UntypedStorage, size: int) -> Any:
         """``UntypedStorage.resize_`` of a device storage: a free or a (re)allocation."""
         result = self._resize(storage, size)
-        self._pointers[storage._cdata] = storage.data_ptr()
+        self._seen[storage._cdata] = (storage.nbytes(), storage.data_ptr())
         return result
 
     def _resize(self, storage: torch.UntypedStorage, size: int) -> Any:
         old = storage.nbytes()
-        self._sizes[storage._cdata] = size
         if size == old:
             return _ORIGINAL_RESIZE(storage, size)
         if size < old:
@@ -265,8 +262,7 @@ class DeviceMemory:
                 if storage.nbytes():
                     self.resize(storage, 0)
                 del self._storages[key]
-                self._sizes.pop(key, None)
-                self._pointers.pop(key, None)
+                self._seen.pop(key, None)
         return freed
 
     def reconcile(self) -> int:
@@ -275,17 +271,16 @@ class DeviceMemory:
         shrink as a free with ballast in its place, a growth as an allocation. The RSS the
         change moved was not compensated when it happened: the caller says so."""
         changed = 0
-        for key, storage in list(self._storages.items()):
-            now, was = storage.nbytes(), self._sizes.get(key, storage.nbytes())
-            if now == was:
-                moved = self._pointers.get(key, storage.data_ptr()) != storage.data_ptr()
-                if moved and now:  # freed and grown again behind the registry
-                    self._pointers[key] = storage.data_ptr()
-                    changed += now
+        for key, storage in self._storages.items():
+            now, address = storage.nbytes(), storage.data_ptr()
+            was, was_at = self._seen.get(key, (now, address))
+            if (now, address) == (was, was_at):
+                continue
+            self._seen[key] = (now, address)
+            if now == was:  # freed and grown again behind the registry
+                changed += now
                 continue
             changed += abs(now - was)
-            self._sizes[key] = now
-            self._pointers[key] = storage.data_ptr()
             if now < was:
                 self.freed_bytes += was - now
                 self.ballast.touch(_pages(was) - _pages(now))

@@ -104,8 +104,6 @@ def _meta_nbytes(func: object, args: tuple, kwargs: dict) -> int | None:
         meta_kwargs = {k: _as_meta(v) for k, v in kwargs.items()}
         if "device" in meta_kwargs:
             meta_kwargs["device"] = _meta_device(meta_kwargs["device"])
-        if func is torch.Tensor.to and len(meta_args) > 1 and _is_device(meta_args[1]):
-            meta_args = (meta_args[0], torch.device("meta"), *meta_args[2:])
         out = func(*meta_args, **meta_kwargs)  # type: ignore[operator]
     except Exception:  # any op the meta device cannot run: size it after the fact
         return None
@@ -170,10 +168,8 @@ class _CudaToHost(TorchFunctionMode):
             elif func is torch.Tensor.to and not kwargs.get("copy"):
                 if "device" in kwargs:
                     kwargs["device"] = _host_device(kwargs["device"])
-                if len(args) > 1 and _is_device(args[1]):
-                    args = (args[0], _host_device(args[1]), *args[2:])
                 result = func(*args, **kwargs)  # a no-op, or a dtype change on the device
-                if result.untyped_storage()._cdata == source.untyped_storage()._cdata:
+                if _same_storage(result, source):
                     return result
                 return memory.adopt(result)
         elif func in (torch.Tensor.cpu, torch.Tensor.to) and target == "cpu" and on_dev:
@@ -196,8 +192,6 @@ class _CudaToHost(TorchFunctionMode):
         kwargs.pop("pin_memory", None)
         if "device" in kwargs:
             kwargs["device"] = _host_device(kwargs["device"])
-        if func is torch.Tensor.to and len(args) > 1 and _is_device(args[1]):
-            args = (args[0], _host_device(args[1]), *args[2:])
         if not device_result:
             result = func(*args, **kwargs)
             if target == "cpu" and on_dev and _same_storage(result, source):
@@ -257,8 +251,7 @@ def _tensors(args: tuple, kwargs: dict | None) -> Iterator[torch.Tensor]:
 
 
 def _reads_device(args: tuple, kwargs: dict | None) -> bool:
-    memory = ACTIVE
-    return memory is not None and any(memory.holds(t) for t in _tensors(args, kwargs))
+    return ACTIVE is not None and any(_is_held(t) for t in _tensors(args, kwargs))
 
 
 def _device_op(func: object, args: tuple, kwargs: dict) -> object:
@@ -282,13 +275,14 @@ _ROUTED = frozenset(
 """Ops that move tensors between host and device: always decided below."""
 
 
+def _is_held(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s storage is emulated device memory (allocated or freed)."""
+    return ACTIVE is not None and ACTIVE.holds(tensor)
+
+
 def _held(args: tuple) -> bool:
     """Whether the op's first argument is emulated device memory."""
-    memory = ACTIVE
-    return (
-        memory is not None and bool(args) and isinstance(args[0], torch.Tensor)
-        and memory.holds(args[0])
-    )  # fmt: skip
+    return bool(args) and isinstance(args[0], torch.Tensor) and _is_held(args[0])
 
 
 def _require_storage(tensor: torch.Tensor) -> None:
@@ -332,8 +326,7 @@ def _to_keywords(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     out = dict(kwargs)
     if rest and isinstance(rest[0], torch.Tensor):
         other = rest.pop(0)
-        held = ACTIVE is not None and ACTIVE.holds(other)
-        out.setdefault("device", _EMULATED_CUDA if held else real_device(other))
+        out.setdefault("device", _EMULATED_CUDA if _is_held(other) else real_device(other))
         out.setdefault("dtype", other.dtype)
     else:
         if rest and (rest[0] is None or _is_device(rest[0])):
@@ -396,7 +389,7 @@ def _device_of(self: torch.Tensor) -> torch.device:
     """``Tensor.device``: ``cuda:0`` for a tensor whose storage is emulated device memory, so
     ``torch.zeros(..., device=t.device)`` allocates on the (emulated) device, as on a GPU."""
     device = real_device(self)
-    if ACTIVE is not None and device.type == "cpu" and ACTIVE.holds(self):
+    if device.type == "cpu" and _is_held(self):
         return _EMULATED_CUDA
     return device
 
@@ -456,9 +449,7 @@ def _cuda_type_name(self: torch.Tensor, *args: object, **kwargs: object) -> obje
     name = _ORIGINAL_TYPE(self)
     if not isinstance(name, str) or name.startswith("torch.cuda."):
         return name
-    if ACTIVE is None or not ACTIVE.holds(self):
-        return name
-    return "torch.cuda." + name.removeprefix("torch.")
+    return "torch.cuda." + name.removeprefix("torch.") if _is_held(self) else name
 
 
 def _type_as(self: torch.Tensor, other: torch.Tensor) -> object:
@@ -472,41 +463,39 @@ _ORIGINAL_STORAGE = {
 }
 
 
+def _storage_held(storage: torch.UntypedStorage) -> bool:
+    return ACTIVE is not None and ACTIVE.holds_storage(storage)
+
+
+def _device_copy(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+    """A copy of ``storage`` in emulated device memory."""
+    clone = _ORIGINAL_STORAGE["clone"]
+    return ACTIVE.allocate(storage.nbytes(), lambda: clone(storage), touch=False)
+
+
 def _storage_clone(self: torch.UntypedStorage) -> torch.UntypedStorage:
     """A device storage's clone is device memory."""
-    clone = _ORIGINAL_STORAGE["clone"]
-    memory = ACTIVE
-    if memory is None or not memory.holds_storage(self):
-        return clone(self)
-    return memory.allocate(self.nbytes(), lambda: clone(self), touch=False)
+    return _device_copy(self) if _storage_held(self) else _ORIGINAL_STORAGE["clone"](self)
 
 
 def _storage_cpu(self: torch.UntypedStorage) -> torch.UntypedStorage:
     """``.cpu()`` of a device storage is a host copy (of a host storage, itself)."""
-    memory = ACTIVE
-    if memory is not None and memory.holds_storage(self):
-        return _ORIGINAL_STORAGE["clone"](self)
-    return _ORIGINAL_STORAGE["cpu"](self)
+    return _ORIGINAL_STORAGE["clone" if _storage_held(self) else "cpu"](self)
 
 
 def _storage_cuda(self: torch.UntypedStorage, *args: object, **kwargs: object) -> object:
     """``.cuda()`` of a host storage is a device copy (of a device storage, itself)."""
-    memory = ACTIVE
-    if memory is None:
+    if ACTIVE is None:
         return _ORIGINAL_STORAGE["cuda"](self, *args, **kwargs)
-    if memory.holds_storage(self):
-        return self
-    clone = _ORIGINAL_STORAGE["clone"]
-    return memory.allocate(self.nbytes(), lambda: clone(self), touch=False)
+    return self if _storage_held(self) else _device_copy(self)
 
 
 def _storage_new(self: torch.UntypedStorage) -> torch.UntypedStorage:
     """``new()`` of a device storage is an empty device storage (grown, device memory)."""
     new = _ORIGINAL_STORAGE["new"]
-    memory = ACTIVE
-    if memory is None or not memory.holds_storage(self):
+    if not _storage_held(self):
         return new(self)
-    return memory.allocate(0, lambda: new(self), touch=False)
+    return ACTIVE.allocate(0, lambda: new(self), touch=False)
 
 
 _STORAGE_MOVES = {
@@ -524,8 +513,8 @@ def _convert_type(
     if dtype is None:
         return _cuda_type_name(self)
     if isinstance(dtype, torch.dtype):
-        held = ACTIVE is not None and ACTIVE.holds(self)
-        return self.to("cuda" if held else "cpu", dtype=dtype, non_blocking=non_blocking)
+        place = "cuda" if _is_held(self) else "cpu"
+        return self.to(place, dtype=dtype, non_blocking=non_blocking)
     name = dtype if isinstance(dtype, str) else f"{dtype.__module__}.{dtype.__name__}"
     cuda = name.startswith("torch.cuda.")
     host_type = getattr(torch, name.rpartition(".")[2], None)

@@ -115,6 +115,11 @@ def test_readme_example_and_a_corrupting_strategy(run_plugin, monkeypatch, tmp_p
     naive = source.replace('strategy="lazy"', 'strategy="naive"')
     legacy = source.replace('optimizer_strategy="complete"', 'optimizer_strategy="legacy"')
     assert naive != source and legacy != source
+    # each breaks its budget in the first cycle: one cycle each (they run in this process)
+    naive, legacy = (
+        s.replace('payload="16MiB"', 'payload="16MiB", cycles=1') for s in (naive, legacy)
+    )
+    assert "cycles=1" in naive and "cycles=1" in legacy
     broken = f"""
 def test_broken(offload_probe):
     offload_probe(strategy="tests.integration.user_strategies:FlipsOneBit", {TINY})

@@ -109,6 +109,12 @@ def pytest_configure(config: pytest.Config) -> None:
     before the test modules import it, instead of compiling its helpers' wrappers first."""
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return  # the xdist controller runs no test
+    import gc
+
+    # As the CLI does for a run: no cyclic collection while torch, megatron-core and the
+    # test modules are imported (some 950 walks over a growing heap); what they made is
+    # frozen once collected (``pytest_collection_finish``).
+    gc.disable()
     import torch
 
     if not torch.cuda.is_available():
@@ -120,20 +126,24 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """One worker where a GPU is: the GPU tests read device-wide memory (``mem_get_info``,
     the pinned cache) and must not share the device with each other. Elsewhere, xdist's
-    own count (one per core, at most 4 here)."""
+    own count (one per core, at most 4 here). Without an NVIDIA device node there is no
+    GPU to find, and the controller does not import torch to be told so."""
+    if not Path("/dev/nvidiactl").exists():
+        return None
     import torch
 
     return 1 if torch.cuda.is_available() else None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Freeze what exists once the tests are collected (torch, pytest, every test module):
-    a runtime's full collection then skips them (``emulation._long_lived_objects_frozen``)
-    instead of walking them again at every in-process run. Nothing here unfreezes them."""
+    """Freeze what exists once the tests are collected (torch, pytest, every test module)
+    and turn the collector back on: a runtime's full collection then skips them
+    (``emulation._long_lived_objects_frozen``) instead of walking them again at every
+    in-process run. Nothing here unfreezes them."""
     import gc
 
-    gc.collect()
     gc.freeze()
+    gc.enable()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -97,10 +97,9 @@ def compare_command(
 ) -> None:
     """Run each strategy in a fresh process with the same model, seed and cycles."""
     from offloadprobe.compare.comparison import candidates, compare
-    from offloadprobe.engine.alloc_conf import validate_alloc_conf
+    from offloadprobe.engine.optimizer.strategies import check_optimizer_name
     from offloadprobe.engine.optimizer.strategies import optimizer_strategy as optimizer_info
-    from offloadprobe.engine.runtime.session import resolve_device
-    from offloadprobe.engine.strategies import model_strategy
+    from offloadprobe.engine.strategies import check_model_name, model_strategy
 
     check_writable(json_path, "--json")
     check_writable(markdown, "--markdown")
@@ -146,11 +145,18 @@ def compare_command(
         optimizer_first=optimizer_first,
         parallel=parallel,
     )
-    resolve_device(device)
+    for strategy in strategies:  # a misspelt name fails before torch is imported
+        check_model_name(strategy)
+    for spec in optimizer_strategy or []:
+        check_optimizer_name(spec)
     for strategy in strategies:
         model_strategy(strategy)
     for spec in optimizer_strategy or []:
         optimizer_info(spec)
+    from offloadprobe.engine.alloc_conf import validate_alloc_conf
+    from offloadprobe.engine.runtime.session import resolve_device
+
+    resolve_device(device)
     for conf in alloc_conf or []:
         validate_alloc_conf(conf)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)

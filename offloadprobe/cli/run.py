@@ -107,9 +107,8 @@ def run_command(
     timeline: TimelinePath = None,
 ) -> None:
     """Run offload/load cycles of one strategy and print what each phase cost."""
-    from offloadprobe.engine.optimizer.strategies import optimizer_strategy
-    from offloadprobe.engine.runtime.session import resolve_device
-    from offloadprobe.engine.strategies import model_strategy
+    from offloadprobe.engine.optimizer.strategies import check_optimizer_name, optimizer_strategy
+    from offloadprobe.engine.strategies import check_model_name, model_strategy
 
     check_writable(json_path, "--json")
     outputs = TimelineOutputs(trace=trace, plot=plot, side=timeline)
@@ -147,8 +146,12 @@ def run_command(
             reference_check=reference_check,
             optimizer_first=optimizer_first,
         )
+    check_model_name(cfg.strategy)  # a misspelt name fails before torch is imported
+    check_optimizer_name(cfg.optimizer_strategy)
     model_strategy(cfg.strategy)
     optimizer_strategy(cfg.optimizer_strategy)
+    from offloadprobe.engine.runtime.session import resolve_device
+
     resolved = resolve_device(cfg.device)
     check_trainable(cfg.model, cfg.parallel)
     budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)

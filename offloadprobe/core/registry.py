@@ -60,6 +60,24 @@ class Registry(Generic[T]):
     def __contains__(self, name: object) -> bool:
         return name in self.names()
 
+    def check(self, name: str) -> None:
+        """Fail on a name that is not registered, as ``get`` would; imports no plug-in."""
+        if name not in self.names():
+            raise self._unknown(name)
+
+    def _unknown(self, name: str) -> StrategyError:
+        valid = ", ".join(self.names())
+        module, dot, obj = name.rpartition(".")
+        hint = (
+            f" (did you mean {module}:{obj}? a colon separates the module from the object)"
+            if dot and module and obj
+            else ""
+        )
+        return StrategyError(
+            f"unknown {self.kind} {name!r}: choose one of {valid}, "
+            f"or give your own as package.module:object{hint}"
+        )
+
     def get(self, name: str) -> T:
         """The descriptor for ``name``; an unknown name lists the valid ones."""
         self._discover()
@@ -78,17 +96,7 @@ class Registry(Generic[T]):
                     f"({type(exc).__name__}: {exc}); reinstall the package that provides it"
                 ) from None
         else:
-            valid = ", ".join(self.names())
-            module, dot, obj = name.rpartition(".")
-            hint = (
-                f" (did you mean {module}:{obj}? a colon separates the module from the object)"
-                if dot and module and obj
-                else ""
-            )
-            raise StrategyError(
-                f"unknown {self.kind} {name!r}: choose one of {valid}, "
-                f"or give your own as package.module:object{hint}"
-            )
+            raise self._unknown(name)
         self._loaded[name] = found
         return found
 

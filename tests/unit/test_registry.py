@@ -30,3 +30,33 @@ def test_user_object_without_load(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StrategyError, match="lacks load"):
         model_strategy("half_strategy:Half")
+
+
+def test_check_refuses_an_unknown_name_and_imports_no_plug_in():
+    from offloadprobe.core.registry import Registry
+
+    registry = Registry("thing", "offloadprobe.test_no_such_group", lambda name, obj: obj)
+    registry.register_module("real", "offloadprobe_no_such_package.real")  # never imported
+    registry.check("real")  # a registered name passes without importing its module
+    with pytest.raises(StrategyError, match="unknown thing 'rael': choose one of real"):
+        registry.check("rael")
+
+
+def test_a_misspelt_name_fails_before_torch_is_imported():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from offloadprobe.engine.strategies import check_model_name\n"
+        "from offloadprobe.engine.optimizer.strategies import check_optimizer_name\n"
+        "for check, name in ((check_model_name, 'lasy'), (check_optimizer_name, 'fixd')):\n"
+        "    try:\n"
+        "        check(name)\n"
+        "    except Exception as exc:\n"
+        "        print(type(exc).__name__)\n"
+        "check_model_name('lazy'); check_model_name('mine.module:Object')\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["StrategyError", "StrategyError", "False"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
 import math
 import threading
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from offloadprobe.engine.runtime.device_memory import (
     _libc,
     fix_malloc_threshold,
 )
+from offloadprobe.engine.runtime.imports import import_run_modules
 
 NOTE = (
     "CPU emulation: no pinned memory, no GPU readings; emulated device memory is a "
@@ -582,17 +582,6 @@ def emulated_device() -> Iterator[DeviceMemory]:
         yield memory
 
 
-_RUN_IMPORTS = (
-    "torch._dynamo",  # torch.optim's step imports it (about 90 modules, 50,000 objects)
-    "megatron.core.models.gpt",
-    "megatron.core.models.gpt.gpt_layer_specs",
-    "megatron.core.distributed",
-    "megatron.core.optimizer",
-    "megatron.core.pipeline_parallel",
-)
-"""Modules a run imports lazily (the first optimizer step, the model builder)."""
-
-
 @contextlib.contextmanager
 def _long_lived_objects_frozen() -> Iterator[None]:
     """Keep the objects that exist before the run out of the cyclic collector's sight.
@@ -608,8 +597,7 @@ def _long_lived_objects_frozen() -> Iterator[None]:
     session does): unfreezing is then the caller's, and what was frozen here stays frozen
     with them.
     """
-    for name in _RUN_IMPORTS:  # imported by every run anyway: their objects are frozen too
-        importlib.import_module(name)
+    import_run_modules()  # imported by every run anyway: their objects are frozen too
     outer = gc.get_freeze_count() > 0
     gc.collect()
     gc.freeze()

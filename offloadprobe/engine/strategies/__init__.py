@@ -40,4 +40,13 @@ def model_strategy(spec: str) -> Any:
     return MODEL_STRATEGIES.get(spec)
 
 
-__all__ = ["FLAG", "MODEL_STRATEGIES", "model_strategy"]
+def check_model_name(spec: str) -> None:
+    """Fail (exit 2) on a name no one registered; imports nothing (a user's
+    ``package.module:object`` is checked when it is loaded)."""
+    from offloadprobe.engine.strategies.user import is_user_spec
+
+    if not is_user_spec(spec):
+        MODEL_STRATEGIES.check(spec)
+
+
+__all__ = ["FLAG", "MODEL_STRATEGIES", "check_model_name", "model_strategy"]

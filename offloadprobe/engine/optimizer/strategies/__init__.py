@@ -48,4 +48,13 @@ def optimizer_strategy(spec: str) -> Any:
     return OPTIMIZER_STRATEGIES.get(spec)
 
 
-__all__ = ["FLAG", "OPTIMIZER_STRATEGIES", "optimizer_strategy"]
+def check_optimizer_name(spec: str) -> None:
+    """Fail (exit 2) on a name no one registered; imports nothing (a user's
+    ``package.module:object`` is checked when it is loaded)."""
+    from offloadprobe.engine.strategies.user import is_user_spec
+
+    if not is_user_spec(spec):
+        OPTIMIZER_STRATEGIES.check(spec)
+
+
+__all__ = ["FLAG", "OPTIMIZER_STRATEGIES", "check_optimizer_name", "optimizer_strategy"]

@@ -109,12 +109,12 @@ def pytest_configure(config: pytest.Config) -> None:
     before the test modules import it, instead of compiling its helpers' wrappers first."""
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return  # the xdist controller runs no test
-    import gc
+    from offloadprobe.core import collector
 
-    # As the CLI does for a run: no cyclic collection while torch, megatron-core and the
-    # test modules are imported (some 950 walks over a growing heap); what they made is
-    # frozen once collected (``pytest_collection_finish``).
-    gc.disable()
+    # As the CLI's entry point does: no cyclic collection while torch, megatron-core and
+    # the test modules are imported (some 950 walks over a growing heap); what they made is
+    # frozen once the tests are collected (``pytest_collection_finish``).
+    collector.pause_for_imports()
     import torch
 
     if not torch.cuda.is_available():
@@ -140,10 +140,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     and turn the collector back on: a runtime's full collection then skips them
     (``emulation._long_lived_objects_frozen``) instead of walking them again at every
     in-process run. Nothing here unfreezes them."""
-    import gc
+    from offloadprobe.core import collector
 
-    gc.freeze()
-    gc.enable()
+    collector.resume()  # freezes what exists, collects again
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

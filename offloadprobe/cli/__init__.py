@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import sys
@@ -12,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from offloadprobe.core import collector
 from offloadprobe.core.errors import OffloadProbeError
 
 app = typer.Typer(
@@ -145,14 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     command = _command()
     if not args:
         args = ["--help"]
-    collecting = gc.isenabled()
-    if argv is None:
-        # The process's own entry point (console script, ``python -m``, every child and
-        # rank): importing torch and megatron-core makes about a million objects, which
-        # the cyclic collector would walk some 950 times on the way (0.7 CPU-s a
-        # process). The run's runtime freezes what the imports made and turns collection
-        # back on before it measures anything (``open_runtime``).
-        gc.disable()
+    if argv is None:  # the process's own entry point: see core/collector.py
+        collector.pause_for_imports()
     try:
         code = command.main(args=args, prog_name="offloadprobe", standalone_mode=False)
     except OffloadProbeError as exc:
@@ -169,7 +163,4 @@ def main(argv: list[str] | None = None) -> None:
             fail(exc.format_message().replace("\n", " ") + hint, exc.exit_code)
         _tell_parent("crashed", f"{kind}: {exc}")
         raise
-    finally:
-        if collecting:
-            gc.enable()
     raise SystemExit(code if isinstance(code, int) else 0)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from offloadprobe.core import collector
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import ERROR_FILE_ENV
 from offloadprobe.core.records import ChildFailure, RunRecord, report_from_dict
@@ -147,6 +148,7 @@ def _failure(code: int, error_file: Path, log: Path, oom_before: int | None, tai
 
 def run_child(spec: ChildSpec, *, python: str = sys.executable) -> ChildOutcome:
     """Run ``offloadprobe run`` on ``spec.config`` in a fresh interpreter; collect its JSON."""
+    collector.resume()  # a parent that waits on children collects as usual
     with tempfile.TemporaryDirectory(prefix="offloadprobe-") as tmp:
         work = Path(tmp)
         config, out, error_file = work / "config.json", work / "report.json", work / "error.json"

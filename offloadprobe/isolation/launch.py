@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from offloadprobe.core import collector
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import ERROR_FILE_ENV
 from offloadprobe.core.records import ChildFailure
@@ -131,6 +132,7 @@ def _first_failure(
 
 def launch(cfg: RunConfig, how: Launch, *, python: str = sys.executable) -> LaunchOutcome:
     """Run ``cfg`` on ``how.nproc_per_node`` ranks of this node; wait for all of them."""
+    collector.resume()  # the launcher runs in the node's cgroup as long as its ranks do
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 

@@ -13,12 +13,17 @@ world and, from a second build of the model at the same layout, the rank's own b
 test to check the record against.
 """
 
+# ruff: noqa: E402  (the collector is paused before torch is imported)
 from __future__ import annotations
 
 import dataclasses
 import json
 import sys
 from pathlib import Path
+
+from offloadprobe.core import collector
+
+collector.pause_for_imports()  # as the CLI's entry point does; the first runtime resumes it
 
 import torch
 

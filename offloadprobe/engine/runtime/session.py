@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import socket
 import sys
@@ -13,6 +12,7 @@ from typing import Any
 
 import torch
 
+from offloadprobe.core import collector
 from offloadprobe.core.config import ParallelConfig
 from offloadprobe.core.errors import DeviceUnavailable
 from offloadprobe.core.world import World
@@ -180,25 +180,13 @@ def open_runtime(
     if emulated and eager_fusions():
         notes.append(EAGER_NOTE)
     import_run_modules()  # after eager_fusions: megatron-core is imported uncompiled
-    collecting = gc.isenabled()
-    # The CLI's entry point turns the cyclic collector off while the process imports torch
-    # and megatron-core: what exists now was made by those imports and lives as long as the
-    # process. Frozen, no collection walks it again (garbage among it stays, as it would
-    # have with collection off). A run collects as training does.
-    thaw = not collecting and gc.get_freeze_count() == 0
-    if thaw:
-        gc.freeze()
-    gc.enable()
+    collector.resume()  # the CLI paused collection for its imports; a run collects
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
     parallel = parallel or ParallelConfig()
     world = World.from_env(os.environ, parallel)
     with contextlib.ExitStack() as stack:
-        if thaw:
-            stack.callback(gc.unfreeze)
-        if not collecting:
-            stack.callback(gc.disable)
         if emulated:
             stack.enter_context(emulation.cuda_on_host())
         else:

@@ -30,7 +30,8 @@ import pytest
 MARKER = "offload_budget"
 _BUDGET_KEYS = ("max_host_peak", "max_gpu_residual", "min_offload_bandwidth")
 _MODEL_KEYS = ("payload", "layers", "hidden", "heads", "vocab", "seq_length", "micro_batch")
-_RUN_KEYS = ("cycles", "device", "train_steps", "seed", "optimizer_strategy", "optimizer_first")
+_RUN_KEYS = ("cycles", "device", "train_steps", "seed", "optimizer_strategy", "optimizer_first",
+             "reference_check")  # fmt: skip
 _OPTIMIZER_KEYS = ("precision_aware", "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders")
 _RESULT = pytest.StashKey[Any]()
 KEYWORDS = frozenset(

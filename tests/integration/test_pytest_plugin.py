@@ -61,6 +61,20 @@ def test_lazy(offload_run):
     assert spec.config.strategy == "lazy"
     assert 0.9 * 64 * 2**20 < 2 * spec.config.model.param_count < 1.1 * 64 * 2**20
     assert spec.config.cycles == 2  # the plugin's default
+    assert spec.config.reference_check  # on unless asked otherwise
+
+
+def test_the_reference_run_can_be_left_out(run_plugin, fake_child):
+    fake_child.runs["lazy"] = dict(host_peak_x=1.0)
+    result = run_plugin(
+        """
+def test_quick(offload_probe):
+    offload_probe(strategy="lazy", reference_check=False, max_host_peak="1.5x")
+"""
+    )
+    result.assert_outcomes(passed=1)
+    (spec,) = fake_child.specs
+    assert spec.config.reference_check is False
 
 
 def test_fixture_returns_the_run_and_fails_on_a_breach(run_plugin, fake_child):
@@ -115,11 +129,11 @@ def test_readme_example_and_a_corrupting_strategy(run_plugin, monkeypatch, tmp_p
     naive = source.replace('strategy="lazy"', 'strategy="naive"')
     legacy = source.replace('optimizer_strategy="complete"', 'optimizer_strategy="legacy"')
     assert naive != source and legacy != source
-    # each breaks its budget in the first cycle: one cycle each (they run in this process)
-    naive, legacy = (
-        s.replace('payload="16MiB"', 'payload="16MiB", cycles=1') for s in (naive, legacy)
-    )
-    assert "cycles=1" in naive and "cycles=1" in legacy
+    # each breaks its budget in the first cycle: one cycle each, and no reference run (the
+    # verdict is a budget's, not the no-offload comparison's; they run in this process)
+    fast = 'payload="16MiB", cycles=1, reference_check=False'
+    naive, legacy = (s.replace('payload="16MiB"', fast) for s in (naive, legacy))
+    assert fast in naive and fast in legacy
     broken = f"""
 def test_broken(offload_probe):
     offload_probe(strategy="tests.integration.user_strategies:FlipsOneBit", {TINY})

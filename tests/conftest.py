@@ -111,9 +111,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return  # the xdist controller runs no test
     from offloadprobe.core import collector
 
-    # As the CLI's entry point does: no cyclic collection while torch, megatron-core and
-    # the test modules are imported (some 950 walks over a growing heap); what they made is
-    # frozen once the tests are collected (``pytest_collection_finish``).
+    # As the CLI's entry point does: seldom a cyclic collection while torch, megatron-core
+    # and the test modules are imported (not some 950 walks over a growing heap); what they
+    # made is frozen once the tests are collected (``pytest_collection_finish``).
     collector.pause_for_imports()
     import torch
 
@@ -137,12 +137,12 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Freeze what exists once the tests are collected (torch, pytest, every test module)
-    and turn the collector back on: a runtime's full collection then skips them
+    and put the collector's thresholds back: a runtime's full collection then skips them
     (``emulation._long_lived_objects_frozen``) instead of walking them again at every
     in-process run. Nothing here unfreezes them."""
     from offloadprobe.core import collector
 
-    collector.resume()  # freezes what exists, collects again
+    collector.resume()  # collects, freezes what survived, default thresholds again
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -163,4 +163,6 @@ def main(argv: list[str] | None = None) -> None:
             fail(exc.format_message().replace("\n", " ") + hint, exc.exit_code)
         _tell_parent("crashed", f"{kind}: {exc}")
         raise
+    finally:
+        collector.end_pause()  # a command that started no real work (plan, scenarios)
     raise SystemExit(code if isinstance(code, int) else 0)

@@ -180,7 +180,10 @@ def open_runtime(
     if emulated and eager_fusions():
         notes.append(EAGER_NOTE)
     import_run_modules()  # after eager_fusions: megatron-core is imported uncompiled
-    collector.resume()  # the CLI paused collection for its imports; a run collects
+    # The CLI collected seldom while it imported; from here a run collects as training
+    # does. On CUDA nothing is frozen, as in any training process; CPU emulation freezes
+    # the long-lived objects at a run's start anyway.
+    collector.resume(freeze=emulated)
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 

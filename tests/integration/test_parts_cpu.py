@@ -40,11 +40,11 @@ def test_verl_order_by_default_and_reversed_on_request(run_doc):
 
 def test_each_part_over_its_own_bytes_and_both_strategies_named(tmp_path):
     """The issue's case: lazy + legacy with the precision-aware optimizer read 5.01x
-    "payload"; each part now reads about 1x over the bytes it moves. A 16 MiB payload: its
-    tensors are mappings of their own (CPU emulation pins glibc's mmap threshold at
-    128 KiB), so their RSS is exact in this busy test process, where a tiny model's small
-    host copies could reuse heap pages earlier tests left resident (its optimizer part
-    once read 0.945x)."""
+    "payload"; each part now reads about 1x over the bytes it moves. A 16 MiB payload:
+    almost all its tensors are mappings of their own (CPU emulation pins glibc's mmap
+    threshold at 128 KiB), so the optimizer part reads 0.98x in this busy test process,
+    where a tiny model's small host copies could reuse heap pages earlier tests left
+    resident (its optimizer part once read 0.945x)."""
     from tests.conftest import invoke_cli
 
     out = tmp_path / "r.json"

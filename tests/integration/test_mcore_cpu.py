@@ -1,9 +1,9 @@
 """megatron-core's own offload (``--strategy mcore``, ``--optimizer-strategy mcore``) on CPU.
 
-The run whose host magnitudes are asserted moves a 16 MiB payload: CPU emulation pins
-glibc's mmap threshold at 128 KiB, so almost all its tensors are mappings of their own and
-their RSS holds within 2% in a process that ran other models before (a tiny model's small
-tensors could reuse heap pages those runs freed). Everything runs in this process."""
+The run whose host magnitudes are asserted moves a 16 MiB payload, in this process: almost
+all its tensors lie above the emulation's 128 KiB mmap threshold, and its bounds are loose
+(the host holds at least 0.8x of what moved; it read 1.26x to 1.29x), far outside the few
+percent a busy process can take off (docs/measurements.md)."""
 
 import json
 

@@ -1,6 +1,5 @@
 """Parameters and optimizer state move as separate phases and are summarised over their
-own bytes (CPU emulation, in this process: a tiny model, and a 16 MiB one for the host
-figures)."""
+own bytes (CPU emulation, in process, a tiny model)."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ import pytest
 
 from tests.conftest import TINY
 
-MAGNITUDE = ["--device", "cpu", "--layers", "1", "--payload", "16MiB", "--seq-length", "32",
-             "--micro-batch", "1", "--cycles", "2", "--no-progress"]  # fmt: skip
+pytestmark = pytest.mark.processes(1)  # one fresh run
 
 
 @pytest.fixture
@@ -40,18 +38,16 @@ def test_verl_order_by_default_and_reversed_on_request(run_doc):
 
 def test_each_part_over_its_own_bytes_and_both_strategies_named(tmp_path):
     """The issue's case: lazy + legacy with the precision-aware optimizer read 5.01x
-    "payload"; each part now reads about 1x over the bytes it moves. A 16 MiB payload:
-    almost all its tensors are mappings of their own (CPU emulation pins glibc's mmap
-    threshold at 128 KiB), so the optimizer part reads 0.98x in this busy test process,
-    where a tiny model's small host copies could reuse heap pages earlier tests left
-    resident (its optimizer part once read 0.945x)."""
-    from tests.conftest import invoke_cli
+    "payload"; each part now reads about 1x over the bytes it moves. A fresh process: host
+    copies of small tensors could otherwise reuse heap pages earlier tests left resident
+    (in a busy test process the optimizer part read 0.945x)."""
+    from tests.conftest import run_cli
 
     out = tmp_path / "r.json"
-    proc = invoke_cli("run", *MAGNITUDE, "--json", str(out), "--strategy", "lazy",
-                      "--optimizer-strategy", "legacy", "--precision-aware",
-                      "--max-host-peak", "1.3x", "--no-reference-check")  # fmt: skip
-    rc, run, stdout = proc.exit_code, json.loads(out.read_text())["runs"][0], proc.stdout
+    proc = run_cli("run", *TINY, "--cycles", "2", "--no-progress", "--json", str(out),
+                   "--strategy", "lazy", "--optimizer-strategy", "legacy", "--precision-aware",
+                   "--max-host-peak", "1.3x")  # fmt: skip
+    rc, run, stdout = proc.returncode, json.loads(out.read_text())["runs"][0], proc.stdout
     s = run["summary"]
     params, optimizer = s["params"], s["optimizer"]
     assert rc == 0 and run["label"] == "lazy + legacy"

@@ -97,9 +97,9 @@ def compare_command(
 ) -> None:
     """Run each strategy in a fresh process with the same model, seed and cycles."""
     from offloadprobe.compare.comparison import candidates, compare
-    from offloadprobe.engine.optimizer.strategies import check_optimizer_name
+    from offloadprobe.engine.optimizer.strategies import OPTIMIZER_STRATEGIES
     from offloadprobe.engine.optimizer.strategies import optimizer_strategy as optimizer_info
-    from offloadprobe.engine.strategies import check_model_name, model_strategy
+    from offloadprobe.engine.strategies import MODEL_STRATEGIES, model_strategy
 
     check_writable(json_path, "--json")
     check_writable(markdown, "--markdown")
@@ -146,9 +146,9 @@ def compare_command(
         parallel=parallel,
     )
     for strategy in strategies:  # a misspelt name fails before torch is imported
-        check_model_name(strategy)
+        MODEL_STRATEGIES.check(strategy)
     for spec in optimizer_strategy or []:
-        check_optimizer_name(spec)
+        OPTIMIZER_STRATEGIES.check(spec)
     for strategy in strategies:
         model_strategy(strategy)
     for spec in optimizer_strategy or []:

@@ -107,8 +107,8 @@ def run_command(
     timeline: TimelinePath = None,
 ) -> None:
     """Run offload/load cycles of one strategy and print what each phase cost."""
-    from offloadprobe.engine.optimizer.strategies import check_optimizer_name, optimizer_strategy
-    from offloadprobe.engine.strategies import check_model_name, model_strategy
+    from offloadprobe.engine.optimizer.strategies import OPTIMIZER_STRATEGIES, optimizer_strategy
+    from offloadprobe.engine.strategies import MODEL_STRATEGIES, model_strategy
 
     check_writable(json_path, "--json")
     outputs = TimelineOutputs(trace=trace, plot=plot, side=timeline)
@@ -146,8 +146,8 @@ def run_command(
             reference_check=reference_check,
             optimizer_first=optimizer_first,
         )
-    check_model_name(cfg.strategy)  # a misspelt name fails before torch is imported
-    check_optimizer_name(cfg.optimizer_strategy)
+    MODEL_STRATEGIES.check(cfg.strategy)  # a misspelt name fails before torch is imported
+    OPTIMIZER_STRATEGIES.check(cfg.optimizer_strategy)
     model_strategy(cfg.strategy)
     optimizer_strategy(cfg.optimizer_strategy)
     from offloadprobe.engine.runtime.session import resolve_device

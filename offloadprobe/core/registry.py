@@ -21,6 +21,11 @@ DESCRIPTOR_ATTRIBUTE = "STRATEGY"
 """The name under which a plug-in module exports its descriptor."""
 
 
+def is_user_spec(spec: str) -> bool:
+    """True for a user's ``package.module:...`` spec, False for a registered name."""
+    return ":" in spec
+
+
 class Registry(Generic[T]):
     """Named descriptors of one kind; built-ins by module path, third parties by entry point."""
 
@@ -61,8 +66,9 @@ class Registry(Generic[T]):
         return name in self.names()
 
     def check(self, name: str) -> None:
-        """Fail on a name that is not registered, as ``get`` would; imports no plug-in."""
-        if name not in self.names():
+        """Fail on a name that is not registered, as ``get`` would; imports no plug-in. A
+        user's ``package.module:object`` passes: it is checked when it is loaded."""
+        if not is_user_spec(name) and name not in self.names():
             raise self._unknown(name)
 
     def _unknown(self, name: str) -> StrategyError:

@@ -48,14 +48,14 @@ def test_a_misspelt_name_fails_before_torch_is_imported():
 
     code = (
         "import sys\n"
-        "from offloadprobe.engine.strategies import check_model_name\n"
-        "from offloadprobe.engine.optimizer.strategies import check_optimizer_name\n"
-        "for check, name in ((check_model_name, 'lasy'), (check_optimizer_name, 'fixd')):\n"
+        "from offloadprobe.engine.strategies import MODEL_STRATEGIES as M\n"
+        "from offloadprobe.engine.optimizer.strategies import OPTIMIZER_STRATEGIES as O\n"
+        "for check, name in ((M.check, 'lasy'), (O.check, 'fixd')):\n"
         "    try:\n"
         "        check(name)\n"
         "    except Exception as exc:\n"
         "        print(type(exc).__name__)\n"
-        "check_model_name('lazy'); check_model_name('mine.module:Object')\n"
+        "M.check('lazy'); M.check('mine.module:Object')\n"
         "print('torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

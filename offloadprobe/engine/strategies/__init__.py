@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from offloadprobe.core.registry import Registry
+from offloadprobe.core.registry import Registry, is_user_spec
 from offloadprobe.engine.strategies.user import third_party
 
 GROUP = "offloadprobe.model_strategies"
@@ -33,20 +33,11 @@ for _name in ("naive", "lazy", "registered", "pipelined", "pageable", "mcore", "
 def model_strategy(spec: str) -> Any:
     """The descriptor of a registered name or of the user's ``package.module:object``;
     fails (exit 2) before any model is built on a spec that cannot work."""
-    from offloadprobe.engine.strategies.user import is_user_spec, user_model_strategy
+    from offloadprobe.engine.strategies.user import user_model_strategy
 
     if is_user_spec(spec):
         return user_model_strategy(spec)
     return MODEL_STRATEGIES.get(spec)
 
 
-def check_model_name(spec: str) -> None:
-    """Fail (exit 2) on a name no one registered; imports nothing (a user's
-    ``package.module:object`` is checked when it is loaded)."""
-    from offloadprobe.engine.strategies.user import is_user_spec
-
-    if not is_user_spec(spec):
-        MODEL_STRATEGIES.check(spec)
-
-
-__all__ = ["FLAG", "MODEL_STRATEGIES", "check_model_name", "model_strategy"]
+__all__ = ["FLAG", "MODEL_STRATEGIES", "model_strategy"]

@@ -31,11 +31,6 @@ _CALL = re.compile(r"^([A-Za-z_][\w.]*)(?:\((.*)\))?$")
 _FORMS = "package.module:object or package.module:offload_fn,load_fn[@each]"
 
 
-def is_user_spec(spec: str) -> bool:
-    """True for ``package.module:...`` specs, False for registered names."""
-    return ":" in spec
-
-
 class FunctionPair:
     """``offload``/``load`` over a framework's two functions, list or per-item convention."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from offloadprobe.core.registry import Registry
+from offloadprobe.core.registry import Registry, is_user_spec
 from offloadprobe.engine.strategies.user import third_party
 
 GROUP = "offloadprobe.optimizer_strategies"
@@ -36,7 +36,7 @@ def optimizer_strategy(spec: str) -> Any:
     """The descriptor of a registered name or of the user's ``package.module:object``;
     fails (exit 2) before any model is built on a spec that cannot work."""
     from offloadprobe.engine.optimizer.strategies.base import OptimizerStrategyInfo
-    from offloadprobe.engine.strategies.user import is_user_spec, load_object
+    from offloadprobe.engine.strategies.user import load_object
 
     if is_user_spec(spec):
         return OptimizerStrategyInfo(
@@ -48,13 +48,4 @@ def optimizer_strategy(spec: str) -> Any:
     return OPTIMIZER_STRATEGIES.get(spec)
 
 
-def check_optimizer_name(spec: str) -> None:
-    """Fail (exit 2) on a name no one registered; imports nothing (a user's
-    ``package.module:object`` is checked when it is loaded)."""
-    from offloadprobe.engine.strategies.user import is_user_spec
-
-    if not is_user_spec(spec):
-        OPTIMIZER_STRATEGIES.check(spec)
-
-
-__all__ = ["FLAG", "OPTIMIZER_STRATEGIES", "check_optimizer_name", "optimizer_strategy"]
+__all__ = ["FLAG", "OPTIMIZER_STRATEGIES", "optimizer_strategy"]

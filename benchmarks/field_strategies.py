@@ -164,7 +164,7 @@ def command(job: Job, out: Path) -> list[str]:
 
 
 def pinned_keys() -> set[str]:
-    from offloadprobe.engine.alloc_conf import pinned_settings
+    from offloadprobe.core.alloc_conf import pinned_settings
 
     return {s.key for s in pinned_settings() if s.exists}
 
@@ -193,7 +193,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
 
-    from offloadprobe.engine import environment
+    from offloadprobe.core import environment
 
     result: dict = {"benchmark": "field_strategies", "date": day, "parts": parts,
                     "payload": args.payload, "optimizer_payload": args.optimizer_payload,

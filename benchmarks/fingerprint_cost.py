@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from offloadprobe.core.units import parse_size
-from offloadprobe.engine import environment
+from offloadprobe.core import environment
 from offloadprobe.engine.model.integrity import FingerprintKey, fingerprint
 
 

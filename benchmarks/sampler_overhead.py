@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from offloadprobe.core.config import ModelConfig, size_for_payload  # noqa: E402
 from offloadprobe.core.units import parse_size  # noqa: E402
-from offloadprobe.engine import environment  # noqa: E402
+from offloadprobe.core import environment  # noqa: E402
 from offloadprobe.engine.model.builder import build_probe_model  # noqa: E402
 from offloadprobe.engine.model.train import train_step  # noqa: E402
 from offloadprobe.engine.runtime import open_runtime  # noqa: E402

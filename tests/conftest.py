@@ -201,14 +201,22 @@ def invoke_cli(*args: str, env: dict[str, str] | None = None, columns: int = 120
     """``offloadprobe ARGS`` in this process, through the console entry point ``main()``.
 
     ``main()`` is what turns errors into exit codes and one-line messages, so it is
-    called as is, inside ``CliRunner``'s isolation (captured streams, patched env).
+    called as is, inside ``CliRunner``'s isolation (captured streams, patched env). Its
+    workers run in this process too (``InProcessChild``), unless the test put another
+    stand-in in their place; tests of isolation itself use ``run_cli``.
     """
+    import contextlib
+
     from typer.testing import CliRunner
 
     from offloadprobe.cli import main
+    from offloadprobe.isolation import supervisor
+    from tests.fakes import InProcessChild
 
     code = 0
-    with CliRunner().isolation(env={"COLUMNS": str(columns), **(env or {})}) as streams:
+    real = supervisor.SPAWNER[0] is supervisor.subprocess_spawner
+    here = supervisor.using(InProcessChild()) if real else contextlib.nullcontext()
+    with here, CliRunner().isolation(env={"COLUMNS": str(columns), **(env or {})}) as streams:
         try:
             main(list(args))
         except SystemExit as exc:

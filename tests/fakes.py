@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from offloadprobe.core.config import RunConfig
-from offloadprobe.core.records import HostReading, PhaseRecord, Report, RunRecord
+from offloadprobe.core.outcomes import Failure
+from offloadprobe.core.records import HostReading, PhaseRecord, Report, ResidencyFact, RunRecord
 from offloadprobe.measure.summary import summarise
 
 MiB = 2**20
@@ -96,6 +97,21 @@ def fake_run(
         load = dict(before=steady, after=steady, peak=steady)
         phases.append(_phase(cycle, "load", moved=payload, **load))
     problems = list(integrity)
+    residency = [
+        ResidencyFact(
+            cycle=c,
+            param_bytes_to_move=payload,
+            param_bytes_left=left.get("param_data", 0),
+            param_offload_gave_bytes=payload - left.get("param_data", 0),
+            built_on_device_bytes=0,
+            moves_optimizer=optimizer_strategy != "none",
+            optimizer_state_bytes=0,
+            optimizer_moved_bytes=0,
+            left_by_owner=left,
+        )
+        for c in range(cycles)
+        if failure is None
+    ]
     summary = None
     if failure is None:
         summary = summarise(
@@ -117,12 +133,14 @@ def fake_run(
         summary=summary,
         integrity=problems,
         notes=list(notes),
-        failure=failure,
-        failure_kind=failure_kind if failure is not None else None,
-        failure_cycle=0 if failure is not None else None,
-        failure_phase="offload" if failure is not None else None,
+        failure=(
+            Failure(kind=failure_kind, message=failure, cycle=0, phase="offload")
+            if failure is not None
+            else None
+        ),
         optimizer_strategy=optimizer_strategy,
         optimizer=optimizer,
+        residency=residency,
     )
 
 
@@ -172,11 +190,13 @@ class FakeRunner:
 
 
 def install_runner(monkeypatch: Any, runner: FakeRunner) -> FakeRunner:
-    """Put ``runner`` where ``offloadprobe run`` looks for the real one."""
+    """Put ``runner`` where the worker looks for the real one, and run workers in this
+    process (the fake is in this process's modules)."""
     import importlib
 
     real = importlib.import_module("offloadprobe.engine.runner").run
     _replace_everywhere(monkeypatch, "run", real, runner)
+    install_child(monkeypatch, InProcessChild())
     return runner
 
 
@@ -204,94 +224,82 @@ def _replace_everywhere(monkeypatch: Any, attr: str, real: Any, fake: Any) -> No
             monkeypatch.setattr(module, attr, fake)
 
 
-class FakeChild:
-    """Stands in for ``offloadprobe.isolation.child.run_child``: no process is started.
+@dataclass(frozen=True)
+class SpawnedRow:
+    """What a verb asked a worker to do, for tests to check the arguments it built."""
 
-    ``runs`` maps a child's model strategy to ``fake_run`` keyword arguments;
-    ``specs`` keeps every ``ChildSpec`` asked for, so a test can check the arguments a
-    caller built. Only for logic around children; isolation itself is tested for real.
+    config: RunConfig
+    env: dict[str, str]
+    timeout_s: float | None
+    job: Any
+
+    @property
+    def label(self) -> str:
+        return self.config.label or f"{self.config.strategy} + {self.config.optimizer_strategy}"
+
+
+class FakeChild:
+    """Stands in for the worker process: no process is started, no torch work done.
+
+    ``runs`` maps a worker's model strategy to ``fake_run`` keyword arguments; ``specs``
+    keeps what every worker was asked (``SpawnedRow``). It writes the worker's result as a
+    worker would, so the real supervisor reads and judges it. Only for logic around
+    workers; isolation itself is tested for real.
     """
 
     def __init__(self) -> None:
         self.runs: dict[str, dict[str, Any]] = {}
-        self.specs: list[Any] = []
+        self.specs: list[SpawnedRow] = []
 
-    def __call__(self, spec: Any, **_: Any) -> Any:
-        from offloadprobe.isolation.child import ChildOutcome
+    def __call__(self, job: Any, spec: Any) -> tuple[int, str]:
+        from offloadprobe.core.job import WorkerResult
+        from offloadprobe.core.verdicts import judge
 
-        self.specs.append(spec)
-        strategy = spec.config.strategy
+        self.specs.append(SpawnedRow(job.config, dict(spec.env), spec.timeout_s, job))
+        strategy = job.config.strategy
         record = fake_run(strategy, **self.runs.get(strategy, {}))
-        return ChildOutcome(
-            label=spec.label,
-            exit_code=0,
-            report=fake_report(record).to_dict(),
-            failure=None,
-            stderr_tail="",
+        code = judge(record)[0].exit_code
+        WorkerResult(exit_code=code, report=fake_report(record).to_dict()).write(
+            job.result_path(None)
         )
+        return code, ""
 
 
 class InProcessChild:
-    """``run_child`` without a new interpreter: the real ``offloadprobe run``, in this process.
+    """The real worker, in this process: ``engine.worker.serve`` on the job.
 
-    For verbs whose logic around children is under test (repro's GPU path in CPU
-    emulation) where the child's result does not depend on being a fresh process. A
-    child killed by a signal cannot be had this way: test those with real children.
+    For verbs whose logic around workers is under test where the result does not depend
+    on being a fresh process. A worker killed by a signal cannot be had this way: test
+    those with real processes (``run_cli``).
     """
 
-    def __init__(self, workdir: Any) -> None:
-        self.workdir = workdir
-        self.specs: list[Any] = []
+    def __init__(self, workdir: Any = None) -> None:
+        self.specs: list[SpawnedRow] = []
 
-    def __call__(self, spec: Any, **_: Any) -> Any:
-        import json
+    def __call__(self, job: Any, spec: Any) -> tuple[int, str]:
+        import os
 
-        from offloadprobe.core.records import ChildFailure
-        from offloadprobe.isolation.child import ERROR_FILE_ENV, ChildOutcome
-        from offloadprobe.measure.phase_log import last_started
-        from tests.conftest import invoke_cli
+        from offloadprobe.engine.worker import serve
 
-        self.specs.append(spec)
-        n = len(self.specs)
-        config, out = self.workdir / f"child-{n}.config.json", self.workdir / f"child-{n}.json"
-        error, log = (
-            self.workdir / f"child-{n}.error.json",
-            spec.phase_log or (self.workdir / f"child-{n}.phases.jsonl"),
-        )
-        config.write_text(json.dumps(spec.config.to_dict()))
-        result = invoke_cli("run", "--config", str(config), "--json", str(out), "--no-progress",
-                            "--phase-log", str(log),
-                            env={**spec.env, ERROR_FILE_ENV: str(error)})  # fmt: skip
-        failure = None
-        if result.exit_code != 0:
-            said = json.loads(error.read_text()) if error.exists() else {}
-            where = last_started(log) or (None, None)
-            failure = ChildFailure(
-                kind=said.get("kind", "crashed"),
-                message=said.get("message", f"exit code {result.exit_code}"),
-                exit_code=result.exit_code,
-                cycle=where[0],
-                phase=where[1],
-            )
-        return ChildOutcome(
-            label=spec.label,
-            exit_code=result.exit_code,
-            report=json.loads(out.read_text()) if out.exists() else None,
-            failure=failure,
-            stderr_tail="\n".join(result.error_lines[-5:]),
-        )
+        self.specs.append(SpawnedRow(job.config, dict(spec.env), spec.timeout_s, job))
+        keeper = spec.on_started(job) if spec.on_started is not None else None
+        saved = {k: os.environ.get(k) for k in spec.env}
+        os.environ.update(spec.env)
+        try:
+            return serve(job), ""
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            if keeper is not None:
+                keeper.stop()
 
 
 def install_child(monkeypatch: Any, child: Any) -> Any:
-    """Put ``child`` in place of ``run_child`` wherever offloadprobe holds it.
+    """Run every worker through ``child`` (a ``FakeChild`` or an ``InProcessChild``)."""
+    from offloadprobe.isolation import supervisor
 
-    Modules that bound it with ``from ... import run_child`` are found by identity, so
-    this keeps working as callers move; the module itself is looked up in
-    ``sys.modules`` (not through its package's attribute), which stays right when
-    pytester has dropped and re-imported it.
-    """
-    import importlib
-
-    real = importlib.import_module("offloadprobe.isolation.child").run_child
-    _replace_everywhere(monkeypatch, "run_child", real, child)
+    monkeypatch.setattr(supervisor, "SPAWNER", [child, *supervisor.SPAWNER])
     return child

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from offloadprobe.core import collector
+from offloadprobe.core.chatter import quiet_third_party
 from offloadprobe.core.errors import OffloadProbeError
 
 app = typer.Typer(
@@ -98,39 +95,26 @@ def _plain_flags(command) -> None:
         _plain_flags(sub)
 
 
-def fail(message: str, code: int, kind: str = "bad input") -> None:
-    """Print one line to stderr, leave it for a parent as data, and exit."""
+def fail(message: str, code: int) -> None:
+    """Print one line to stderr and exit."""
     print(f"offloadprobe: error: {message}", file=sys.stderr)
-    _tell_parent(kind, message)
     raise SystemExit(code)
 
 
-def _tell_parent(kind: str, message: str) -> None:
-    """A child run (see ``isolation.child``) writes its failure where its parent asked."""
-    from offloadprobe.core.errors import ERROR_FILE_ENV
-    from offloadprobe.core.world import rank_file
+def _interrupted(signum: int) -> None:
+    """One verdict line for a parent stopped by a signal; every worker is gone by now."""
+    import signal
 
-    path = os.environ.get(ERROR_FILE_ENV)
-    if path:
-        with contextlib.suppress(OSError):
-            rank_file(Path(path)).write_text(json.dumps({"kind": kind, "message": message}))
+    from offloadprobe.isolation.signals import stop_all
 
-
-THIRD_PARTY = ("megatron", "transformer_engine", "apex", "torch.distributed")
-"""Packages whose import-time and construction-time chatter is not offloadprobe's output:
-megatron-core's deprecation banners (``GPTModel IS DEPRECATED``, logged by
-``megatron.core`` loggers) and optional-backend warnings (Transformer Engine, Apex,
-``warnings.warn`` in their modules). Our own notes say what was emulated or missing."""
-
-
-def _quiet_third_party_warnings() -> None:
-    """Silence warnings raised in, and log records below ERROR from, ``THIRD_PARTY``."""
-    import logging
-    import warnings
-
-    for package in THIRD_PARTY:
-        warnings.filterwarnings("ignore", module=package.replace(".", r"\.") + r"(\.|$)")
-        logging.getLogger(package).setLevel(logging.ERROR)
+    stop_all()
+    name = signal.Signals(signum).name
+    print(
+        f"offloadprobe: interrupted: {name} (signal {signum}); every measured process it "
+        "started was stopped and its files removed",
+        file=sys.stderr,
+    )
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -139,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     Click's exceptions are matched by shape, not type: typer releases differ in
     whether they vendor click.
     """
-    _quiet_third_party_warnings()
+    quiet_third_party()
     args = sys.argv[1:] if argv is None else list(argv)
     _register(args)
     command = _command()
@@ -147,10 +131,14 @@ def main(argv: list[str] | None = None) -> None:
         args = ["--help"]
     if argv is None:  # the process's own entry point: see core/collector.py
         collector.pause_for_imports()
+    from offloadprobe.isolation.signals import Interrupted
+
     try:
         code = command.main(args=args, prog_name="offloadprobe", standalone_mode=False)
+    except Interrupted as exc:
+        _interrupted(exc.signum)
     except OffloadProbeError as exc:
-        fail(str(exc), exc.exit_code, exc.kind)
+        fail(str(exc), exc.exit_code)
     except Exception as exc:
         kind = type(exc).__name__
         if kind == "Exit":
@@ -161,7 +149,6 @@ def main(argv: list[str] | None = None) -> None:
             ctx = getattr(exc, "ctx", None)
             hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
             fail(exc.format_message().replace("\n", " ") + hint, exc.exit_code)
-        _tell_parent("crashed", f"{kind}: {exc}")
         raise
     finally:
         collector.end_pause()  # a command that started no real work (plan, scenarios)

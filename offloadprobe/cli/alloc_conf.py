@@ -15,7 +15,7 @@ from rich.table import Table
 from offloadprobe.cli import app
 
 if TYPE_CHECKING:
-    from offloadprobe.engine.alloc_conf import PinnedSetting
+    from offloadprobe.core.alloc_conf import PinnedSetting
 
 
 def render(settings: list[PinnedSetting], torch_version: str) -> Table:
@@ -37,7 +37,7 @@ def alloc_conf_command(
     """List the pinned-allocator settings (PYTORCH_ALLOC_CONF) the installed torch accepts."""
     import torch
 
-    from offloadprobe.engine.alloc_conf import cuda_build, pinned_settings
+    from offloadprobe.core.alloc_conf import cuda_build, pinned_settings
     from offloadprobe.report.output import check_writable, write_text
 
     check_writable(json_path, "--json")

@@ -6,7 +6,7 @@ import sys
 
 from offloadprobe.core.budgets import Breach
 from offloadprobe.core.errors import RowsFailed
-from offloadprobe.core.records import Verdict
+from offloadprobe.core.outcomes import Verdict
 
 
 def enforce(rows: list[tuple[str, Verdict, list[Breach]]]) -> None:

@@ -1,10 +1,9 @@
-"""``offloadprobe compare``: strategies side by side, each in a fresh process."""
+"""``offloadprobe compare``: strategies side by side, each in a fresh worker process."""
 
 from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,196 +11,154 @@ import typer
 from rich.console import Console
 
 from offloadprobe.cli import app
-from offloadprobe.cli import options as opt
 from offloadprobe.cli.budget_report import enforce
 from offloadprobe.cli.fit import check_fits
-from offloadprobe.cli.timeline import (
-    TIMELINE_ENV,
-    PlotPath,
-    TimelineOutputs,
-    TracePath,
-    compare_rows,
-    side_file,
-)
+from offloadprobe.cli.params import parameter, with_options
+from offloadprobe.cli.strategies import model_help, optimizer_help, split_label
+from offloadprobe.cli.timeline import TimelineOutputs, compare_rows, output_parameters
 from offloadprobe.compare.comparison import Candidate
-from offloadprobe.core.budgets import budgets_from_flags
-from offloadprobe.core.config import RunConfig
+from offloadprobe.core import environment
+from offloadprobe.core import options as opts
+from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.world import check_trainable
 from offloadprobe.report.comparison_table import render_comparison
 from offloadprobe.report.markdown import comparison_markdown
 from offloadprobe.report.output import check_writable, write_json, write_text
 
+EXTRA = [
+    parameter(
+        "strategies",
+        Annotated[list[str], typer.Argument(help="Strategies to compare, e.g. naive lazy "
+                  "registered. " + model_help())],  # fmt: skip
+    ),
+    parameter("baseline", Annotated[str | None, typer.Option("--baseline", help="Row the "
+              "ratios are taken against.")], None),  # fmt: skip
+    parameter("alloc_conf", Annotated[list[str] | None, typer.Option("--alloc-conf",
+              help="PyTorch allocator settings for the workers (PYTORCH_ALLOC_CONF), e.g. "
+              "pinned_use_background_threads:True; see offloadprobe alloc-conf for the keys "
+              "this torch has. Repeat to compare settings.")], None),  # fmt: skip
+    parameter("optimizer_strategy", Annotated[list[str] | None, typer.Option(
+              "--optimizer-strategy", help="Repeat to compare each with every strategy. "
+              + optimizer_help())], None),  # fmt: skip
+    parameter("json_path", Annotated[Path | None, typer.Option("--json", help="Write every "
+              "reading, the budgets and each row's verdict to this JSON file.")], None),  # fmt: skip
+    parameter("markdown", Annotated[Path | None, typer.Option("--markdown", help="Write a "
+              "Markdown table for a PR.")], None),  # fmt: skip
+    parameter("progress", Annotated[bool, typer.Option("--progress/--no-progress",
+              help="Say which row runs.")], True),  # fmt: skip
+    *output_parameters(),
+]
+
 
 @app.command("compare")
-def compare_command(
-    strategies: Annotated[
-        list[str], typer.Argument(help="Strategies to compare, e.g. naive lazy registered.")
-    ],
-    baseline: Annotated[
-        str | None, typer.Option("--baseline", help="Row the ratios are taken against.")
-    ] = None,
-    alloc_conf: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--alloc-conf",
-            help="PyTorch allocator settings for the children (PYTORCH_ALLOC_CONF), e.g. "
-            "pinned_use_cuda_host_register:True. Repeat to compare settings.",
-        ),
-    ] = None,
-    optimizer_strategy: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--optimizer-strategy",
-            help="Optimizer-state strategies; repeat to compare each with every strategy.",
-        ),
-    ] = None,
-    precision_aware: opt.PrecisionAware = False,
-    exp_avg_dtype: opt.ExpAvgDtype = "fp32",
-    exp_avg_sq_dtype: opt.ExpAvgSqDtype = "fp32",
-    store_param_remainders: opt.Remainders = False,
-    reference_check: opt.ReferenceCheck = True,
-    optimizer_first: opt.OptimizerFirst = False,
-    force: opt.Force = False,
-    child_timeout: Annotated[
-        float | None, typer.Option("--child-timeout", help="Seconds each child may run.")
-    ] = None,
-    cycles: opt.Cycles = 3,
-    train_steps: opt.TrainSteps = 1,
-    device: opt.Device = "auto",
-    payload: opt.Payload = None,
-    layers: opt.Layers = opt.DEFAULT.num_layers,
-    hidden: opt.Hidden = opt.DEFAULT.hidden_size,
-    heads: opt.Heads = opt.DEFAULT.num_attention_heads,
-    vocab: opt.Vocab = opt.DEFAULT.vocab_size,
-    seq_length: opt.SeqLength = opt.DEFAULT.seq_length,
-    micro_batch: opt.MicroBatch = opt.DEFAULT.micro_batch_size,
-    seed: opt.Seed = 1234,
-    num_experts: opt.NumExperts = 0,
-    moe_router_topk: opt.MoeTopk = opt.DEFAULT.moe_router_topk,
-    nproc_per_node: opt.NprocPerNode = 1,
-    tp: opt.Tp = 1,
-    pp: opt.Pp = 1,
-    ep: opt.Ep = 1,
-    cp: opt.Cp = 1,
-    vpp: opt.Vpp = None,
-    json_path: opt.JsonPath = None,
-    markdown: Annotated[
-        Path | None, typer.Option("--markdown", help="Write a Markdown table for a PR.")
-    ] = None,
-    max_host_peak: opt.MaxHostPeak = None,
-    max_gpu_residual: opt.MaxGpuResidual = None,
-    min_offload_bandwidth: opt.MinOffloadBandwidth = None,
-    trace: TracePath = None,
-    plot: PlotPath = None,
-) -> None:
+@with_options(opts.COMPARE, EXTRA)
+def compare_command(values: dict[str, Any]) -> None:
     """Run each strategy in a fresh process with the same model, seed and cycles."""
     from offloadprobe.compare.comparison import candidates, compare
+    from offloadprobe.core.alloc_conf import validate_alloc_conf
     from offloadprobe.engine.optimizer.strategies import OPTIMIZER_STRATEGIES
-    from offloadprobe.engine.optimizer.strategies import optimizer_strategy as optimizer_info
-    from offloadprobe.engine.strategies import MODEL_STRATEGIES, model_strategy
+    from offloadprobe.engine.strategies import MODEL_STRATEGIES
 
+    json_path, markdown = values.pop("json_path"), values.pop("markdown")
+    outputs = TimelineOutputs(trace=values.pop("trace"), plot=values.pop("plot"))
     check_writable(json_path, "--json")
     check_writable(markdown, "--markdown")
-    outputs = TimelineOutputs(trace=trace, plot=plot)
     outputs.check()
-    model = opt.model_config(
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        vocab=vocab,
-        seq_length=seq_length,
-        micro_batch=micro_batch,
-        payload=payload,
-        num_experts=num_experts,
-        moe_router_topk=moe_router_topk,
+    show = values.pop("progress")
+    specs = [split_label(s) for s in values.pop("strategies")]
+    optimizer_names = values.pop("optimizer_strategy") or []
+    alloc_confs = values.pop("alloc_conf") or []
+    baseline = values.pop("baseline")
+    nproc, timeout, force = values.pop("nproc_per_node"), values.pop("timeout"), values.pop(
+        "force"
     )
     if int(os.environ.get("WORLD_SIZE", "1") or "1") > 1:
         raise UsageError(
-            "compare starts its own children: run it outside torchrun, with --nproc-per-node "
+            "compare starts its own workers: run it outside torchrun, with --nproc-per-node "
             "for several ranks per row"
         )
-    parallel = opt.parallel_config(tp=tp, pp=pp, ep=ep, cp=cp, vpp=vpp)
-    if nproc_per_node < 1:
-        raise UsageError("--nproc-per-node must be at least 1")
-    parallel.dp(nproc_per_node)
-    check_trainable(model, parallel)
-    if nproc_per_node > 1 and outputs.wanted:
-        raise UsageError("--trace/--plot record one process per row: drop them with ranks")
-    choice = opt.optimizer_choice(
-        precision_aware=precision_aware,
-        exp_avg_dtype=exp_avg_dtype,
-        exp_avg_sq_dtype=exp_avg_sq_dtype,
-        remainders=store_param_remainders,
-    )
-    base_config = RunConfig(
-        model=model,
-        cycles=cycles,
-        train_steps=train_steps,
-        device=device,
-        seed=seed,
-        optimizer=choice,
-        reference_check=reference_check,
-        optimizer_first=optimizer_first,
-        parallel=parallel,
-    )
-    for strategy in strategies:  # a misspelt name fails before torch is imported
-        MODEL_STRATEGIES.check(strategy)
-    for spec in optimizer_strategy or []:
+    for _, spec in specs:  # a misspelt name fails before anything starts
+        MODEL_STRATEGIES.check(spec)
+    for spec in optimizer_names:
         OPTIMIZER_STRATEGIES.check(spec)
-    for strategy in strategies:
-        model_strategy(strategy)
-    for spec in optimizer_strategy or []:
-        optimizer_info(spec)
-    from offloadprobe.engine.alloc_conf import validate_alloc_conf
-    from offloadprobe.engine.runtime.session import resolve_device
-
-    resolve_device(device)
-    for conf in alloc_conf or []:
+    parsed = opts.budgets({k: values.pop(k) for k in opts.BUDGET_NAMES})
+    base = opts.build_config(values)
+    if nproc < 1:
+        raise UsageError("--nproc-per-node must be at least 1")
+    base.parallel.dp(nproc)
+    check_trainable(base.model, base.parallel)
+    if nproc > 1 and outputs.wanted:
+        raise UsageError("--trace/--plot record one process per row: drop them with ranks")
+    device = guess_device(base.device)
+    for conf in alloc_confs:
         validate_alloc_conf(conf)
-    budgets = budgets_from_flags(max_host_peak, max_gpu_residual, min_offload_bandwidth)
-    items = candidates(strategies, optimizer_strategy or [], alloc_conf or [])
+    items = candidates(specs, optimizer_names, alloc_confs)
+    _unique(items)
     pairs = [(c.strategy, c.optimizer_strategy or "none") for c in items]
-    check_fits(model, strategies=pairs, optimizer=choice, device=resolve_device(device),
-               force=force, ranks=nproc_per_node,
-               model_parallel=parallel.model_parallel)  # fmt: skip
-    base = _baseline(baseline, items)
+    check_fits(base.model, strategies=pairs, optimizer=base.optimizer, device=device,
+               force=force, ranks=nproc,
+               model_parallel=base.parallel.model_parallel)  # fmt: skip
+    chosen = _baseline(baseline, items)
     err = Console(file=sys.stderr)
 
-    def started(index: int, item: Any) -> None:
-        err.print(
-            f"({index + 1}/{len(items)}) {item.label}: running in a fresh process",
-            markup=False,
-            highlight=False,
-        )
+    def started(index: int, item: Candidate) -> None:
+        if show:
+            err.print(f"({index + 1}/{len(items)}) {item.label}: running in a fresh process",
+                      markup=False, highlight=False)  # fmt: skip
 
-    with tempfile.TemporaryDirectory(prefix="offloadprobe-timelines-") as tmp:
-        folder = Path(tmp)
-        comparison = compare(
-            items,
-            base_config,
-            baseline=base,
-            budgets=budgets,
-            environment=_own_environment(model, device, cycles, train_steps, seed),
-            timeout_s=child_timeout,
-            on_start=started,
-            extra_env=(lambda i: {TIMELINE_ENV: str(side_file(folder, i))})
-            if outputs.wanted
-            else None,
-            nproc_per_node=nproc_per_node,
-        )
-        render_comparison(comparison, Console())
-        doc = comparison.to_dict()
-        if outputs.wanted:
-            runs = [row.run for row in comparison.rows]
-            labels = [c.label for c in items]
-            outputs.write_rows(compare_rows(labels, runs, folder, doc), doc)
+    def one(index: int, item: Candidate, config: Any, env: dict[str, str]) -> Any:
+        return _row(config, env, device=device, budgets=parsed.budgets, nproc=nproc,
+                    timeout=timeout, timeline=outputs.wanted)  # fmt: skip
+
+    comparison = compare(items, base, baseline=chosen, measure=one,
+                         environment=_environment(base, device), budgets=parsed.budget_words,
+                         on_start=started)  # fmt: skip
+    render_comparison(comparison, Console())
+    doc = comparison.to_dict()
+    if outputs.wanted:
+        runs = [row.run for row in comparison.rows]
+        drawn = [row.timeline for row in comparison.rows]
+        outputs.write_rows(compare_rows([c.label for c in items], runs, drawn, doc), doc)
     if json_path is not None:
         write_json(doc, json_path)
     if markdown is not None:
-        text = comparison_markdown(comparison, environment=_environment(doc))
+        text = comparison_markdown(comparison, environment=_environment_line(doc))
         write_text(text, markdown, "--markdown")
     enforce([(r.candidate.label, r.verdict, r.breaches) for r in comparison.rows])
+
+
+def _row(config: Any, env: dict[str, str], *, device: str, budgets: list[Any], nproc: int,
+         timeout: float | None, timeline: bool) -> Any:  # fmt: skip
+    from offloadprobe.isolation.rows import measure
+
+    if nproc <= 1:
+        return measure(config, device=device, budgets=budgets, env=env, timeout_s=timeout,
+                       timeline=timeline)  # fmt: skip
+    from offloadprobe.core.job import LaunchSpec
+    from offloadprobe.isolation.node import node_group, run_id_for
+
+    launch = LaunchSpec(nproc_per_node=nproc, run_id=run_id_for(None))
+    group, missing = node_group(launch.run_id)
+    try:
+        return measure(config, device=device, budgets=budgets, env=env, timeout_s=timeout,
+                       launch=launch, cgroup=group,
+                       node_cgroup=str(group.path) if group else None,
+                       node_cgroup_missing=missing)  # fmt: skip
+    finally:
+        if group is not None:
+            import contextlib
+
+            with contextlib.suppress(OSError):
+                group.kill()
+                group.remove()
+
+
+def _unique(items: list[Candidate]) -> None:
+    labels = [c.label for c in items]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise UsageError(f"row {twice[0]!r} is given twice: name rows apart with name=strategy")
 
 
 def _baseline(requested: str | None, items: list[Candidate]) -> str:
@@ -211,36 +168,34 @@ def _baseline(requested: str | None, items: list[Candidate]) -> str:
         return labels[0]
     if requested in labels:
         return requested
-    named = [c.label for c in items if requested in (c.strategy, c.label.split(" [")[0])]
+    named = [c.label for c in items if requested in (c.strategy, c.name, c.label.split(" [")[0])]
     if len(named) == 1:
         return named[0]
-    raise UsageError(f"--baseline {requested!r} is not one of the compared rows: "
-                     f"{', '.join(labels)}")  # fmt: skip
+    raise UsageError(
+        f"--baseline {requested!r} is not one of the compared rows: {', '.join(labels)}"
+    )
 
 
-def _own_environment(model, device: str, cycles: int, train_steps: int, seed: int) -> dict:
-    """The stable keys from this process, so the JSON has them even if every child died."""
+def _environment(base: Any, device: str) -> dict[str, Any]:
+    """The comparison's own keys, from this process: present even if every worker died."""
     from dataclasses import asdict
 
-    from offloadprobe.engine import environment
-    from offloadprobe.engine.runtime.session import resolve_device
     from offloadprobe.plan.probe import probe_payload
 
-    resolved = resolve_device(device)
-    emulated = resolved == "cpu"
+    emulated = device == "cpu"
     return {
-        "device": resolved,
+        "device": device,
         "emulated": emulated,
         "emulation_note": "CPU emulation" if emulated else None,
-        "payload_bytes": probe_payload(model),
+        "payload_bytes": probe_payload(base.model),
         "versions": environment.versions(),
         "machine": environment.machine(),
-        "model": asdict(model),
-        "settings": {"cycles": cycles, "train_steps": train_steps, "seed": seed},
+        "model": asdict(base.model),
+        "settings": {"cycles": base.cycles, "train_steps": base.train_steps, "seed": base.seed},
     }
 
 
-def _environment(doc: dict) -> str:
+def _environment_line(doc: dict[str, Any]) -> str:
     versions = doc.get("versions") or {}
     machine = doc.get("machine") or {}
     parts = [machine.get("gpu") or doc.get("device", "")]

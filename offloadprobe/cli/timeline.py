@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,7 +10,6 @@ import typer
 
 from offloadprobe.core.records import Report, RunRecord
 from offloadprobe.core.units import format_bytes
-from offloadprobe.measure.sampler import Sampler, sampler_for
 from offloadprobe.measure.timeline import Timeline
 from offloadprobe.report.output import check_writable
 from offloadprobe.report.trace import TraceRow, trace_document, write_trace
@@ -31,17 +29,13 @@ PlotPath = Annotated[
         help="Draw the memory timeline to a PNG or SVG (needs offloadprobe[plot]).",
     ),
 ]
-TIMELINE_ENV = "OFFLOADPROBE_TIMELINE"
-"""How ``compare`` tells each child where to write its timeline (whatever its arguments)."""
-TimelinePath = Annotated[
-    Path | None,
-    typer.Option(
-        "--timeline",
-        hidden=True,
-        envvar=TIMELINE_ENV,
-        help="Write the raw sampled timeline (JSON).",
-    ),
-]
+
+
+def output_parameters() -> list:
+    """``--trace`` and ``--plot`` as verb parameters (``cli.params``)."""
+    from offloadprobe.cli.params import parameter
+
+    return [parameter("trace", TracePath, None), parameter("plot", PlotPath, None)]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,11 +44,10 @@ class TimelineOutputs:
 
     trace: Path | None = None
     plot: Path | None = None
-    side: Path | None = None
 
     @property
     def wanted(self) -> bool:
-        return any(p is not None for p in (self.trace, self.plot, self.side))
+        return any(p is not None for p in (self.trace, self.plot))
 
     def check(self) -> None:
         """Fail on bad paths (and a missing matplotlib) before any work starts."""
@@ -66,17 +59,11 @@ class TimelineOutputs:
             check_writable(self.plot, "--plot")
             check_plot_path(self.plot)
 
-    def sampler(self, device: str) -> Sampler | None:
-        """A started sampler, or None when no output needs one."""
-        if not self.wanted:
-            return None
-        return sampler_for(cuda=device == "cuda").start()
-
-    def write_run(self, report: Report, timeline: Timeline | None) -> None:
-        if timeline is None:
+    def write_run(self, report: Report, drawn: dict[str, Any] | None) -> None:
+        """``run``: the one worker's timeline (what it sampled, as its JSON)."""
+        if drawn is None:
             return
-        if self.side is not None:
-            self.side.write_text(json.dumps(timeline.to_dict()) + "\n")
+        timeline = Timeline.from_dict(drawn)
         run = report.runs[0] if report.runs else None
         row = TraceRow(pid=timeline.rank, label=_run_label(report, timeline),
                        run=run, timeline=timeline, emulated=report.emulated)  # fmt: skip
@@ -149,17 +136,15 @@ def _context(report: Any) -> dict[str, Any]:
     }
 
 
-def compare_rows(labels: list[str], runs: list[RunRecord | None], folder: Path,
-                 doc: dict[str, Any]) -> list[TraceRow]:  # fmt: skip
-    """Each child's timeline side file (absent where the child died before writing it)."""
+def compare_rows(
+    labels: list[str], runs: list[RunRecord | None], drawn: list[dict[str, Any] | None],
+    doc: dict[str, Any],
+) -> list[TraceRow]:
+    """Each row's timeline (None where its worker died before writing one)."""
     rows = []
-    for index, (label, run) in enumerate(zip(labels, runs, strict=True)):
-        path = side_file(folder, index)
-        timeline = Timeline.from_dict(json.loads(path.read_text())) if path.exists() else None
+    for index, (label, run, data) in enumerate(zip(labels, runs, drawn, strict=True)):
+        timeline = Timeline.from_dict(data) if data is not None else None
         rows.append(TraceRow(pid=index, label=label, run=run, timeline=timeline,
                              emulated=bool(doc.get("emulated"))))  # fmt: skip
     return rows
 
-
-def side_file(folder: Path, index: int) -> Path:
-    return folder / f"row-{index}.json"

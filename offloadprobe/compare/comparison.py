@@ -1,18 +1,29 @@
-"""Compare strategies: one fresh child process per combination, one record for all."""
+"""Compare strategies: one fresh worker per combination, one typed record for all.
+
+A ``Comparison`` holds typed rows (the run record, its verdict, the budgets it broke,
+how its worker ended) and the environment; ``to_dict`` and ``from_dict`` are each
+other's inverse, so a saved comparison renders exactly as it was printed.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from itertools import product
 from typing import Any
 
-from offloadprobe.core.budgets import Breach, Budget
+from offloadprobe.core.budgets import Breach
 from offloadprobe.core.config import RunConfig
-from offloadprobe.core.records import SCHEMA_VERSION, RunRecord, RunSummary, Verdict
-from offloadprobe.core.verdicts import judge
-from offloadprobe.isolation.child import ChildOutcome, ChildSpec, alloc_conf_env, run_child
-from offloadprobe.isolation.failure import failure_of
+from offloadprobe.core.records import (
+    SCHEMA_VERSION,
+    RunRecord,
+    RunSummary,
+    judged,
+    run_from_dict,
+    run_to_dict,
+    verdict_from_dict,
+)
+from offloadprobe.core.outcomes import Verdict
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -22,11 +33,13 @@ class Candidate:
     strategy: str
     optimizer_strategy: str | None = None
     alloc_conf: str | None = None
+    name: str | None = None
+    """The row's own name (``--strategy name=spec``)."""
 
     @property
     def label(self) -> str:
-        """Both strategies, always: ``lazy + legacy``, ``naive + none``."""
-        label = f"{self.strategy} + {self.optimizer_strategy or 'none'}"
+        """The row's name, or both strategies: ``lazy + legacy``, ``naive + none``."""
+        label = self.name or f"{self.strategy} + {self.optimizer_strategy or 'none'}"
         if self.alloc_conf:
             label += f" [{self.alloc_conf}]"
         return label
@@ -34,13 +47,16 @@ class Candidate:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ComparisonRow:
-    """A candidate and what its child process produced."""
+    """A candidate and what its worker measured, judged."""
 
     candidate: Candidate
-    outcome: ChildOutcome
     run: RunRecord | None
     verdict: Verdict
     breaches: list[Breach] = field(default_factory=list)
+    worker_exit_code: int | None = None
+    """The measured process's own exit status (negative: the signal that killed it)."""
+    timeline: dict[str, Any] | None = None
+    """What the row's worker sampled (``--trace``/``--plot``); not saved in the JSON."""
 
     @property
     def ok(self) -> bool:
@@ -54,8 +70,8 @@ class Comparison:
     rows: list[ComparisonRow]
     baseline: str
     environment: dict[str, Any] = field(default_factory=dict)
-    """The parent's own device, versions, machine, model, payload: the JSON's stable keys
-    even when every child died."""
+    """Device, emulation, versions, machine, model, payload, settings: this run's."""
+    budgets: list[str] = field(default_factory=list)
 
     def baseline_summary(self) -> RunSummary | None:
         row = next((r for r in self.rows if r.candidate.label == self.baseline), None)
@@ -63,44 +79,77 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``run`` JSON schema with one ``runs`` entry per candidate."""
-        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, **self.environment}
-        child = next((r.outcome.report for r in self.rows if r.outcome.report), None)
-        if child is not None:
-            doc.update({k: v for k, v in child.items() if k != "runs"})
-            doc["schema_version"] = SCHEMA_VERSION
+        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "kind": "compare"}
+        doc.update(self.environment)
         runs = []
         for row in self.rows:
-            report = row.outcome.report
-            entry = (
-                dict(report["runs"][0])
-                if report and report.get("runs")
-                else {"strategy": row.candidate.strategy, "summary": None, "cycles": []}
-            )
+            entry = run_to_dict(row.run) if row.run is not None else {
+                "strategy": row.candidate.strategy, "summary": None, "cycles": [],
+            }  # fmt: skip
+            judged(entry, row.verdict)
             entry.update(
                 label=row.candidate.label,
+                name=row.candidate.name,
                 optimizer_strategy=row.candidate.optimizer_strategy or "none",
                 alloc_conf=row.candidate.alloc_conf,
-                verdict=row.verdict.line(),
-                outcome=asdict(row.verdict),
-                exit_code=row.outcome.exit_code,
-                failure=asdict(row.outcome.failure) if row.outcome.failure else None,
+                worker_exit_code=row.worker_exit_code,
+                breaches=[asdict(b) for b in row.breaches],
             )
             runs.append(entry)
-        settings = {k: v for k, v in (doc.get("settings") or {}).items() if k != "strategy"}
+        settings = dict(doc.get("settings") or {})
         doc["settings"] = {**settings, "labels": [r.candidate.label for r in self.rows]}
+        doc["budgets"] = list(self.budgets)
         doc["runs"] = runs
         doc["baseline"] = self.baseline
         return doc
 
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> Comparison:
+        rows = []
+        for entry in doc["runs"]:
+            candidate = Candidate(
+                strategy=entry["strategy"],
+                optimizer_strategy=entry.get("optimizer_strategy"),
+                alloc_conf=entry.get("alloc_conf"),
+                name=entry.get("name"),
+            )
+            run = run_from_dict(entry) if "description" in entry else None
+            rows.append(
+                ComparisonRow(
+                    candidate=candidate,
+                    run=run,
+                    verdict=verdict_from_dict(entry["outcome"]),
+                    breaches=[Breach(**b) for b in entry.get("breaches") or []],
+                    worker_exit_code=entry.get("worker_exit_code"),
+                )
+            )
+        skip = {"runs", "baseline", "budgets", "schema_version", "kind"}
+        environment = {k: v for k, v in doc.items() if k not in skip}
+        environment["settings"] = {
+            k: v for k, v in (doc.get("settings") or {}).items() if k != "labels"
+        }
+        return cls(rows=rows, baseline=doc["baseline"], environment=environment,
+                   budgets=list(doc.get("budgets") or []))  # fmt: skip
+
 
 def candidates(
-    strategies: list[str], optimizer_strategies: list[str], alloc_confs: list[str]
+    strategies: Sequence[str | tuple[str | None, str]],
+    optimizer_strategies: list[str],
+    alloc_confs: list[str],
 ) -> list[Candidate]:
-    """Every strategy x optimizer strategy x allocator setting, in the given order."""
+    """Every strategy x optimizer strategy x allocator setting, in the given order;
+    a strategy is a spec or ``(row name or None, spec)``."""
+    strategies = [(None, s) if isinstance(s, str) else s for s in strategies]
     return [
-        Candidate(strategy=s, optimizer_strategy=o, alloc_conf=a)
-        for a, s, o in product(alloc_confs or [None], strategies, optimizer_strategies or [None])
+        Candidate(strategy=s, optimizer_strategy=o, alloc_conf=a, name=n)
+        for a, (n, s), o in product(
+            alloc_confs or [None], strategies, optimizer_strategies or [None]
+        )
     ]
+
+
+Measure = Callable[[int, Candidate, RunConfig, dict[str, str]], Any]
+"""Runs one row: ``(index, candidate, config, env) -> isolation.rows.Row``."""
 
 
 def compare(
@@ -108,18 +157,17 @@ def compare(
     base: RunConfig,
     *,
     baseline: str,
-    budgets: list[Budget] | None = None,
+    measure: Measure,
     environment: dict[str, Any] | None = None,
-    timeout_s: float | None = None,
+    budgets: Sequence[str] = (),
     on_start: Callable[[int, Candidate], None] | None = None,
-    extra_env: Callable[[int], dict[str, str]] | None = None,
-    nproc_per_node: int = 1,
 ) -> Comparison:
-    """Run every candidate in its own process, one after another.
+    """Run every candidate in its own worker, one after another."""
+    from offloadprobe.core.alloc_env import alloc_conf_env
 
-    ``extra_env(index)`` adds per-row environment (e.g. where to write its timeline).
-    """
     rows = []
+    environment = dict(environment or {})
+    measured = False
     for index, item in enumerate(items):
         if on_start is not None:
             on_start(index, item)
@@ -127,18 +175,31 @@ def compare(
             base,
             strategy=item.strategy,
             optimizer_strategy=item.optimizer_strategy or base.optimizer_strategy,
+            label=item.label if item.name or item.alloc_conf else None,
         )
-        env = {**alloc_conf_env(item.alloc_conf), **(extra_env(index) if extra_env else {})}
-        spec = ChildSpec(
-            label=item.label, config=config, env=env, timeout_s=timeout_s,
-            nproc_per_node=nproc_per_node,
-        )  # fmt: skip
-        outcome = run_child(spec)
-        run = outcome.run
-        verdict, breaches = judge(run, budgets or [], failure=failure_of(outcome))
+        row = measure(index, item, config, alloc_conf_env(item.alloc_conf))
+        if not measured and row.outcome.report is not None:
+            measured = True  # the first worker's own view: CUDA's version, the GPU
+            environment.update(_environment_of(row.report))
         rows.append(
             ComparisonRow(
-                candidate=item, outcome=outcome, run=run, verdict=verdict, breaches=breaches
+                candidate=item,
+                run=row.run,
+                verdict=row.verdict,
+                breaches=row.breaches,
+                worker_exit_code=row.outcome.exit_code,
+                timeline=row.outcome.timeline,
             )
         )
-    return Comparison(rows=rows, baseline=baseline, environment=environment or {})
+    return Comparison(rows=rows, baseline=baseline, environment=environment,
+                      budgets=list(budgets))  # fmt: skip
+
+
+def _environment_of(report: Any) -> dict[str, Any]:
+    return {
+        "device": report.device,
+        "emulated": report.emulated,
+        "emulation_note": report.emulation_note,
+        "versions": report.versions,
+        "machine": report.machine,
+    }

@@ -269,6 +269,11 @@ class RunConfig:
     """Move the optimizer state before the parameters in both offload and load (verl's
     order, the default, is parameters first). megatron-core's own optimizer offload needs
     it under the precision-aware optimizer, whose params view the DDP param buffer."""
+    strategy_options: dict[str, str] = field(default_factory=dict)
+    """Options the strategy reads from its runtime (``--strategy-option key=value``), e.g.
+    the ``pipelined`` strategy's ``threads``."""
+    label: str | None = None
+    """The row's name everywhere (``--strategy name=spec``); the pair of strategies if None."""
 
     def __post_init__(self) -> None:
         if self.cycles <= 0:

@@ -67,8 +67,3 @@ class RowsFailed(OffloadProbeError):
     out of memory, over budget); each row's verdict says which."""
 
     kind = "crashed"
-
-
-ERROR_FILE_ENV = "OFFLOADPROBE_ERROR_FILE"
-"""Where a child writes ``{"kind", "message"}`` when it fails (see ``cli.main``); one file
-per rank over several ranks (``core.world.rank_file``)."""

@@ -9,84 +9,39 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 3
+from offloadprobe.core.outcomes import Failure, Verdict, where_text
+from offloadprobe.core.world_records import NodePhase, NodeRecord, RankPlace, Spread, WorldRun
+
+SCHEMA_VERSION = 4
 """2 added: per-run ``label``, ``verdict``/``outcome``, ``summary.params``,
 ``summary.optimizer``, ``summary.moved_bytes``, ``failure_kind``/``failure_cycle``/
 ``failure_phase``, ``not_offloaded``. 3 added: per-run ``place`` and ``world`` (runs over
-several ranks: every rank's record and the node rows). Keys are only ever added."""
-
-VERDICT_KINDS = (
-    "ok",
-    "over budget",
-    "corrupted",
-    "not offloaded",
-    "out of memory",
-    "killed",
-    "crashed",
-    "timed out",
-    "bad input",
-)
-"""Every outcome a row can have; only ``ok`` exits 0, ``bad input`` exits 2, the rest 1."""
-
+several ranks: every rank's record and the node rows). 4 added: top-level ``kind`` and
+``budgets``; per run ``failure_record``, ``residency`` (the facts behind "not offloaded")
+and ``exit_code``. Keys are only ever added."""
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Verdict:
-    """One row's outcome: its kind, what broke, and where (phase and cycle) when known."""
+class ResidencyFact:
+    """What one cycle's offload left on the device and gave back, as measured: the facts
+    the "not offloaded" and "partly offloaded" rules (``core.verdicts``) judge."""
 
-    kind: str
-    detail: str = ""
-    cycle: int | None = None
-    phase: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in VERDICT_KINDS:
-            raise ValueError(f"unknown verdict kind {self.kind!r}")
-
-    @property
-    def ok(self) -> bool:
-        return self.kind == "ok"
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.ok else 2 if self.kind == "bad input" else 1
-
-    @property
-    def where(self) -> str:
-        """``cycle 1, phase offload`` (empty when not tied to a phase)."""
-        parts = []
-        if self.cycle is not None:
-            parts.append(f"cycle {self.cycle}")
-        if self.phase is not None:
-            parts.append(f"phase {self.phase}")
-        return ", ".join(parts)
-
-    def line(self) -> str:
-        """``over budget: host peak 4.20x > 1.70x``: the kind, then the detail."""
-        detail = self.detail
-        if self.where and self.where not in detail:
-            detail = f"{detail} ({self.where})" if detail else self.where
-        return f"{self.kind}: {detail}" if detail else self.kind
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ChildFailure:
-    """How a child ``offloadprobe run`` ended when it produced no usable record."""
-
-    kind: str
-    """A ``VERDICT_KINDS`` entry: ``killed``, ``timed out``, ``crashed``, ``bad input``..."""
-    message: str
-    exit_code: int
-    cycle: int | None = None
-    phase: str | None = None
-
-    @property
-    def verdict(self) -> Verdict:
-        return Verdict(kind=self.kind, detail=self.message, cycle=self.cycle, phase=self.phase)
-
-    @property
-    def where(self) -> str:
-        """``" at cycle 0, phase offload"`` or empty."""
-        return f" at cycle {self.cycle}, phase {self.phase}" if self.phase else ""
+    cycle: int
+    param_bytes_to_move: int
+    """``param_data`` bytes the parameter strategy should move (0 for ``none``)."""
+    param_bytes_left: int
+    """``param_data`` bytes still on the device after the offload (the audit)."""
+    param_offload_gave_bytes: int
+    """The parameter offload phase's measured net device drop (grads left out)."""
+    built_on_device_bytes: int
+    """Device bytes the strategies hold from their construction."""
+    moves_optimizer: bool
+    """Whether the optimizer strategy moves state (its own phases)."""
+    optimizer_state_bytes: int
+    """Optimizer state on the device before the offload."""
+    optimizer_moved_bytes: int
+    """Optimizer state that left the device (state before less state left)."""
+    left_by_owner: dict[str, int] = field(default_factory=dict)
+    """Device bytes still there after every offload of the cycle, by owner (the audit)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -244,96 +199,8 @@ class RunSummary:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class RankPlace:
-    """Where one rank of a run over several ranks ran (torchrun's numbering)."""
-
-    rank: int
-    local_rank: int
-    node_rank: int
-    """torchrun's ``GROUP_RANK``: which node (agent) the rank belongs to."""
-    world_size: int
-    hostname: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Spread:
-    """One figure over the ranks of a node: per-rank minimum, mean, maximum, and the sum."""
-
-    min: float
-    mean: float
-    max: float
-    sum: float
-    ranks: int
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NodePhase:
-    """One phase on one node: the node cgroup's readings beside its ranks' own figures.
-
-    Host figures leave out the emulated device (CPU emulation): ``emulated_device_bytes``
-    is what the node's ranks held as emulated device at the phase end, already subtracted.
-    """
-
-    cycle: int
-    phase: str
-    usage_before: int | None
-    """Node cgroup usage at the phase start, less the emulated device."""
-    peak: int | None
-    """Node cgroup high-water mark during the phase, less the emulated device."""
-    usage_after: int | None
-    peak_is_phase_local: bool
-    """True when the cgroup's peak counter was reset at the phase start."""
-    emulated_device_bytes: int
-    rank_peak_sum: int
-    """Sum over the node's ranks of each rank's host high-water mark in the phase."""
-    rank_peak_max: int
-    rank_rss_before_sum: int
-    """Sum over the node's ranks of host RSS at the phase start."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NodeRecord:
-    """One node of a run over several ranks: its ranks' spread and its own measured peak."""
-
-    node_rank: int
-    hostname: str
-    ranks: list[int]
-    cgroup: str | None
-    """Where the node figures come from (the node's memory cgroup), in words."""
-    cgroup_missing: str | None
-    """Why there is no node figure, when there is none."""
-    baseline_bytes: int | None
-    """Node cgroup usage just before the first offload, less the emulated device."""
-    peak_bytes: int | None
-    """Highest node cgroup usage in any offload or load phase, over ``baseline_bytes``."""
-    peak_x: float | None
-    """``peak_bytes`` over the bytes the node's ranks move together."""
-    steady_bytes: int | None
-    """Node cgroup usage after the last offload, over ``baseline_bytes``."""
-    rank_peak_sum_bytes: int | None
-    """Sum of the ranks' own host peaks (each over its own baseline): the node figure if
-    every rank peaked at once."""
-    figures: dict[str, Spread]
-    """Each summary figure (``host_peak_bytes``, ``steady_host_bytes``...) over the ranks."""
-    phases: list[NodePhase]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class WorldRun:
-    """A run over several ranks: its layout, every rank's record, and one row per node."""
-
-    world_size: int
-    nnodes: int
-    layout: dict[str, int | None]
-    """tp, pp, ep, cp, vpp and the derived dp."""
-    ranks: list[RunRecord]
-    nodes: list[NodeRecord]
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class RunRecord:
-    """Everything one strategy's run measured."""
+    """Everything one strategy's run measured: facts only, judged by ``core.verdicts``."""
 
     strategy: str
     description: str
@@ -349,29 +216,27 @@ class RunRecord:
     integrity: list[str] = field(default_factory=list)
     """One line per failed round-trip check; empty when every byte came back."""
     notes: list[str] = field(default_factory=list)
-    failure: str | None = None
-    """Why the run stopped early (e.g. device out of memory in a named phase)."""
+    failure: Failure | None = None
+    """Why and where the run stopped early (out of memory, a crash, a killed process)."""
     optimizer_strategy: str = "none"
     optimizer: str = ""
     """The optimizer that computed the steps, in words."""
     left_after_offload: list[dict[str, Any]] = field(default_factory=list)
     """The last offload's residency audit: owner, parameter name, dtype, bytes per tensor."""
-    failure_kind: str | None = None
-    """``out of memory`` or ``crashed`` when ``failure`` is set."""
-    failure_cycle: int | None = None
-    failure_phase: str | None = None
-    not_offloaded: list[str] = field(default_factory=list)
-    """What a strategy should have moved off the device and did not, one line each."""
+    residency: list[ResidencyFact] = field(default_factory=list)
+    """Per offload cycle: what was to move, what moved, what stayed (for the verdict)."""
     place: RankPlace | None = None
     """Runs over several ranks: which rank this record is (None for one process)."""
     world: WorldRun | None = None
     """Runs over several ranks, on the row's record (rank 0's, with every rank's failures
     merged into it): every rank's record and the node rows."""
+    label_override: str | None = None
+    """A row name the user gave (``--strategy name=spec``); the pair otherwise."""
 
     @property
     def label(self) -> str:
-        """Both strategies, ``lazy + legacy``: every output names the pair."""
-        return f"{self.strategy} + {self.optimizer_strategy}"
+        """Both strategies, ``lazy + legacy``, or the user's own name for the row."""
+        return self.label_override or f"{self.strategy} + {self.optimizer_strategy}"
 
     def cycles(self) -> list[dict[str, Any]]:
         """Phases grouped per cycle, the JSON's ``cycles`` list."""
@@ -397,11 +262,14 @@ class Report:
     schema_version: int = SCHEMA_VERSION
     verdicts: list[Verdict] = field(default_factory=list)
     """One per run, in run order, when the invocation judged them (budgets included)."""
+    budgets: list[str] = field(default_factory=list)
+    """The budgets every row was held to, as the user gave them (``host peak <= 1.1x``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The stable JSON document (keys only ever get added)."""
-        doc = {
+        doc: dict[str, Any] = {
             "schema_version": self.schema_version,
+            "kind": "run",
             "device": self.device,
             "emulated": self.emulated,
             "emulation_note": self.emulation_note,
@@ -410,14 +278,22 @@ class Report:
             "machine": self.machine,
             "model": self.model,
             "settings": self.settings,
-            "runs": [],
+            "budgets": list(self.budgets),
+            "runs": [run_to_dict(run) for run in self.runs],
         }
-        for run in self.runs:
-            doc["runs"].append(run_to_dict(run))
         for entry, verdict in zip(doc["runs"], self.verdicts, strict=False):
-            entry["verdict"] = verdict.line()
-            entry["outcome"] = asdict(verdict)
+            judged(entry, verdict)
         return doc
+
+
+def judged(entry: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+    """A run's JSON entry with its verdict, outcome, exit code and "not offloaded" lines."""
+    entry["verdict"] = verdict.line()
+    entry["outcome"] = asdict(verdict)
+    entry["exit_code"] = verdict.exit_code
+    residency = ("not offloaded", "partly offloaded")
+    entry["not_offloaded"] = list(verdict.reasons) if verdict.kind in residency else []
+    return entry
 
 
 def _build(cls: type, data: Any) -> Any:
@@ -443,6 +319,39 @@ def _build(cls: type, data: Any) -> Any:
     return cls(**kwargs)
 
 
+def run_to_dict(run: RunRecord) -> dict[str, Any]:
+    """One run's JSON form: phases grouped per cycle, the label, nested ranks alike. The
+    failure is written twice: as the record, and as the flat keys of schema 2."""
+    entry = asdict(run)
+    entry.pop("phases")
+    entry.pop("label_override")
+    entry["cycles"] = run.cycles()
+    entry["label"] = run.label
+    failure = run.failure
+    entry["failure_record"] = entry.pop("failure")
+    entry["failure"] = failure.text if failure else None
+    entry["failure_kind"] = failure.kind if failure else None
+    entry["failure_cycle"] = failure.cycle if failure else None
+    entry["failure_phase"] = failure.phase if failure else None
+    if run.world is not None:
+        entry["world"]["ranks"] = [run_to_dict(r) for r in run.world.ranks]
+    return entry
+
+
+def failure_from_dict(entry: dict[str, Any]) -> Failure | None:
+    """The run's failure from its record, or from the flat keys of schema 2 and 3."""
+    record = entry.get("failure_record")
+    if record:
+        return Failure(**record)
+    if not entry.get("failure"):
+        return None
+    cycle, phase = entry.get("failure_cycle"), entry.get("failure_phase")
+    message = str(entry["failure"]).removesuffix(f" ({where_text(cycle, phase)})")
+    return Failure(
+        kind=entry.get("failure_kind") or "crashed", message=message, cycle=cycle, phase=phase
+    )
+
+
 def world_from_dict(data: dict[str, Any] | None) -> WorldRun | None:
     """Rebuild a ``WorldRun`` from its JSON form."""
     if data is None:
@@ -463,17 +372,6 @@ def world_from_dict(data: dict[str, Any] | None) -> WorldRun | None:
     )
 
 
-def run_to_dict(run: RunRecord) -> dict[str, Any]:
-    """One run's JSON form: phases grouped per cycle, the label, nested ranks alike."""
-    entry = asdict(run)
-    entry.pop("phases")
-    entry["cycles"] = run.cycles()
-    entry["label"] = run.label
-    if run.world is not None:
-        entry["world"]["ranks"] = [run_to_dict(r) for r in run.world.ranks]
-    return entry
-
-
 def run_from_dict(entry: dict[str, Any]) -> RunRecord:
     """Rebuild a ``RunRecord`` from one entry of a report's ``runs`` list."""
     phases = [_build(PhaseRecord, p) for c in entry["cycles"] for p in c["phases"]]
@@ -482,14 +380,28 @@ def run_from_dict(entry: dict[str, Any]) -> RunRecord:
     fields["summary"] = _build(RunSummary, entry.get("summary"))
     fields["place"] = RankPlace(**entry["place"]) if entry.get("place") else None
     fields["world"] = world_from_dict(entry.get("world"))
+    fields["failure"] = failure_from_dict(entry)
+    fields["residency"] = [ResidencyFact(**r) for r in entry.get("residency") or []]
+    pair = f"{entry.get('strategy')} + {entry.get('optimizer_strategy', 'none')}"
+    label = entry.get("label")
+    fields["label_override"] = label if label and label != pair else None
     known = {f for f in RunRecord.__dataclass_fields__}
     return RunRecord(**{k: v for k, v in fields.items() if k in known})
 
 
+def verdict_from_dict(data: dict[str, Any]) -> Verdict:
+    fields = dict(data)
+    fields["reasons"] = tuple(fields.get("reasons") or ())
+    known = {f for f in Verdict.__dataclass_fields__}
+    return Verdict(**{k: v for k, v in fields.items() if k in known})
+
+
 def report_from_dict(doc: dict[str, Any]) -> Report:
     """Rebuild a ``Report`` from its JSON document (unknown keys are ignored)."""
-    known = {f for f in Report.__dataclass_fields__} - {"runs"}
+    known = {f for f in Report.__dataclass_fields__} - {"runs", "verdicts"}
+    verdicts = [verdict_from_dict(r["outcome"]) for r in doc["runs"] if r.get("outcome")]
     return Report(
         runs=[run_from_dict(r) for r in doc["runs"]],
+        verdicts=verdicts if len(verdicts) == len(doc["runs"]) else [],
         **{k: v for k, v in doc.items() if k in known},
     )

@@ -4,10 +4,14 @@ Built-in plug-ins are registered by module path and imported only when asked for
 listing names (``--help``, the scenario schema) imports no torch. Each such module
 exports its descriptor as ``STRATEGY``. Third parties add theirs through an entry-point
 group; the entry point may name a descriptor or a bare class, which ``adapt`` wraps.
+
+A name is registered once: a built-in and an entry point of the same name, or two entry
+points of one name, are an error that names both (exit 2), never a silent choice.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Callable
 from importlib import metadata
@@ -20,10 +24,19 @@ T = TypeVar("T")
 DESCRIPTOR_ATTRIBUTE = "STRATEGY"
 """The name under which a plug-in module exports its descriptor."""
 
+USER_FORMS = ("package.module:object", "package.module:offload_fn,load_fn[@each]")
+"""The two ways to name the user's own code instead of a registered name."""
+
 
 def is_user_spec(spec: str) -> bool:
     """True for a user's ``package.module:...`` spec, False for a registered name."""
     return ":" in spec
+
+
+def _origin(ep: Any) -> str:
+    dist = getattr(ep, "dist", None)
+    where = f" (distribution {dist.name} {dist.version})" if dist is not None else ""
+    return f"entry point {ep.name} = {ep.value}{where}"
 
 
 class Registry(Generic[T]):
@@ -40,15 +53,32 @@ class Registry(Generic[T]):
 
     def register_module(self, name: str, module: str) -> None:
         """Register the descriptor ``module.STRATEGY`` under ``name`` (imported on first use)."""
+        if name in self._modules and self._modules[name] != module:
+            raise StrategyError(
+                f"{self.kind} {name!r} is registered twice: built-in {self._modules[name]} "
+                f"and {module}"
+            )
         self._modules[name] = module
 
     def _discover(self) -> None:
         if self._discovered:
             return
-        self._discovered = True
+        found: dict[str, Any] = {}
         for ep in metadata.entry_points(group=self.entry_point_group):
-            if ep.name not in self._modules:
-                self._entry_points[ep.name] = ep
+            if ep.name in self._modules:
+                raise StrategyError(
+                    f"{self.kind} {ep.name!r} is registered twice: built-in "
+                    f"{self._modules[ep.name]} and {_origin(ep)}; rename the plug-in's "
+                    "entry point or uninstall it"
+                )
+            if ep.name in found and found[ep.name].value != ep.value:
+                raise StrategyError(
+                    f"{self.kind} {ep.name!r} is registered twice: {_origin(found[ep.name])} "
+                    f"and {_origin(ep)}; uninstall one of them or rename its entry point"
+                )
+            found[ep.name] = ep
+        self._entry_points = found
+        self._discovered = True
 
     def refresh(self) -> None:
         """Forget discovered entry points, e.g. after a plug-in was installed in this process."""
@@ -62,6 +92,9 @@ class Registry(Generic[T]):
         self._discover()
         return [*self._modules, *self._entry_points]
 
+    def builtin_names(self) -> list[str]:
+        return list(self._modules)
+
     def __contains__(self, name: object) -> bool:
         return name in self.names()
 
@@ -71,18 +104,20 @@ class Registry(Generic[T]):
         if not is_user_spec(name) and name not in self.names():
             raise self._unknown(name)
 
+    def choices(self) -> str:
+        """Every registered name and the user forms, for help texts and errors."""
+        return ", ".join(self.names()) + ", or your own " + " or ".join(USER_FORMS)
+
     def _unknown(self, name: str) -> StrategyError:
-        valid = ", ".join(self.names())
+        near = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.6)
         module, dot, obj = name.rpartition(".")
-        hint = (
-            f" (did you mean {module}:{obj}? a colon separates the module from the object)"
-            if dot and module and obj
-            else ""
-        )
-        return StrategyError(
-            f"unknown {self.kind} {name!r}: choose one of {valid}, "
-            f"or give your own as package.module:object{hint}"
-        )
+        if near:
+            hint = f" (did you mean {near[0]}?)"
+        elif dot and module and obj:
+            hint = f" (did you mean {module}:{obj}? a colon separates the module from the object)"
+        else:
+            hint = ""
+        return StrategyError(f"unknown {self.kind} {name!r}{hint}: choose one of {self.choices()}")
 
     def get(self, name: str) -> T:
         """The descriptor for ``name``; an unknown name lists the valid ones."""

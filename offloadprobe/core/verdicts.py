@@ -1,42 +1,55 @@
-"""Turn what a run recorded, and the budgets it was held to, into one verdict per row.
+"""Every verdict rule, as pure functions over what was measured and how the process ended.
 
-The same rule serves ``run``, ``compare``, ``repro`` and the pytest plugin: a row is
-``ok`` only when it completed, every byte came back, it moved what it should have
-moved and it kept every budget. Anything else names its own outcome, and where a
-phase is to blame, the phase and cycle.
+The same rules serve ``run``, ``compare``, ``repro``, ``show`` and the pytest plugin: a
+row is ``ok`` only when its process ended as it said it would, the run completed, every
+byte came back, it moved what it should have moved and it kept every budget. Anything
+else names its own outcome and, where a phase is to blame, the phase and cycle.
+
+The rules see records, never live objects: a saved record is judged exactly as it was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import signal
+from collections.abc import Iterable, Sequence
 
 from offloadprobe.core.budgets import Breach, Budget
-from offloadprobe.core.records import ChildFailure, RunRecord, Verdict
+from offloadprobe.core.outcomes import Failure, Verdict
+from offloadprobe.core.records import ResidencyFact, RunRecord
+from offloadprobe.core.units import format_bytes
 
 OK = Verdict(kind="ok")
+
+STAGING_FRACTION = 2
+"""A parameter offload whose device drop, net of what the strategy holds otherwise, is
+under 1/STAGING_FRACTION of ``param_data`` kept a copy on the device (a staging buffer kept
+for reuse is less than that)."""
 
 
 def judge(
     run: RunRecord | None,
     budgets: Iterable[Budget] = (),
     *,
-    failure: ChildFailure | None = None,
+    failure: Failure | None = None,
 ) -> tuple[Verdict, list[Breach]]:
-    """The row's verdict and every budget it broke (the first one names the verdict)."""
-    if failure is not None and (run is None or run.failure is None):
+    """The row's verdict and every budget it broke (the first one names the verdict).
+
+    ``failure`` is how the measured process ended, where that decides the row (killed,
+    exited early, inconsistent): it wins over whatever its record says."""
+    if failure is not None:
         return failure.verdict, []
     if run is None:
         return Verdict(kind="crashed", detail="no record was produced"), []
     if run.failure is not None:
-        kind = run.failure_kind or "crashed"
-        return Verdict(
-            kind=kind, detail=run.failure, cycle=run.failure_cycle, phase=run.failure_phase
-        ), []
+        return run.failure.verdict, []
     if run.integrity:
         more = f" (+{len(run.integrity) - 1} more)" if len(run.integrity) > 1 else ""
-        return Verdict(kind="corrupted", detail=run.integrity[0] + more), []
-    if run.not_offloaded:
-        return Verdict(kind="not offloaded", detail="; ".join(run.not_offloaded)), []
+        return Verdict(
+            kind="corrupted", detail=run.integrity[0] + more, reasons=tuple(run.integrity)
+        ), []
+    problems = residency_problems(run.residency)
+    if problems:
+        return Verdict(kind="not offloaded", detail="; ".join(problems), reasons=problems), []
     if run.summary is None:
         return Verdict(kind="crashed", detail="no offload/load pair completed"), []
     if run.world is not None:
@@ -57,13 +70,110 @@ def _judge_ranks(run: RunRecord, budgets: list[Budget]) -> tuple[Verdict, list[B
         if not verdict.ok:
             where = rank.place.rank if rank.place else "?"
             return Verdict(
-                kind=verdict.kind, detail=f"rank {where}: {verdict.detail}",
-                cycle=verdict.cycle, phase=verdict.phase,
-            ), breaches  # fmt: skip
+                kind=verdict.kind,
+                detail=f"rank {where}: {verdict.detail}",
+                cycle=verdict.cycle,
+                phase=verdict.phase,
+                reasons=tuple(f"rank {where}: {r}" for r in verdict.reasons),
+            ), breaches
     return OK, []
 
 
+def cycle_residency_problems(fact: ResidencyFact) -> list[str]:
+    """What one cycle's offload should have moved off the device and did not."""
+    lines = []
+    left = fact.param_bytes_left
+    if fact.param_bytes_to_move and left:
+        lines.append(f"param_data {format_bytes(left)} still on device after offload")
+    elif fact.param_bytes_to_move:
+        # What the offload gave back for the parameters: its net device change, less what
+        # the strategy made on the device when it was built (a buffer there could hold the
+        # copy) and less optimizer state it moved in the same phase (moving state cannot
+        # pay for parameters kept on the device).
+        paid = fact.built_on_device_bytes
+        if not fact.moves_optimizer:
+            paid += fact.optimizer_moved_bytes
+        gave = max(0, fact.param_offload_gave_bytes - paid)
+        if gave < fact.param_bytes_to_move // STAGING_FRACTION:
+            lines.append(
+                f"param_data freed, but the device gave back {format_bytes(gave)} net of "
+                f"{format_bytes(fact.param_bytes_to_move)}"
+                + (f" (less {format_bytes(paid)} the strategy holds otherwise)" if paid else "")
+                + " (a copy kept on the device?)"
+            )
+    if fact.moves_optimizer and fact.optimizer_state_bytes and not fact.optimizer_moved_bytes:
+        lines.append(
+            f"optimizer state {format_bytes(fact.optimizer_state_bytes)}: none of it left "
+            "the device"
+        )
+    return lines
+
+
+def residency_problems(facts: Sequence[ResidencyFact]) -> tuple[str, ...]:
+    """Every cycle's residency problems, each line once, in the order first seen."""
+    seen: dict[str, None] = {}
+    for fact in facts:
+        for line in cycle_residency_problems(fact):
+            seen.setdefault(line, None)
+    return tuple(seen)
+
+
+def ended(
+    *,
+    exit_code: int,
+    wrote_result: bool,
+    result_exit_code: int | None,
+    result_failure: Failure | None,
+    last_phase: tuple[int, str] | None,
+    oom_kills: tuple[int | None, int | None] = (None, None),
+) -> Failure | None:
+    """How a measured process ended, when that decides its row; None when its record
+    (and the rules above) do.
+
+    - killed by a signal: ``killed``, naming the signal and, for SIGKILL, whether the
+      memory cgroup recorded an OOM kill;
+    - ended without writing its record: ``exited early`` (whatever its exit code: a
+      strategy's ``sys.exit(0)`` or ``os._exit(0)`` is not a completed run);
+    - a record whose own exit code is not the one the process ended with: ``inconsistent``
+      (the record was rewritten after the worker wrote it, or the worker was made to exit
+      otherwise).
+    """
+    cycle, phase = last_phase if last_phase else (None, None)
+    if exit_code < 0:
+        message = signal_message(-exit_code, *oom_kills)
+        return Failure(
+            kind="killed", message=message, cycle=cycle, phase=phase, exit_code=exit_code
+        )
+    if not wrote_result:
+        message = f"the measured process exited with code {exit_code} before writing its record"
+        return Failure(
+            kind="exited early", message=message, cycle=cycle, phase=phase, exit_code=exit_code
+        )
+    if result_exit_code is not None and result_exit_code != exit_code:
+        message = (
+            f"the record says the measured process exits {result_exit_code}, but it exited "
+            f"{exit_code}: the record cannot be trusted"
+        )
+        return Failure(
+            kind="inconsistent", message=message, cycle=cycle, phase=phase, exit_code=exit_code
+        )
+    return result_failure
+
+
+def signal_message(signum: int, oom_before: int | None = None, oom_after: int | None = None) -> str:
+    """A signal's name, and for SIGKILL whether the cgroup recorded an OOM kill."""
+    known = signum in signal.Signals._value2member_map_
+    name = signal.Signals(signum).name if known else str(signum)
+    if signum == signal.SIGKILL and oom_before is not None and oom_after is not None:
+        if oom_after > oom_before:
+            return f"{name}, cgroup OOM (oom_kill {oom_before} -> {oom_after})"
+        return f"{name} (no OOM kill recorded by the cgroup)"
+    if signum == signal.SIGKILL:
+        return f"{name}, probably out of memory (no cgroup counter to confirm)"
+    return f"signal {signum} ({name})"
+
+
 def exit_code(verdicts: Iterable[Verdict]) -> int:
-    """0 when every row is ok; 2 when any row was bad input; else 1."""
+    """0 when every row passes; 2 when any row was bad input; else 1."""
     codes = {v.exit_code for v in verdicts}
     return 2 if 2 in codes else 1 if 1 in codes else 0

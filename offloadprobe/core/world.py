@@ -158,3 +158,9 @@ def rank_file(path: Path, rank: int | None = None) -> Path:
             return path
         rank = int(os.environ.get("RANK", "0") or "0")
     return path.with_name(f"{path.name}.rank{rank}")
+
+
+def under_torchrun(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is one of several ranks torchrun started."""
+    env = os.environ if env is None else env
+    return int(env.get("WORLD_SIZE", "1") or "1") > 1

@@ -1,22 +1,25 @@
-"""Run offload/load cycles of one strategy on a freshly built probe model."""
+"""Run offload/load cycles of one strategy on a freshly built probe model: the facts.
+
+The runner measures and records; it never judges. What a recorded fact means (not
+offloaded, corrupted, over budget) is ``core.verdicts``'s; the runner only asks those
+rules whether to stop after a cycle. One process or one rank alike: the worker chooses.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import sys
-import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from offloadprobe.core.config import RunConfig
-from offloadprobe.core.errors import DeviceOutOfMemory, UsageError
-from offloadprobe.core.records import PhaseRecord, Report, RunRecord
-from offloadprobe.core.units import format_bytes, gbps
-from offloadprobe.engine import environment
+from offloadprobe.core.errors import UsageError
+from offloadprobe.core.outcomes import Failure
+from offloadprobe.core.records import PhaseRecord, Report, ResidencyFact, RunRecord
+from offloadprobe.core.units import format_bytes
+from offloadprobe.core.verdicts import cycle_residency_problems
+from offloadprobe.engine.descriptors import close, registered_bytes
 from offloadprobe.engine.model import audit
 from offloadprobe.engine.model.builder import ProbeModel, build_probe_model
 from offloadprobe.engine.model.integrity import fingerprint_state, verify_round_trip
@@ -29,21 +32,21 @@ from offloadprobe.engine.model.reference import (
 from offloadprobe.engine.model.residency import device_bytes
 from offloadprobe.engine.model.train import train_step
 from offloadprobe.engine.optimizer.strategies import optimizer_strategy
+from offloadprobe.engine.phase_errors import EmulationBypassed, phase_failure, setup_failure
 from offloadprobe.engine.rollout import claim, limit_device_memory
+from offloadprobe.engine.run_record import failed_record, record_of, report_of
 from offloadprobe.engine.runtime import Runtime, open_runtime
-from offloadprobe.engine.runtime.emulation import on_device
 from offloadprobe.engine.strategies import model_strategy
-from offloadprobe.engine.strategies.base import (
-    ReleasesThroughDriver,
-    close,
-    ddp_buffers,
-    registered_bytes,
-    released_storages,
+from offloadprobe.engine.transfers import (
+    confirmed_released,
+    driver_delta,
+    grad_device_bytes,
+    measured_transfer,
 )
 from offloadprobe.engine.world.fence import PhaseFence
 from offloadprobe.measure.meter import PhaseMeter
 from offloadprobe.measure.sampler import Sampler
-from offloadprobe.measure.summary import LOADS, OFFLOADS, summarise
+from offloadprobe.measure.summary import LOADS, OFFLOADS
 
 PhaseCallback = Callable[[PhaseRecord], None]
 
@@ -54,7 +57,7 @@ ends its process (its peers may be waiting for it inside a collective)."""
 
 @dataclass(frozen=True, slots=True)
 class Hooks:
-    """Callbacks around phases: progress bars, and a log that survives a SIGKILL."""
+    """Callbacks around phases: progress, and a log that survives a SIGKILL."""
 
     on_phase: PhaseCallback | None = None
     on_start: Callable[[int, str], None] | None = None
@@ -65,10 +68,8 @@ class Hooks:
 
 
 def moves_optimizer(cfg: RunConfig) -> bool:
-    """Whether the optimizer strategy moves anything (its own phases), by its descriptor;
-    a strategy that does not declare its keys (the user's) is taken to move."""
-    info = optimizer_strategy(cfg.optimizer_strategy)
-    return info.moved_keys is None or bool(info.moved_keys(cfg.optimizer.precision_aware))
+    """Whether the optimizer strategy moves anything (its own phases), by its descriptor."""
+    return bool(optimizer_strategy(cfg.optimizer_strategy).moves(cfg.optimizer.precision_aware))
 
 
 def phases_per_run(cfg: RunConfig) -> int:
@@ -100,18 +101,8 @@ def _within(code: Callable[[], Any], action: Callable[[Any], Any], arg: Any) -> 
         return action(arg)
 
 
-def _close(strategy: Any) -> int:
-    registered = registered_bytes(strategy)
-    close(strategy)
-    return registered
-
-
-class EmulationBypassed(RuntimeError):
-    """A strategy changed device memory where CPU emulation cannot account for it."""
-
-
 class _Stopped(Exception):
-    """A strategy raised inside a phase; the record says where and why."""
+    """A phase failed; the record says where and why."""
 
 
 class _Cycles:
@@ -151,14 +142,11 @@ class _Cycles:
         self.optimizer_bytes = 0
         self.optimizer_moved = 0
         self.grads_freed = False
-        self.not_offloaded: list[str] = []
         self.moved_nothing: set[str] = set()
         self.phases: list[PhaseRecord] = []
         self.problems: list[str] = []
-        self.failure: str | None = None
-        self.failure_kind: str | None = None
-        self.failure_cycle: int | None = None
-        self.failure_phase: str | None = None
+        self.failure: Failure | None = None
+        self.residency: list[ResidencyFact] = []
         self.residents: list[audit.ResidentTensor] = []
         self.registered = 0
         self.notes: list[str] = []
@@ -170,11 +158,10 @@ class _Cycles:
     def phase(self, cycle: int, name: str, action: Callable[[], Any]) -> Any:
         if self.hooks.on_start is not None:
             self.hooks.on_start(cycle, name)
-        grads_before = _grad_device_bytes(self.model)
+        grads_before = grad_device_bytes(self.model)
         fence = self.hooks.fence
         if fence is not None:
             fence.before()
-        raised: BaseException | None = None
         memory = self.runtime.device_memory
         bypassed = memory.bypassed_bytes if memory is not None else 0
         try:
@@ -186,134 +173,65 @@ class _Cycles:
                     "were resized outside torch.UntypedStorage.resize_ "
                     "(torch._C.StorageBase.resize_ or an op's out=); on a GPU it is measured"
                 )
-        except DeviceOutOfMemory as exc:
-            self.stop("out of memory", cycle, name, str(exc))
-            raised = exc
-        except EmulationBypassed as exc:  # the run cannot be measured here: no traceback
-            self.stop("crashed", cycle, name, str(exc))
-            raised = _Stopped()
-        except torch.OutOfMemoryError as exc:
-            first = str(exc).splitlines()[0] if str(exc) else "torch.OutOfMemoryError"
-            if "out of memory" not in first.lower():
-                first = f"CUDA out of memory: {first}"
-            self.stop("out of memory", cycle, name, first)
-            raised = DeviceOutOfMemory(self.failure)
         except Exception as exc:
-            traceback.print_exc(file=sys.stderr)
-            self.stop("crashed", cycle, name, f"{type(exc).__name__}: {exc}".splitlines()[0])
-            raised = _Stopped()
-        if fence is not None and raised is not None and name in COLLECTIVE_PHASES:
-            fence.abort(self.failure_kind or "crashed", self.failure or "crashed")
+            self.failure = phase_failure(exc, cycle, name)
+        if fence is not None and self.failure is not None and name in COLLECTIVE_PHASES:
+            fence.abort(self.failure)
+        stopped = self.failure is not None
         if fence is not None:
-            failed = fence.after(cycle, name, self.failure if raised is not None else None)
-            if raised is None and failed:
+            failed = fence.after(cycle, name, self.failure.text if self.failure else None)
+            if not stopped and failed:
                 rank, _why = failed[0]
                 self.notes.append(f"stopped at cycle {cycle}, phase {name}: rank {rank} failed")
-                raised = _Stopped()
-        if raised is not None:
-            raise raised
+                stopped = True
+        if stopped:
+            raise _Stopped
         if name in OFFLOADS or name in LOADS:
-            rec = self.measured_transfer(rec, grads_before, _grad_device_bytes(self.model))
+            rec = self.measured_transfer(rec, grads_before, grad_device_bytes(self.model))
         self.phases.append(rec)
         if self.hooks.on_phase is not None:
             self.hooks.on_phase(rec)
         return result
 
-    def stop(self, kind: str, cycle: int, phase: str, message: str) -> None:
-        self.failure_kind, self.failure_cycle, self.failure_phase = kind, cycle, phase
-        self.failure = f"{message} (cycle {cycle}, phase {phase})"
-
     def measured_transfer(self, rec: PhaseRecord, grads_before: int, grads_after: int) -> Any:
-        """Bytes moved = device bytes the phase really freed (offloads) or restored (loads),
-        less ``grad_data`` (discarded on offload, zeroed on load: nothing is copied)."""
+        """The phase's record with what it really moved (``engine.transfers``)."""
         if rec.phase in OFFLOADS:
-            device, grads = rec.device_freed_bytes, max(0, grads_before - grads_after)
+            grads = max(0, grads_before - grads_after)
             if rec.phase == "offload":
                 self.grads_freed = grads > 0
         else:
-            device, grads = rec.device_allocated_bytes, max(0, grads_after - grads_before)
-        driver = self.driver_delta(rec)
-        if driver is not None:  # outside PyTorch's allocator: the driver's own figure
-            device = driver
-            grads = 0
-        moved = max(0, (device or 0) - grads)
+            grads = max(0, grads_after - grads_before)
+        previous = self.phases[-1] if self.phases else None
+        driver = driver_delta(self.strategy, previous, rec)
+        rec, moved = measured_transfer(rec, grads, driver)
         if not moved:
             self.moved_nothing.add(rec.phase)
-        return dataclasses.replace(rec, bytes_moved=moved, gbps=gbps(moved, rec.seconds))
+        return rec
 
-    def driver_delta(self, rec: PhaseRecord) -> int | None:
-        """For a strategy that releases through the driver: device bytes the driver got back
-        (offloads) or handed out (loads) over the phase, from ``mem_get_info``; else None."""
-        if not isinstance(self.strategy, ReleasesThroughDriver) or not self.phases:
-            return None
-        before, after = self.phases[-1].gpu, rec.gpu
-        if before is None or after is None:
-            return None
-        change = before.device_used_after - after.device_used_after
-        return max(0, change if rec.phase in OFFLOADS else -change)
-
-    def confirmed_released(self) -> frozenset[int]:
-        """Storage keys a strategy released through the driver, if the driver agrees: the
-        device memory in use fell over this cycle's offloads by at least their bytes."""
-        storages = released_storages(self.strategy, self.model.chunks)
-        if not storages:
-            return frozenset()
-        cycle = self.phases[-1].cycle
-        offloads = [
-            i for i, p in enumerate(self.phases) if p.cycle == cycle and p.phase in OFFLOADS
-        ]
-        first, last = self.phases[offloads[0] - 1].gpu, self.phases[offloads[-1]].gpu
-        claimed = sum(s.nbytes() for s in {s._cdata: s for s in storages}.values())
-        if first is None or last is None:
-            return frozenset()
-        freed = first.device_used_after - last.device_used_after
-        if freed < 0.97 * claimed:
-            return frozenset()
-        return frozenset(s._cdata for s in storages)
-
-    def audit(self) -> None:
-        """After every offload phase of a cycle: attach the residency audit to the parameter
-        offload's record, count the optimizer bytes that left the device, and judge."""
-        released = self.confirmed_released()
+    def audit(self, cycle: int) -> ResidencyFact:
+        """After every offload phase of a cycle: the residency audit on the parameter
+        offload's record, and the cycle's residency facts."""
+        released = confirmed_released(self.strategy, self.model.chunks, self.phases)
         self.residents = audit.audit(self.model, self.runtime, self.snapshot, released)
         left = audit.bytes_by_key(self.residents)
         not_state = ("param_data", "grad_data", audit.ALLOCATED_DURING_OFFLOAD)
         left_optimizer = sum(v for k, v in left.items() if k not in not_state)
         self.optimizer_moved = max(0, self.optimizer_bytes - left_optimizer)
         index = max(i for i, p in enumerate(self.phases) if p.phase == "offload")
-        self.phases[index] = dataclasses.replace(self.phases[index], left_on_device=left)
-        self.judge_residency(left, self.phases[index].bytes_moved)
-
-    def judge_residency(self, left: dict[str, int], param_moved: int) -> None:
-        """A strategy that should move something and left it on the device did not offload."""
-        lines = []
-        if self.param_to_move and left.get("param_data", 0):
-            lines.append(
-                f"param_data {format_bytes(left['param_data'])} still on device after offload"
-            )
-        elif self.param_to_move:
-            # What the offload gave back for the parameters: its net device change, less
-            # what the strategy made on the device when it was built (a buffer there could
-            # hold the copy) and less optimizer state it moved in the same phase (moving
-            # state cannot pay for parameters kept on the device).
-            paid = self.built_on_device + (0 if self.moves_optimizer else self.optimizer_moved)
-            gave = max(0, param_moved - paid)
-            # less than half: a copy kept on the device, not a staging buffer kept for reuse
-            # (what a strategy keeps there is the residency audit's and --max-gpu-residual's)
-            if gave < self.param_to_move // 2:
-                lines.append(
-                    f"param_data freed, but the device gave back {format_bytes(gave)} net of "
-                    f"{format_bytes(self.param_to_move)}"
-                    + (f" (less {format_bytes(paid)} the strategy holds otherwise)" if paid else "")
-                    + " (a copy kept on the device?)"
-                )
-        if self.moves_optimizer and self.optimizer_bytes and not self.optimizer_moved:
-            lines.append(
-                f"optimizer state {format_bytes(self.optimizer_bytes)}: none of it left the device"
-            )
-        for line in lines:
-            if line not in self.not_offloaded:
-                self.not_offloaded.append(line)
+        self.phases[index] = replace(self.phases[index], left_on_device=left)
+        fact = ResidencyFact(
+            cycle=cycle,
+            param_bytes_to_move=self.param_to_move,
+            param_bytes_left=left.get("param_data", 0),
+            param_offload_gave_bytes=self.phases[index].bytes_moved,
+            built_on_device_bytes=self.built_on_device,
+            moves_optimizer=self.moves_optimizer,
+            optimizer_state_bytes=self.optimizer_bytes,
+            optimizer_moved_bytes=self.optimizer_moved,
+            left_by_owner=left,
+        )
+        self.residency.append(fact)
+        return fact
 
     def moves(self, offload: bool) -> list[tuple[str, Callable[[], None]]]:
         """The cycle's parameter and optimizer moves, in the configured order."""
@@ -331,7 +249,8 @@ class _Cycles:
         if self.reference:
             self.problems += differences(label, got, self.reference[index])
 
-    def cycle(self, cycle: int) -> None:
+    def cycle(self, cycle: int) -> bool:
+        """One cycle; True when the facts say the run cannot go on (not offloaded)."""
         cfg, model = self.cfg, self.model
         loss = self.phase(cycle, "train", lambda: _train(model, cfg.train_steps))
         before = fingerprint_state(model)
@@ -340,21 +259,24 @@ class _Cycles:
         self.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model).values())
         for name, action in self.moves(offload=True):
             self.phase(cycle, name, action)
-        self.audit()
+        stuck = bool(cycle_residency_problems(self.audit(cycle)))
         if cfg.rollout_claim_bytes:
             resident = device_bytes(model) if self.runtime.emulated else 0
-            self.phase(cycle, "rollout", lambda: claim(
-                self.runtime, cfg.rollout_claim_bytes, resident=resident,
-                limit=cfg.gpu_limit_bytes,
-            ))  # fmt: skip
+            limit = cfg.gpu_limit_bytes
+
+            def rollout() -> None:
+                claim(self.runtime, cfg.rollout_claim_bytes, resident=resident, limit=limit)
+
+            self.phase(cycle, "rollout", rollout)
         for name, action in self.moves(offload=False):
             self.phase(cycle, name, action)
         self.problems += verify_round_trip(model, before, cycle, grads_zeroed=self.grads_freed)
+        return stuck
 
-    def stops_here(self, cycle: int) -> bool:
+    def stops_here(self, cycle: int, stuck: bool) -> bool:
         """Whether the cycles end after ``cycle``: a corruption or a strategy that did not
         offload, on this rank or (over several ranks) on any, so all ranks stop together."""
-        here = bool(self.problems or self.not_offloaded)
+        here = bool(self.problems) or stuck
         fence = self.hooks.fence
         if fence is None:
             return here
@@ -367,172 +289,50 @@ class _Cycles:
     def run(self) -> None:
         try:
             for cycle in range(self.cfg.cycles):
-                self.cycle(cycle)
-                if self.stops_here(cycle):
+                if self.stops_here(cycle, self.cycle(cycle)):
                     break
             else:
                 if self.reference:
                     after = checkpoint(self.model, self.cfg.train_steps)
-                    self.problems += differences("train step after the last load", after,
-                                                 self.reference[self.cfg.cycles])  # fmt: skip
-        except (DeviceOutOfMemory, _Stopped):
+                    label = "train step after the last load"
+                    self.problems += differences(label, after, self.reference[self.cfg.cycles])
+        except _Stopped:
             pass
         finally:
-            with self.runtime.strategy_code():
-                self.registered = _close(self.strategy) + _close(self.optimizer_strategy)
+            self.close()
 
-
-def _grad_device_bytes(model: ProbeModel) -> int:
-    """Device bytes the DDP ``grad_data`` buffers hold right now (by fact)."""
-    seen: dict[int, int] = {}
-    for buffer in ddp_buffers(model.chunks):
-        storage = buffer.grad_data.untyped_storage()
-        if on_device(buffer.grad_data):
-            seen[storage._cdata] = storage.nbytes()
-    return sum(seen.values())
+    def close(self) -> None:
+        """The strategies' ``close`` hooks; one that raises is a crash in close, and what
+        was recorded before it is kept."""
+        with self.runtime.strategy_code():
+            for strategy in (self.strategy, self.optimizer_strategy):
+                self.registered += registered_bytes(strategy)
+                try:
+                    close(strategy)
+                except Exception as exc:
+                    if self.failure is None:
+                        self.failure = phase_failure(exc, self.cfg.cycles - 1, "close")
 
 
 def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> RunRecord:
     """Build the model, then train/offload/load ``cfg.cycles`` times, measuring each phase."""
     try:
         state = _Cycles(cfg, runtime, hooks or Hooks())
-    except (torch.OutOfMemoryError, DeviceOutOfMemory) as exc:
-        return _setup_failed(cfg, exc)
     except UsageError:
         raise
-    except Exception as exc:  # megatron or a strategy failed while building: a verdict
-        traceback.print_exc(file=sys.stderr)
-        return _setup_failed(cfg, exc, kind="crashed")
+    except Exception as exc:  # megatron or a strategy failed while building: a fact
+        return failed_record(cfg, setup_failure(exc))
     state.run()
-    phases = state.phases
-    offloads = [p for p in phases if p.phase in OFFLOADS]
-    baseline = offloads[0].host.host_rss_before if offloads else 0
-    summary = None
-    if offloads and any(p.phase in LOADS for p in phases):
-        summary = summarise(
-            phases,
-            payload_bytes=state.payload,
-            baseline_host_bytes=baseline,
-            gpu_baseline_bytes=state.gpu_baseline,
-            registered_bytes=state.registered,
-            integrity_ok=not state.problems,
-            optimizer_state_bytes=state.optimizer_bytes,
-            param_bytes_to_move=state.param_to_move,
-            optimizer_bytes_to_move=state.optimizer_moved if state.moves_optimizer else 0,
-        )
-    notes = [runtime.note] if runtime.note else []
-    notes += state.notes
-    for phase in sorted(state.moved_nothing):
-        verb = "freed" if phase in OFFLOADS else "restored"
-        notes.append(f"{phase} moved nothing: no device memory was {verb} in some cycle")
-    if any(p.host.method != "vmhwm" for p in phases):
-        notes.append("host peak sampled with psutil (clear_refs refused): may miss short peaks")
-    notes.append(f"optimizer: {state.model.optimizer_name}")
-    if cfg.reference_check:
-        notes.append("every train step after a load compared bit for bit with a no-offload run")
-    return RunRecord(
-        strategy=cfg.strategy,
-        description=state.info.summary,
-        payload_bytes=state.payload,
-        grad_bytes=state.model.grad_bytes,
-        baseline_host_bytes=baseline,
-        gpu_baseline_bytes=state.gpu_baseline,
-        phases=phases,
-        summary=summary,
-        integrity=state.problems,
-        notes=notes,
-        failure=state.failure,
-        failure_kind=state.failure_kind,
-        failure_cycle=state.failure_cycle,
-        failure_phase=state.failure_phase,
-        optimizer_strategy=cfg.optimizer_strategy,
-        optimizer=state.model.optimizer_name,
-        left_after_offload=[asdict(r) for r in state.residents],
-        not_offloaded=state.not_offloaded,
-    )
+    return record_of(state, runtime)
 
 
-def _setup_failed(cfg: RunConfig, exc: BaseException, *, kind: str = "out of memory") -> RunRecord:
-    """The run failed before the first phase (building the model or the no-offload
-    reference run): out of memory, or a crash; a record that says so."""
-    first = (str(exc).splitlines() or [type(exc).__name__])[0]
-    if kind == "crashed":
-        first = f"{type(exc).__name__}: {first}"
-    return failed_run(cfg, failure=f"{first} (phase setup)", kind=kind, phase="setup")
-
-
-def failed_run(
-    cfg: RunConfig, *, failure: str, kind: str, cycle: int | None = None, phase: str | None = None
-) -> RunRecord:
-    """A row with nothing measured: only why and where the run stopped."""
-    return RunRecord(
-        strategy=cfg.strategy,
-        description=model_strategy(cfg.strategy).summary,
-        payload_bytes=0,
-        grad_bytes=0,
-        baseline_host_bytes=0,
-        gpu_baseline_bytes=None,
-        phases=[],
-        summary=None,
-        failure=failure,
-        failure_kind=kind,
-        failure_cycle=cycle,
-        failure_phase=phase,
-        optimizer_strategy=cfg.optimizer_strategy,
-    )
-
-
-def run(cfg: RunConfig, hooks: Hooks | None = None) -> Report | None:
-    """One strategy: the whole ``offloadprobe run`` in this process, or this rank's share of
-    it under torchrun (then rank 0 returns the world's report and other ranks None)."""
-    if int(os.environ.get("WORLD_SIZE", "1") or "1") > 1:
-        from offloadprobe.engine.world.run import run_rank
-
-        return run_rank(cfg, hooks or Hooks())
-    with open_runtime(cfg.device, cfg.seed) as runtime:
+def run(cfg: RunConfig, hooks: Hooks | None = None) -> Report:
+    """One strategy's whole run in this process (one rank)."""
+    with open_runtime(cfg.device, cfg.seed, strategy_options=cfg.strategy_options) as runtime:
         record = run_cycles(cfg, runtime, hooks)
         return report_of(
             cfg, record, device=runtime.device, emulated=runtime.emulated, note=runtime.note
         )
 
 
-def report_of(
-    cfg: RunConfig,
-    row: RunRecord,
-    *,
-    device: str,
-    emulated: bool,
-    note: str | None,
-    extra_settings: dict[str, Any] | None = None,
-) -> Report:
-    """The report of one row: the environment, the model and the run's settings around it."""
-    return Report(
-        device=device,
-        emulated=emulated,
-        emulation_note=note,
-        payload_bytes=row.payload_bytes,
-        versions=environment.versions(),
-        machine=environment.machine(),
-        model=asdict(cfg.model),
-        settings={**settings(cfg), **(extra_settings or {})},
-        runs=[row],
-    )
-
-
-def settings(cfg: RunConfig) -> dict[str, Any]:
-    """A run's settings as the report's ``settings`` object."""
-    return {
-        "strategy": cfg.strategy,
-        "optimizer_strategy": cfg.optimizer_strategy,
-        "optimizer": asdict(cfg.optimizer),
-        "cycles": cfg.cycles,
-        "train_steps": cfg.train_steps,
-        "seed": cfg.seed,
-        "rollout_claim_bytes": cfg.rollout_claim_bytes,
-        "gpu_limit_bytes": cfg.gpu_limit_bytes,
-        "reference_check": cfg.reference_check,
-        "optimizer_first": cfg.optimizer_first,
-    }
-
-
-__all__ = ["Hooks", "failed_run", "phases_per_run", "report_of", "run", "run_cycles", "settings"]
+__all__ = ["Hooks", "failed_record", "phases_per_run", "run", "run_cycles"]

@@ -3,7 +3,7 @@
 A parent reads it after its child was killed (an OOM kill leaves no JSON) to
 learn in which cycle and phase the child died.
 
-With ``OFFLOADPROBE_PHASE_GATE`` set to a directory, the child also pauses at the start
+With a gate directory (the job's ``gate``), the child also pauses at the start
 of every offload phase and at the end of every load phase: it writes ``ready-N`` there
 (its event, cycle and phase) and waits until ``go-N`` appears. ``offloadprobe repro``
 uses the pauses to read the child's memory just before its first offload and to hold
@@ -17,7 +17,6 @@ import os
 import time
 from pathlib import Path
 
-GATE_ENV = "OFFLOADPROBE_PHASE_GATE"
 GATES = frozenset({("start", "offload"), ("end", "load")})
 """Where a gated child pauses: before every offload and after every load."""
 GATE_TIMEOUT_S = 600.0
@@ -27,13 +26,13 @@ class PhaseLog:
     """Appends ``{"event": "start"|"end", "cycle": k, "phase": p}`` lines, flushed each time."""
 
     def __init__(self, path: Path, gate: Path | None = None) -> None:
+        """``gate``: pause there (several ranks: rank 0's log alone has one; the others wait
+        for it at the phase fence)."""
         self.path = path
         self.path.write_text("")
-        env_gate = os.environ.get(GATE_ENV)
-        self.gate = gate if gate is not None else (Path(env_gate) if env_gate else None)
-        if os.environ.get("RANK", "0") != "0":
-            # Several ranks: rank 0 alone pauses; the others wait for it at the phase fence.
-            self.gate = None
+        self.gate = gate
+        if gate is not None:
+            gate.mkdir(parents=True, exist_ok=True)
         self._gates_passed = 0
 
     def _write(self, event: str, cycle: int, phase: str) -> None:

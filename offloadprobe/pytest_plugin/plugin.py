@@ -28,22 +28,24 @@ from typing import Any
 import pytest
 
 MARKER = "offload_budget"
-_BUDGET_KEYS = ("max_host_peak", "max_gpu_residual", "min_offload_bandwidth")
-_MODEL_KEYS = ("payload", "layers", "hidden", "heads", "vocab", "seq_length", "micro_batch")
-_RUN_KEYS = ("cycles", "device", "train_steps", "seed", "optimizer_strategy", "optimizer_first",
-             "reference_check")  # fmt: skip
-_OPTIMIZER_KEYS = ("precision_aware", "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders")
 _RESULT = pytest.StashKey[Any]()
-KEYWORDS = frozenset(
-    {*_MODEL_KEYS, *_RUN_KEYS, *_OPTIMIZER_KEYS, *_BUDGET_KEYS, "strategy", "timeout"}
-)
+PLUGIN_DEFAULTS = {"cycles": 2}
+"""Where the marker's default differs from the command line's (a test wants it quick)."""
+
+
+def keywords() -> frozenset[str]:
+    """Every keyword the marker takes: the option model's plugin options and the names."""
+    from offloadprobe.core.options import PLUGIN, keywords as option_keywords
+
+    return option_keywords(PLUGIN) | {"strategy", "optimizer_strategy"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{MARKER}(strategy='lazy', max_host_peak=None, max_gpu_residual=None, "
-        "min_offload_bandwidth=None, payload=None, cycles=2, device='auto', ...): run an "
+        "min_offload_bandwidth=None, payload=None, cycles=2, device='auto', ...; every "
+        "option of offloadprobe run, by its Python name): run an "
         "offload strategy on offloadprobe's megatron-core model in a fresh process and fail "
         "the test when a budget breaks",
     )
@@ -61,51 +63,38 @@ class OffloadBudgetFailure:
 def check_options(options: dict[str, Any], *, where: str = MARKER) -> list[Any]:
     """Every keyword known and every budget parsable, else a ``pytest.UsageError`` that
     names the keyword (and the nearest valid one); returns the budgets."""
-    from offloadprobe.core.budgets import budgets_from_flags
     from offloadprobe.core.errors import UsageError
+    from offloadprobe.core.options import BUDGET_NAMES, budgets
 
-    for key in sorted(set(options) - KEYWORDS):
-        near = difflib.get_close_matches(key, sorted(KEYWORDS), n=1)
+    known = keywords()
+    for key in sorted(set(options) - known):
+        near = difflib.get_close_matches(key, sorted(known), n=1)
         hint = f"; did you mean {near[0]}=?" if near else ""
-        valid = ", ".join(sorted(KEYWORDS))
+        valid = ", ".join(sorted(known))
         raise pytest.UsageError(f"{where}: unknown keyword {key}={hint} (valid: {valid})")
-    values = {k: options.get(k) for k in _BUDGET_KEYS}
+    values = {k: options.get(k) for k in BUDGET_NAMES}
     for key, value in values.items():
         if value is not None and not isinstance(value, str):
             raise pytest.UsageError(f"{where}: {key}= takes a string like '1.1x', got {value!r}")
     try:
-        return budgets_from_flags(*values.values())
+        return budgets(values).budgets
     except UsageError as exc:
         message = str(exc)
-        for key in _BUDGET_KEYS:
+        for key in BUDGET_NAMES:
             message = message.replace("--" + key.replace("_", "-"), f"{key}=")
         raise pytest.UsageError(f"{where}: {message}") from None
 
 
 def _config(options: dict[str, Any]) -> Any:
-    """The marker's options as the run configuration the child reads."""
-    from offloadprobe.cli.options import DEFAULT, model_config, optimizer_choice
-    from offloadprobe.core.config import RunConfig
+    """The marker's options as the run configuration the worker reads."""
+    from offloadprobe.core.options import BUDGET_NAMES, build_config
 
-    model = model_config(
-        layers=options.get("layers", DEFAULT.num_layers),
-        hidden=options.get("hidden", DEFAULT.hidden_size),
-        heads=options.get("heads", DEFAULT.num_attention_heads),
-        vocab=options.get("vocab", DEFAULT.vocab_size),
-        seq_length=options.get("seq_length", DEFAULT.seq_length),
-        micro_batch=options.get("micro_batch", DEFAULT.micro_batch_size),
-        payload=options.get("payload"),
-    )
-    choice = optimizer_choice(
-        precision_aware=bool(options.get("precision_aware", False)),
-        exp_avg_dtype=options.get("exp_avg_dtype", "fp32"),
-        exp_avg_sq_dtype=options.get("exp_avg_sq_dtype", "fp32"),
-        remainders=bool(options.get("store_param_remainders", False)),
-    )
-    run = {k: options[k] for k in _RUN_KEYS if options.get(k) is not None}
-    run.setdefault("cycles", 2)
-    return RunConfig(
-        model=model, strategy=str(options.get("strategy", "lazy")), optimizer=choice, **run
+    skip = {"strategy", "optimizer_strategy", "timeout", "nproc_per_node", *BUDGET_NAMES}
+    values = {**PLUGIN_DEFAULTS, **{k: v for k, v in options.items() if k not in skip}}
+    return build_config(
+        values,
+        strategy=str(options.get("strategy", "lazy")),
+        optimizer_strategy=str(options.get("optimizer_strategy", "none")),
     )
 
 
@@ -122,12 +111,11 @@ def _render(run: Any, emulated: bool) -> str:
 
 
 def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
-    """Run one pair of strategies in a child process; return its record and, when the
-    row's verdict is not ok, why."""
+    """Run one pair of strategies in a fresh worker; return its record and, when the row's
+    verdict is not ok, why."""
+    from offloadprobe.core.devices import guess_device
     from offloadprobe.core.errors import UsageError
-    from offloadprobe.core.verdicts import judge
-    from offloadprobe.isolation.child import ChildSpec, run_child
-    from offloadprobe.isolation.failure import failure_of
+    from offloadprobe.isolation.rows import measure
 
     budgets = check_options(options)
     try:
@@ -135,16 +123,16 @@ def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
     except UsageError as exc:
         raise pytest.UsageError(f"{MARKER}: {exc}") from None
     label = f"{config.strategy} + {config.optimizer_strategy}"
-    spec = ChildSpec(label=label, config=config, timeout_s=options.get("timeout"))
-    outcome = run_child(spec)
-    run = outcome.run
-    verdict, _ = judge(run, budgets, failure=failure_of(outcome))
-    if run is None or verdict.ok:
-        if not verdict.ok:
-            pytest.fail(f"{label}: {verdict.line()}\n{outcome.stderr_tail}", pytrace=False)
+    row = measure(config, device=guess_device(config.device), budgets=budgets,
+                  timeout_s=options.get("timeout"))  # fmt: skip
+    run = row.run if row.outcome.report is not None else None
+    if run is None or row.verdict.ok:
+        if not row.verdict.ok:
+            pytest.fail(f"{label}: {row.verdict.line()}\n{row.outcome.stderr_tail}",
+                        pytrace=False)  # fmt: skip
         return run, None
-    table = _render(run, outcome.report.get("emulated", False))
-    return run, OffloadBudgetFailure(run, f"{label}: {verdict.line()}", table)
+    table = _render(run, row.report.emulated)
+    return run, OffloadBudgetFailure(run, f"{label}: {row.verdict.line()}", table)
 
 
 @pytest.hookimpl(trylast=True)

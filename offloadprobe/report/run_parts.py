@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from offloadprobe.core.records import PartSummary, RunRecord
+from offloadprobe.core.verdicts import residency_problems
 
 MODEL_BUFFERS = ("param_data", "grad_data")
 """Residency owners that belong to the model's DDP buffers; every other owner is
@@ -67,7 +68,7 @@ def left_owners(run: RunRecord, *, model: bool) -> list[str]:
 def _failed_to_move(run: RunRecord, name: str) -> bool:
     """The record says this part should have moved and did not (a verdict, not a design)."""
     words = "param_data" if name == PARAMETERS else "optimizer state"
-    return any(line.startswith(words) for line in run.not_offloaded)
+    return any(line.startswith(words) for line in residency_problems(run.residency))
 
 
 def _kept_note(run: RunRecord, name: str) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from offloadprobe.core.records import RunRecord, Verdict
+from offloadprobe.core.outcomes import Verdict
+from offloadprobe.core.records import RunRecord
 from offloadprobe.core.units import format_bytes, format_ratio
 from offloadprobe.core.verdicts import judge
 from offloadprobe.report.run_parts import OPTIMIZER, PARAMETERS, Part, left_owners, parts
@@ -17,8 +18,8 @@ from offloadprobe.report.tables import NOT_MEASURED, Column, Left, column_table
 
 
 def label(run: RunRecord) -> str:
-    """Both strategies, always: ``lazy + legacy``."""
-    return f"{run.strategy} + {run.optimizer_strategy}"
+    """Both strategies, ``lazy + legacy``, or the row's own name."""
+    return run.label
 
 
 def verdict_parts(run: RunRecord, judged: Verdict | None = None) -> tuple[str, str | None]:

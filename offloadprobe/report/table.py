@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from offloadprobe.core.records import PhaseRecord, Report, RunRecord, Verdict
+from offloadprobe.core.outcomes import Verdict
+from offloadprobe.core.records import PhaseRecord, Report, RunRecord
 from offloadprobe.core.units import format_bytes, format_ratio
 from offloadprobe.report.run_parts import OPTIMIZER, PARAMETERS, is_model_owner, kept_parts
 from offloadprobe.report.run_summary import label, summary_block, verdict

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from offloadprobe.core.config import ModelConfig, RunConfig
 from offloadprobe.core.records import RunRecord
-from offloadprobe.isolation.child import ChildOutcome
-from offloadprobe.measure.phase_log import last_started
+from offloadprobe.isolation.rows import Row, measure
 
 
 def base_config(model: ModelConfig, *, device: str, cycles: int, train_steps: int) -> RunConfig:
@@ -68,15 +68,66 @@ class GateKeeper(threading.Thread):
         self.join()
 
 
-def killed_at(log: Path) -> tuple[int | None, str | None]:
-    """The cycle and phase a killed child was in, from its phase log."""
-    where = last_started(log)
-    return (where[0], where[1]) if where else (None, None)
+@dataclass(frozen=True, slots=True)
+class Child:
+    """One repro child: a measured row, read the way the repro judges it."""
+
+    row: Row
+
+    @property
+    def exit_code(self) -> int:
+        return self.row.outcome.exit_code
+
+    @property
+    def verdict(self) -> str:
+        return "ok" if self.row.verdict.ok else self.row.verdict.line()
+
+    @property
+    def stderr_tail(self) -> str:
+        return self.row.outcome.stderr_tail
+
+    @property
+    def killed_at(self) -> tuple[int | None, str | None]:
+        """The cycle and phase a killed child was in (its phase log)."""
+        return self.row.verdict.cycle, self.row.verdict.phase
+
+    @property
+    def run(self) -> RunRecord | None:
+        """The child's run record, if it wrote one."""
+        return self.row.run if self.row.outcome.report is not None else None
 
 
-def child_run(outcome: ChildOutcome) -> RunRecord | None:
-    """The child's run record, if it wrote its JSON."""
-    try:
-        return outcome.run
-    except (KeyError, TypeError, ValueError):
-        return None
+def run_child(
+    config: RunConfig,
+    *,
+    device: str,
+    timeout_s: float | None = None,
+    gate: Callable[[dict[str, Any]], None] | None = None,
+    keepers: list[GateKeeper] | None = None,
+    cgroup: Any = None,
+    node_cgroup: str | None = None,
+    launch: Any = None,
+    env: dict[str, str] | None = None,
+) -> Child:
+    """Run ``config`` in a worker; with ``gate``, the worker pauses at every offload's start
+    and load's end and ``gate`` is called there (its errors end up in ``keepers``)."""
+
+    def started(job: Any) -> GateKeeper:
+        keeper = GateKeeper(job.gate_dir, gate)  # type: ignore[arg-type]
+        keeper.start()
+        if keepers is not None:
+            keepers.append(keeper)
+        return keeper
+
+    row = measure(
+        config,
+        device=device,
+        timeout_s=timeout_s,
+        gate=gate is not None,
+        on_started=started if gate is not None else None,
+        cgroup=cgroup,
+        node_cgroup=node_cgroup,
+        launch=launch,
+        env=env,
+    )
+    return Child(row)

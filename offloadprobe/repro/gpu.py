@@ -25,13 +25,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from offloadprobe.core.config import OptimizerChoice, RunConfig
+from offloadprobe.core.job import LaunchSpec
 from offloadprobe.core.records import RunRecord
 from offloadprobe.core.units import format_bytes
-from offloadprobe.isolation.child import ChildSpec, run_child
+from offloadprobe.isolation.node import node_group, run_id_for
 from offloadprobe.layout.terms import Term
 from offloadprobe.measure.summary import OFFLOADS
 from offloadprobe.plan.projection import PAIRED_MODEL_STRATEGY, PAIRED_OPTIMIZER_STRATEGY
-from offloadprobe.repro.children import child_run, killed_at
+from offloadprobe.repro.children import Child, run_child
 from offloadprobe.repro.records import ReproOutcome
 from offloadprobe.repro.scaling import GpuScaling
 from offloadprobe.scenarios.schema import Scenario
@@ -60,6 +61,24 @@ def residue(run: RunRecord) -> int:
     if last.gpu is not None:
         return last.gpu.allocated_after
     return sum((last.left_on_device or {}).values())
+
+
+def _child(config: RunConfig, *, device: str, timeout_s: float | None, ranks: int) -> Child:
+    """One child, or ``ranks`` of them through torchrun's launcher in a node cgroup."""
+    if ranks <= 1:
+        return run_child(config, device=device, timeout_s=timeout_s)
+    import contextlib
+
+    launch = LaunchSpec(nproc_per_node=ranks, run_id=run_id_for(None))
+    group, _missing = node_group(launch.run_id)
+    try:
+        return run_child(config, device=device, timeout_s=timeout_s, launch=launch,
+                         cgroup=group, node_cgroup=str(group.path) if group else None)  # fmt: skip
+    finally:
+        if group is not None:
+            with contextlib.suppress(OSError):
+                group.kill()
+                group.remove()
 
 
 def rank_runs(run: RunRecord) -> list[RunRecord]:
@@ -94,21 +113,17 @@ def calibrate(
     timeout_s: float | None,
     floor: int = 0,
     ranks: int = 1,
+    device: str = "cpu",
 ) -> tuple[GpuSettings | None, str]:
     """Run the calibration child; the settings, or None and why not."""
-    spec = ChildSpec(
-        label="calibration",
-        config=replace(
-            config,
-            strategy=PAIRED_MODEL_STRATEGY,
-            optimizer_strategy=PAIRED_OPTIMIZER_STRATEGY,
-            cycles=1,
-        ),
-        timeout_s=timeout_s,
-        nproc_per_node=ranks,
+    calibration = replace(
+        config,
+        strategy=PAIRED_MODEL_STRATEGY,
+        optimizer_strategy=PAIRED_OPTIMIZER_STRATEGY,
+        cycles=1,
     )
-    outcome = run_child(spec)
-    run = child_run(outcome)
+    outcome = _child(calibration, device=device, timeout_s=timeout_s, ranks=ranks)
+    run = outcome.run
     if outcome.exit_code != 0 or run is None or not run.phases:
         return None, f"calibration run failed: {outcome.verdict}"
     ranks = rank_runs(run)  # every rank: a pipeline stage or an expert shard may hold more
@@ -148,23 +163,17 @@ def run_gpu_job(
     emulated: bool,
     timeout_s: float | None,
     ranks: int = 1,
+    device: str = "cpu",
 ) -> ReproOutcome:
     """Run one optimizer strategy under the settings and classify what happened."""
-    log = workdir / f"{strategy}.phases.jsonl"
-    spec = ChildSpec(
-        label=strategy,
-        config=replace(
-            config,
-            strategy=PAIRED_MODEL_STRATEGY,
-            optimizer_strategy=strategy,
-            gpu_limit_bytes=settings.limit,
-            rollout_claim_bytes=settings.claim,
-        ),
-        phase_log=log,
-        timeout_s=timeout_s,
-        nproc_per_node=ranks,
+    job = replace(
+        config,
+        strategy=PAIRED_MODEL_STRATEGY,
+        optimizer_strategy=strategy,
+        gpu_limit_bytes=settings.limit,
+        rollout_claim_bytes=settings.claim,
     )
-    outcome = run_child(spec)
+    outcome = _child(job, device=device, timeout_s=timeout_s, ranks=ranks)
     method = (
         "rollout claim judged in CPU emulation against the emulated device bytes"
         if emulated
@@ -179,10 +188,10 @@ def run_gpu_job(
         child_verdict=outcome.verdict,
         stderr_tail=outcome.stderr_tail,
     )
-    run = child_run(outcome)
+    run = outcome.run
     failure = run.failure if run is not None else None
-    if run is not None and run.failure_kind == "out of memory" and run.failure_phase:
-        cycle, phase = run.failure_cycle, run.failure_phase
+    if failure is not None and failure.kind == "out of memory" and failure.phase:
+        cycle, phase = failure.cycle, failure.phase
         if phase != "rollout":
             return ReproOutcome(
                 observed="error",
@@ -192,7 +201,7 @@ def run_gpu_job(
                 phase=phase,
                 **base,
             )
-        why = (failure or "").removesuffix(f" (cycle {cycle}, phase {phase})")
+        why = failure.message
         return ReproOutcome(
             observed="oom",
             detail=f"OOM reproduced: device out of memory at cycle {cycle}, phase rollout ({why})",
@@ -201,7 +210,7 @@ def run_gpu_job(
             **base,
         )
     if outcome.exit_code != 0 or run is None or run.summary is None:
-        cycle, phase = killed_at(log)
+        cycle, phase = outcome.killed_at
         where = f" at cycle {cycle}, phase {phase}" if phase else ""
         return ReproOutcome(observed="error", detail=f"{outcome.verdict}{where}", **base)
     left = residue(run)

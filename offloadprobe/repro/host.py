@@ -1,7 +1,6 @@
 """Host-limit reproduction: each model strategy in a fresh child under a real memory cgroup.
 
-The child (``offloadprobe run --phase-log FILE`` with ``OFFLOADPROBE_PHASE_GATE``) runs
-in a cgroup created for it, with no limit while it imports, builds and trains. At the
+The child (a worker whose job has ``gate`` set) runs in a cgroup created for it, with no limit while it imports, builds and trains. At the
 start of its first offload it stops; the parent reads the group's usage then (the
 child's whole pre-offload footprint: interpreter, torch, megatron, model, emulated
 device buffers) and sets::
@@ -20,19 +19,17 @@ so.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from offloadprobe.core.config import RunConfig
+from offloadprobe.core.job import LaunchSpec
 from offloadprobe.core.records import RunRecord
 from offloadprobe.core.units import format_bytes
-from offloadprobe.engine.world.nodegroup import NODE_CGROUP_ENV
-from offloadprobe.isolation.child import ChildOutcome, ChildSpec, run_child
+from offloadprobe.isolation.node import run_id_for
 from offloadprobe.layout.terms import Term
 from offloadprobe.measure.memory_cgroup import CgroupUnavailable, MemoryGroup, create_group
-from offloadprobe.measure.phase_log import GATE_ENV
-from offloadprobe.repro.children import GateKeeper, child_run, killed_at
+from offloadprobe.repro.children import Child, GateKeeper, run_child
 from offloadprobe.repro.records import ReproOutcome
 
 MOVING = ("offload", "load", "offload optimizer", "load optimizer")
@@ -53,6 +50,7 @@ class HostJob:
     timeout_s: float | None = None
     ranks: int = 1
     """Ranks the child starts in the group (a node-level repro)."""
+    device: str = "cpu"
 
 
 def run_host_job(job: HostJob, workdir: Path, *, use_cgroup: bool = True) -> ReproOutcome:
@@ -71,12 +69,13 @@ def run_host_job(job: HostJob, workdir: Path, *, use_cgroup: bool = True) -> Rep
     return _judged(job, workdir, reason="cgroup limit not requested")
 
 
-def _spec(job: HostJob, log: Path, **extra) -> ChildSpec:
+def _child(job: HostJob, **extra: object) -> Child:
     config = replace(job.config, strategy=job.strategy)
-    return ChildSpec(
-        label=job.strategy, config=config, phase_log=log, timeout_s=job.timeout_s,
-        nproc_per_node=job.ranks, **extra,
-    )  # fmt: skip
+    launch = None
+    if job.ranks > 1:
+        launch = LaunchSpec(nproc_per_node=job.ranks, run_id=run_id_for(None))
+    return run_child(config, device=job.device, timeout_s=job.timeout_s, launch=launch,
+                     **extra)  # type: ignore[arg-type]
 
 
 class _LimitWindow:
@@ -106,18 +105,12 @@ class _LimitWindow:
 
 
 def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
-    gate = Path(tempfile.mkdtemp(prefix=f"gate-{job.strategy}-", dir=workdir))
-    log = workdir / f"{job.strategy}.phases.jsonl"
     window = _LimitWindow(group, job.limit)
-    keeper = GateKeeper(gate, window)
-    keeper.start()
-    try:
-        env = {GATE_ENV: str(gate)}
-        if job.ranks > 1:  # the ranks' launcher runs them in this group, not one of its own
-            env[NODE_CGROUP_ENV] = str(group.path)
-        outcome = run_child(_spec(job, log, env=env, cgroup_procs=group.procs))
-    finally:
-        keeper.stop()
+    keepers: list[GateKeeper] = []
+    # the ranks' launcher runs them in this group, not one of its own
+    node = str(group.path) if job.ranks > 1 else None
+    outcome = _child(job, gate=window, keepers=keepers, cgroup=group, node_cgroup=node)
+    keeper_errors = [e for k in keepers for e in k.errors]
     base = dict(
         strategy=job.strategy,
         kind="params",
@@ -127,8 +120,8 @@ def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
         child_verdict=outcome.verdict,
         stderr_tail=outcome.stderr_tail,
     )
-    if window.limit is None or keeper.errors:
-        why = "; ".join(keeper.errors) or "it never reached its first offload"
+    if window.limit is None or keeper_errors:
+        why = "; ".join(keeper_errors) or "it never reached its first offload"
         return ReproOutcome(
             observed="error", detail=f"limit not set: {why} ({outcome.verdict})", **base
         )
@@ -144,7 +137,7 @@ def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
         Term(label="cgroup limit", formula=" and ".join(window.written), value=limit),
     ]
     if outcome.exit_code == -9:
-        cycle, phase = killed_at(log)
+        cycle, phase = outcome.killed_at
         if kills:
             where = f"cycle {cycle}, phase {phase}" if phase else "between phases"
             return ReproOutcome(
@@ -162,15 +155,16 @@ def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
             terms=tuple(terms),
             **base,
         )
-    run = child_run(outcome)
-    if job.ranks > 1 and run is not None and run.failure_kind == "killed":
-        where = f"cycle {run.failure_cycle}, phase {run.failure_phase}"
+    run = outcome.run
+    failure = run.failure if run is not None else outcome.row.outcome.failure
+    if job.ranks > 1 and failure is not None and failure.kind == "killed":
+        where = f"cycle {failure.cycle}, phase {failure.phase}"
         if kills:
             return ReproOutcome(
                 observed="oom",
-                detail=f"OOM reproduced at node level: {run.failure}",
-                cycle=run.failure_cycle,
-                phase=run.failure_phase,
+                detail=f"OOM reproduced at node level: {failure.text}",
+                cycle=failure.cycle,
+                phase=failure.phase,
                 terms=tuple(terms),
                 **base,
             )
@@ -248,8 +242,7 @@ def over_limit(run: RunRecord, limit: int) -> tuple[int, str, int] | None:
 
 
 def _judged(job: HostJob, workdir: Path, *, reason: str) -> ReproOutcome:
-    log = workdir / f"{job.strategy}.phases.jsonl"
-    outcome: ChildOutcome = run_child(_spec(job, log))
+    outcome = _child(job)
     method = f"judged from the exact VmHWM, no real limit ({reason})"
     base = dict(
         strategy=job.strategy,
@@ -260,7 +253,7 @@ def _judged(job: HostJob, workdir: Path, *, reason: str) -> ReproOutcome:
         child_verdict=outcome.verdict,
         stderr_tail=outcome.stderr_tail,
     )
-    run = child_run(outcome)
+    run = outcome.run
     if outcome.exit_code != 0 or run is None or run.summary is None:
         return ReproOutcome(observed="error", detail=outcome.verdict, **base)
     terms = [

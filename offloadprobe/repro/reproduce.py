@@ -9,8 +9,8 @@ from pathlib import Path
 
 from offloadprobe.core.config import ModelConfig, size_for_payload
 from offloadprobe.core.errors import UsageError
-from offloadprobe.engine import environment
-from offloadprobe.engine.runtime.session import resolve_device
+from offloadprobe.core import environment
+from offloadprobe.core.devices import guess_device
 from offloadprobe.layout.terms import Term
 from offloadprobe.repro.children import base_config
 from offloadprobe.repro.gpu import calibrate, optimizer_choice, run_gpu_job
@@ -54,7 +54,7 @@ def reproduce(
     """Run every selected expectation of ``s`` at the ``[repro]`` scale."""
     model = probe_model(s)
     expectations = selected(s, only)
-    resolved = resolve_device(device)
+    resolved = guess_device(device)
     emulated = resolved == "cpu"
     if cycles is None:
         cycles = s.repro.cycles if s.repro else 3
@@ -90,6 +90,7 @@ def reproduce(
                     limit=ranks * scaling.limit,
                     timeout_s=timeout_s,
                     ranks=ranks,
+                    device=resolved,
                 )
                 outcomes.append(run_host_job(job, work, use_cgroup=use_cgroup))
         if optimizers:
@@ -103,7 +104,7 @@ def reproduce(
                 on_start("calibration")
             ranks = s.repro.ranks_per_node if s.repro else 1
             settings, why = calibrate(
-                config, gscaling, work, timeout_s, gpu_limit_floor, ranks=ranks
+                config, gscaling, work, timeout_s, gpu_limit_floor, ranks=ranks, device=resolved
             )
             gpu_terms = gscaling.terms + (settings.terms if settings else ())
             for e in optimizers:
@@ -131,6 +132,7 @@ def reproduce(
                         emulated=emulated,
                         timeout_s=timeout_s,
                         ranks=ranks,
+                        device=resolved,
                     )
                 )
     notes = []

@@ -80,15 +80,18 @@ def main(out: Path, cases: dict, cli: list[str] | None = None) -> int:
             }
         path = out / f"{name}-rank{runtime.world.rank}.json"
         path.write_text(json.dumps(doc))
+    # every rank is done with this process group before the command line starts a worker
+    # of its own per rank, which joins torchrun's ranks afresh (as a user's torchrun would)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
     code = 0
-    if cli is not None:  # the process group stays: the command line finds it and uses it
+    if cli is not None:
         from offloadprobe.cli import main as offloadprobe
 
         try:
             offloadprobe(cli)
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else 1
-    torch.distributed.destroy_process_group()
     return code
 
 

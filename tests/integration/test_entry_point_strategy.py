@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-from offloadprobe.engine.strategies.base import (
+from offloadprobe.plugin import (
     ModelStrategyInfo, ddp_buffers, free_storage, restore_storage, restore_zeroed_grads,
 )
 from offloadprobe.layout.pinned import Alloc

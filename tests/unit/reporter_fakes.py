@@ -5,20 +5,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 from offloadprobe.compare.comparison import Candidate, Comparison, ComparisonRow
+from offloadprobe.core.outcomes import Failure, Verdict
 from offloadprobe.core.records import (
-    ChildFailure,
     GpuReading,
     HostReading,
     PartSummary,
     PhaseRecord,
     PinnedReading,
     Report,
+    ResidencyFact,
     RunRecord,
     RunSummary,
-    Verdict,
 )
 from offloadprobe.core.verdicts import OK
-from offloadprobe.isolation.child import ChildOutcome
 from offloadprobe.layout.terms import Term
 from offloadprobe.plan.projection import RankHost
 from offloadprobe.plan.scenario_plan import ScenarioPlan, StrategyPlan
@@ -109,10 +108,10 @@ def stopped_run() -> RunRecord:
         run,
         phases=run.phases[:2],
         summary=None,
-        failure="CUDA out of memory claiming 1.38 GiB (cycle 0, phase load)",
-        failure_kind="out of memory",
-        failure_cycle=0,
-        failure_phase="load",
+        failure=Failure(
+            kind="out of memory", message="CUDA out of memory claiming 1.38 GiB", cycle=0,
+            phase="load",
+        ),
     )
 
 
@@ -124,7 +123,14 @@ def not_offloaded_run() -> RunRecord:
     return replace(
         run,
         summary=summary,
-        not_offloaded=["param_data 128.00 MiB still on device after offload"],
+        residency=[
+            ResidencyFact(
+                cycle=c, param_bytes_to_move=128 * MiB, param_bytes_left=128 * MiB,
+                param_offload_gave_bytes=0, built_on_device_bytes=0, moves_optimizer=False,
+                optimizer_state_bytes=512 * MiB, optimizer_moved_bytes=0, left_by_owner=left,
+            )
+            for c in range(2)
+        ],
     )
 
 
@@ -249,9 +255,8 @@ def parts_comparison() -> Comparison:
         run = with_parts(
             run, part(GiB, params_x, params_x, 55.0), part(6 * GiB, opt_x, opt_x, 50.0)
         )
-        outcome = ChildOutcome(label=name, exit_code=0, report=None, failure=None, stderr_tail="")
         candidate = Candidate(strategy=name, optimizer_strategy=opt)
-        rows.append(ComparisonRow(candidate=candidate, outcome=outcome, run=run, verdict=OK))
+        rows.append(ComparisonRow(candidate=candidate, run=run, verdict=OK, worker_exit_code=0))
     return Comparison(rows=rows, baseline=rows[0].candidate.label)
 
 
@@ -311,7 +316,7 @@ def comparison() -> Comparison:
         ),
     ]
     for name, verdict, code, summary in specs:
-        doc = None
+        run = None
         if summary is not None:
             run = RunRecord(
                 strategy=name,
@@ -324,13 +329,6 @@ def comparison() -> Comparison:
                 summary=summary,
                 optimizer_strategy="none",
             )
-            doc = report(run, emulated=False).to_dict()
-        failure = None
-        if doc is None:
-            failure = ChildFailure(kind=verdict.kind, message=verdict.detail, exit_code=code)
-        outcome = ChildOutcome(
-            label=name, exit_code=code, report=doc, failure=failure, stderr_tail=""
-        )
         candidate = Candidate(strategy=name)
         if name == "registered":  # the longest label a row can have
             candidate = Candidate(
@@ -339,7 +337,7 @@ def comparison() -> Comparison:
                 alloc_conf="pinned_use_cuda_host_register:True",
             )
         rows.append(
-            ComparisonRow(candidate=candidate, outcome=outcome, run=outcome.run, verdict=verdict)
+            ComparisonRow(candidate=candidate, run=run, verdict=verdict, worker_exit_code=code)
         )
     return Comparison(rows=rows, baseline=rows[0].candidate.label)
 
@@ -358,15 +356,8 @@ def cpu_comparison() -> Comparison:
             host_peak_bytes=int(peak_x * run.payload_bytes),
         )
         run = replace(run, summary=summary)
-        outcome = ChildOutcome(
-            label=name,
-            exit_code=0,
-            report=report(run, emulated=True).to_dict(),
-            failure=None,
-            stderr_tail="",
-        )
         candidate = Candidate(strategy=name)
-        rows.append(ComparisonRow(candidate=candidate, outcome=outcome, run=run, verdict=OK))
+        rows.append(ComparisonRow(candidate=candidate, run=run, verdict=OK, worker_exit_code=0))
     return Comparison(rows=rows, baseline=rows[0].candidate.label)
 
 
@@ -489,7 +480,7 @@ def repro() -> Repro:
 
 def rank_run(rank: int, node: int, *, peak: int, world_size: int = 2) -> RunRecord:
     """One rank's two-cycle CPU run whose offloads peak ``peak`` bytes over its baseline."""
-    from offloadprobe.core.records import RankPlace
+    from offloadprobe.core.world_records import RankPlace
 
     base = cpu_run()
     phases = [
@@ -527,7 +518,7 @@ def node_readings(node_peak: int, *, local: bool = True) -> list:
 
 def world_run() -> RunRecord:
     """Two ranks on one node: naive-like offload peaks of 2x each, 3x at the node."""
-    from offloadprobe.core.records import WorldRun
+    from offloadprobe.core.world_records import WorldRun
     from offloadprobe.measure.node import NodeSource, node_records
 
     ranks = [rank_run(0, 0, peak=256 * MiB), rank_run(1, 0, peak=260 * MiB)]

@@ -3,7 +3,7 @@
 import pytest
 
 from offloadprobe.core.errors import UsageError
-from offloadprobe.engine import alloc_conf
+from offloadprobe.core import alloc_conf
 
 pytestmark = pytest.mark.processes(1)  # an interpreter asked for torch's parser
 

@@ -9,7 +9,8 @@ import warnings
 import pytest
 
 from offloadprobe import __version__
-from offloadprobe.cli import _quiet_third_party_warnings, main
+from offloadprobe.cli import main
+from offloadprobe.core.chatter import quiet_third_party as _quiet_third_party_warnings
 from offloadprobe.core.errors import UsageError
 from offloadprobe.scenarios.catalog import packaged, resolve
 

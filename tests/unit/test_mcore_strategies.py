@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from offloadprobe.core.errors import StrategyError
+from offloadprobe.engine.model import buffers
 from offloadprobe.engine.runtime import emulation
 from offloadprobe.engine.strategies import mcore
 
@@ -13,9 +14,9 @@ def test_missing_megatron_method_names_the_version(monkeypatch):
         def offload_to_cpu(self):
             pass
 
-    monkeypatch.setattr(mcore, "megatron_version", lambda: "0.12.0")
+    monkeypatch.setattr(buffers, "megatron_version", lambda: "0.12.0")
     with pytest.raises(StrategyError) as err:
-        mcore.require_methods(OldBuffer, mcore.BUFFER_METHODS, "_ParamAndGradBuffer")
+        buffers.require_methods(OldBuffer, mcore.BUFFER_METHODS, "_ParamAndGradBuffer")
     assert err.value.exit_code == 2
     assert "megatron-core 0.12.0" in str(err.value)
     assert "_ParamAndGradBuffer.reload_from_cpu()" in str(err.value)
@@ -25,8 +26,8 @@ def test_installed_megatron_has_the_methods():
     from megatron.core.distributed.param_and_grad_buffer import _ParamAndGradBuffer
     from megatron.core.optimizer import MegatronOptimizer
 
-    mcore.require_methods(_ParamAndGradBuffer, mcore.BUFFER_METHODS, "buffer")
-    mcore.require_methods(MegatronOptimizer, ("offload_to_cpu", "restore_from_cpu"), "opt")
+    buffers.require_methods(_ParamAndGradBuffer, mcore.BUFFER_METHODS, "buffer")
+    buffers.require_methods(MegatronOptimizer, ("offload_to_cpu", "restore_from_cpu"), "opt")
 
 
 def test_is_cuda_answers_as_on_a_gpu_only_inside_the_block(monkeypatch):

@@ -4,11 +4,9 @@ waiting). No process group is needed for it."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from offloadprobe.core.errors import ERROR_FILE_ENV
+from offloadprobe.core.outcomes import Failure
 from offloadprobe.engine.world import fence as fence_module
 from offloadprobe.engine.world.fence import PhaseFence
 
@@ -17,21 +15,19 @@ class _Exited(Exception):
     pass
 
 
-def test_abort_leaves_the_rank_failure_for_the_launcher(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(ERROR_FILE_ENV, str(tmp_path / "error.json"))
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("RANK", "1")
+def test_abort_leaves_the_rank_failure_for_the_launcher(monkeypatch, capsys):
+    said = []
 
     def exit_now(code: int) -> None:
         raise _Exited(code)
 
     monkeypatch.setattr(fence_module.os, "_exit", exit_now)
-    fence = PhaseFence(None, leader=False, node_cgroup=False)
+    fence = PhaseFence(None, leader=False, node_cgroup=False, on_abort=said.append)
+    failure = Failure(kind="out of memory", message="CUDA out of memory", cycle=1, phase="train")
     with pytest.raises(_Exited) as ended:
-        fence.abort("out of memory", "CUDA out of memory (cycle 1, phase train)")
+        fence.abort(failure)
     assert ended.value.args == (1,)
-    said = json.loads((tmp_path / "error.json.rank1").read_text())
-    assert said == {"kind": "out of memory", "message": "CUDA out of memory (cycle 1, phase train)"}
+    assert said == [failure]
     assert capsys.readouterr().err.strip() == (
         "offloadprobe: error: CUDA out of memory (cycle 1, phase train)"
     )

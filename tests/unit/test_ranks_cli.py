@@ -7,33 +7,39 @@ from dataclasses import replace
 
 import pytest
 
-import offloadprobe.cli.run as run_verb
+from offloadprobe.core.job import WorkerResult
+from offloadprobe.core.verdicts import judge
 from tests.conftest import TINY
+from tests.fakes import install_child
 from tests.unit import reporter_fakes as fake
 
 
 @pytest.fixture
 def ranks_answer(monkeypatch):
-    """Make the launcher return a given world report instead of starting ranks."""
+    """Make the launcher worker answer with a given world report instead of starting ranks."""
     answered = {}
 
-    def fake_run_ranks(cfg, how, *, show=True):
-        answered["how"] = how
-        return answered["report"]
+    def launcher(job, spec):
+        answered["how"] = job.launch
+        report = answered["report"]
+        code = judge(report.runs[0])[0].exit_code
+        WorkerResult(exit_code=code, report=report.to_dict()).write(job.result_path(None))
+        return code, ""
 
-    monkeypatch.setattr(run_verb, "run_ranks", fake_run_ranks)
+    install_child(monkeypatch, launcher)
     return answered
 
 
 def test_a_rank_that_failed_exits_1_with_its_verdict(invoke, ranks_answer):
     world_run = fake.world_run()
     ranks = list(world_run.world.ranks)
-    ranks[1] = replace(ranks[1], not_offloaded=["param_data 128.00 MiB still on device"])
+    stuck = fake.not_offloaded_run().residency
+    ranks[1] = replace(ranks[1], residency=stuck)
     bad = replace(world_run, world=replace(world_run.world, ranks=ranks))
     ranks_answer["report"] = fake.report(bad, emulated=True)
     rc, stdout, stderr = invoke("run", "--nproc-per-node", "2", *TINY)
     assert rc == 1
-    assert "rank 1: param_data" in stderr.splitlines()[-1]
+    assert "rank 1: param_data" in stderr.strip().splitlines()[-1]
     assert "node 0: measured" in stdout
 
 

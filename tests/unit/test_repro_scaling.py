@@ -140,8 +140,8 @@ def test_calibration_takes_the_rank_that_keeps_the_most(monkeypatch, tmp_path: P
     from dataclasses import replace
 
     from offloadprobe.core.config import RunConfig
-    from offloadprobe.core.records import WorldRun
-    from offloadprobe.isolation.child import ChildOutcome
+    from offloadprobe.core.job import WorkerResult
+    from offloadprobe.core.world_records import WorldRun
     from offloadprobe.repro.gpu import calibrate
     from tests.fakes import fake_report, fake_run, install_child
 
@@ -150,10 +150,10 @@ def test_calibration_takes_the_rank_that_keeps_the_most(monkeypatch, tmp_path: P
     report = fake_report(replace(ranks[0], world=world)).to_dict()
     asked = []
 
-    def child(spec, **_):
-        asked.append(spec)
-        return ChildOutcome(label=spec.label, exit_code=0, report=report, failure=None,
-                            stderr_tail="")  # fmt: skip
+    def child(job, spec):
+        asked.append(job)
+        WorkerResult(exit_code=0, report=report).write(job.result_path(None))
+        return 0, ""
 
     install_child(monkeypatch, child)
     s = load_scenario(SCENARIOS / "verl-6635-master-param.toml")
@@ -163,4 +163,4 @@ def test_calibration_takes_the_rank_that_keeps_the_most(monkeypatch, tmp_path: P
     assert why == "" and settings is not None
     assert settings.residue == 3 * MiB
     assert settings.claim == settings.limit - 3 * MiB - scaling.headroom
-    assert asked[0].nproc_per_node == 2
+    assert asked[0].launch.nproc_per_node == 2

@@ -68,7 +68,7 @@ def test_pause_backs_up_params_and_resume_restores_them_with_grads_zeroed(monkey
         saver.note(tensor)
 
     monkeypatch.setattr(tms, "restore_storage", restore_and_note)
-    monkeypatch.setattr(tms.torch.cuda, "mem_get_info", lambda: (10**12, 0))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (10**12, 0))
     strategy._move_into_regions(models)
     # params in the backed-up region, grads in the one without backup; views stay valid
     assert saver.allocated[(tms.PARAMS_TAG, True)] == [buf.param_data]
@@ -89,7 +89,7 @@ def test_cpu_emulation_is_a_one_line_usage_error():
 
 
 def test_missing_package_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(tms.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setitem(sys.modules, "torch_memory_saver", None)
     with pytest.raises(StrategyError, match=r"offloadprobe\[tms\]"):
         tms.load_saver(Runtime(device="cuda", emulated=False, note=None))

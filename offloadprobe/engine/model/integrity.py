@@ -25,7 +25,7 @@ import torch
 
 from offloadprobe.engine.optimizer.holdings import holdings, storage_key
 from offloadprobe.engine.runtime.emulation import real_device
-from offloadprobe.engine.strategies.base import ddp_buffers, nbytes
+from offloadprobe.engine.model.buffers import ddp_buffers, nbytes
 
 BLOCK = 1 << 20
 """Words per keyed block (8 MiB of keys per device)."""

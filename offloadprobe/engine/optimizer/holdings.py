@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 FP32_GROUPS = ("shard_fp32_from_float16_groups", "shard_fp32_groups")
 """DistributedOptimizer attributes holding fp32 shards (lists of lists; entries may be None)."""
@@ -55,6 +56,8 @@ def storage_key(tensor: torch.Tensor) -> int:
 def leaves(tensor: torch.Tensor) -> list[torch.Tensor]:
     """The plain tensors behind ``tensor``: itself, or a wrapper subclass's inner tensors
     (e.g. an FP8 state tensor that implements ``__tensor_flatten__``)."""
+    import torch
+
     flatten = getattr(tensor, "__tensor_flatten__", None)
     if type(tensor) in (torch.Tensor, torch.nn.Parameter) or flatten is None:
         return [tensor]
@@ -64,6 +67,8 @@ def leaves(tensor: torch.Tensor) -> list[torch.Tensor]:
 
 
 def _flat(groups: Any) -> Iterator[torch.Tensor]:
+    import torch
+
     for group in groups or []:
         members = group if isinstance(group, (list, tuple)) else [group]
         yield from (t for t in members if isinstance(t, torch.Tensor))
@@ -77,6 +82,8 @@ def _host_step(key: str, group: dict[str, Any] | None) -> bool:
 
 def holdings(optimizers: Any) -> Iterator[Held]:
     """Every tensor every megatron optimizer in ``optimizers`` holds (views included)."""
+    import torch
+
     for part in megatron_optimizers(optimizers):
         inner = part.optimizer
         group_of = {id(p): g for g in inner.param_groups for p in g["params"]}

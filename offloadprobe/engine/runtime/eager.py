@@ -23,19 +23,24 @@ EAGER_NOTE = (
 )
 
 
-SET_HERE_ENV = "OFFLOADPROBE_SET_TORCHDYNAMO_DISABLE"
-"""Set beside ``TORCHDYNAMO_DISABLE`` when offloadprobe set it, so a child that inherits both
-knows the choice was this tool's, not the user's."""
+_SET_HERE = False
+"""Whether this process set ``TORCHDYNAMO_DISABLE`` itself (then a worker it starts is not
+handed the variable: the choice is each worker's own, and only the user's carries over)."""
+
+
+def set_here() -> bool:
+    return _SET_HERE
 
 
 def eager_fusions() -> bool:
     """CPU emulation: turn torch.compile off before megatron wraps its fused helpers in it,
     and import megatron-core that way if it is not imported yet. False when the user set
     ``TORCHDYNAMO_DISABLE`` themselves (their choice stands)."""
-    if "TORCHDYNAMO_DISABLE" in os.environ and os.environ.get(SET_HERE_ENV) != "1":
+    global _SET_HERE
+    if "TORCHDYNAMO_DISABLE" in os.environ and not _SET_HERE:
         return False
     os.environ["TORCHDYNAMO_DISABLE"] = "1"  # read when torch._dynamo's config is imported
-    os.environ[SET_HERE_ENV] = "1"
+    _SET_HERE = True
     config = sys.modules.get("torch._dynamo.config")
     if config is not None:
         config.disable = True

@@ -36,6 +36,8 @@ class Runtime:
     control: Any = None
     """A CPU-side (gloo) process group over every rank, for barriers and
     ``gather_object`` between phases; None for one rank."""
+    strategy_options: dict[str, str] = field(default_factory=dict)
+    """``--strategy-option key=value`` pairs, for the strategy's factory to read."""
 
     def control_group(self) -> Any:
         """The gloo group over every rank (on CUDA a separate one, so control traffic never
@@ -170,7 +172,11 @@ def _join(world: World, emulated: bool, stack: contextlib.ExitStack) -> Any:
 
 @contextlib.contextmanager
 def open_runtime(
-    requested: str, seed: int, parallel: ParallelConfig | None = None
+    requested: str,
+    seed: int,
+    parallel: ParallelConfig | None = None,
+    *,
+    strategy_options: dict[str, str] | None = None,
 ) -> Iterator[Runtime]:
     """Join the ranks torchrun started (or make a one-rank process group) and initialise
     megatron's parallel state at ``parallel``'s layout; undo on exit."""
@@ -213,4 +219,5 @@ def open_runtime(
             note="; ".join(n for n in notes if n) or None,
             world=world,
             control=control,
+            strategy_options=dict(strategy_options or {}),
         )

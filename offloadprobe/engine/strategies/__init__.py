@@ -1,7 +1,7 @@
 """Model-parameter offload strategies: one module per strategy, one registry.
 
 A strategy is a module of this package exporting ``STRATEGY``, a
-:class:`~offloadprobe.engine.strategies.base.ModelStrategyInfo`, registered below by
+:class:`~offloadprobe.engine.descriptors.ModelStrategyInfo`, registered below by
 module path (imported on first use). Third parties register a descriptor or a class with
 ``offload(models)``/``load(models)`` under the ``offloadprobe.model_strategies``
 entry-point group, or pass ``--strategy package.module:object``. Every verb (run,
@@ -20,7 +20,7 @@ FLAG = "--strategy"
 
 
 def _info_class() -> type:
-    from offloadprobe.engine.strategies.base import ModelStrategyInfo
+    from offloadprobe.engine.descriptors import ModelStrategyInfo
 
     return ModelStrategyInfo
 

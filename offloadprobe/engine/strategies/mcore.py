@@ -13,35 +13,16 @@ strategy synchronises before returning, as NeMo-RL does after moving the model.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from offloadprobe.core.errors import StrategyError
-from offloadprobe.engine.runtime import Runtime
-from offloadprobe.engine.strategies.base import ModelStrategyInfo, ddp_buffers
+from offloadprobe.engine.descriptors import ModelStrategyInfo
+from offloadprobe.engine.model.buffers import ddp_buffers, require_methods
 from offloadprobe.layout.pinned import Alloc, Event, Free
 
+if TYPE_CHECKING:
+    from offloadprobe.engine.runtime import Runtime
+
 BUFFER_METHODS = ("offload_to_cpu", "reload_from_cpu")
-
-
-def megatron_version() -> str:
-    """The installed megatron-core's version string (``unknown`` if it does not say)."""
-    try:
-        from megatron.core import package_info
-
-        return str(package_info.__version__)
-    except ImportError:
-        return "unknown"
-
-
-def require_methods(cls: type, methods: tuple[str, ...], what: str) -> None:
-    """Raise a usage error naming the megatron-core version when ``cls`` lacks a method."""
-    missing = [name for name in methods if not callable(getattr(cls, name, None))]
-    if missing:
-        raise StrategyError(
-            f"megatron-core {megatron_version()} has no {what}."
-            + " and ".join(f"{m}()" for m in missing)
-            + ": install a megatron-core that has it (0.16 or newer) or choose another strategy"
-        )
 
 
 class McoreStrategy:

@@ -9,19 +9,21 @@ PyTorch's pinned cache keeps its pages resident.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from offloadprobe.engine.runtime import Runtime
-from offloadprobe.engine.strategies.base import (
-    ModelStrategyInfo,
+from offloadprobe.engine.descriptors import ModelStrategyInfo
+from offloadprobe.engine.model.buffers import (
     ddp_buffers,
     free_storage,
     restore_storage,
     restore_zeroed_grads,
 )
 from offloadprobe.layout.pinned import Alloc, Event, Free
+
+if TYPE_CHECKING:
+    import torch
+
+    from offloadprobe.engine.runtime import Runtime
 
 
 class NaiveStrategy:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from offloadprobe.engine.runtime import Runtime
-from offloadprobe.engine.strategies.base import ModelStrategyInfo
+from offloadprobe.engine.descriptors import ModelStrategyInfo
 from offloadprobe.layout.pinned import Event
+
+if TYPE_CHECKING:
+    from offloadprobe.engine.runtime import Runtime
 
 
 class KeepOnDevice:

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-import torch
-
-from offloadprobe.engine.strategies.base import ModelStrategyInfo
-from offloadprobe.engine.strategies.lazy import ReusedHostBufferStrategy
+from offloadprobe.engine.descriptors import ModelStrategyInfo
+from offloadprobe.engine.host_copies import ReusedHostBuffers
 from offloadprobe.layout.pinned import Alloc, Event
 
 
-class PageableStrategy(ReusedHostBufferStrategy):
+class PageableStrategy(ReusedHostBuffers):
     """Exact-size pageable host copy per buffer: slowest copies, smallest footprint."""
 
-    def allocate(self, like: torch.Tensor) -> torch.Tensor:
+    def allocate(self, like: Any) -> Any:
+        import torch
+
         return torch.empty(like.shape, dtype=like.dtype, device="cpu")
 
 

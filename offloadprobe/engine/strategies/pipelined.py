@@ -1,8 +1,8 @@
 """``pipelined``: ``registered``'s exact-size page-locked host buffers, made fast on the first
 offload by preparing them in chunks on worker threads while earlier chunks copy.
 
-(``OFFLOADPROBE_PIPELINED_THREADS``, ``OFFLOADPROBE_PIPELINED_CHUNK_MIB`` and
-``OFFLOADPROBE_PIPELINED_HUGEPAGES=1`` override the defaults, for benchmark sweeps.)
+(``--strategy-option threads=N``, ``chunk_mib=N`` and ``huge_pages=1`` override the
+defaults, for benchmark sweeps.)
 
 ``registered`` pays for its host memory inside the first offload: every page is faulted
 in (zeroed by the kernel) and then pinned by ``cudaHostRegister``, one thread, 4 KiB at
@@ -23,18 +23,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import mmap
-import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from offloadprobe.core.errors import OffloadProbeError
-from offloadprobe.engine.runtime import Runtime
-from offloadprobe.engine.strategies.base import (
-    ModelStrategyInfo,
+from offloadprobe.core.errors import OffloadProbeError, UsageError
+from offloadprobe.engine.descriptors import ModelStrategyInfo
+from offloadprobe.engine.model.buffers import (
     ddp_buffers,
     free_storage,
     nbytes,
@@ -43,13 +39,19 @@ from offloadprobe.engine.strategies.base import (
 )
 from offloadprobe.layout.pinned import Alloc, Event
 
-CHUNK_BYTES = int(os.environ.get("OFFLOADPROBE_PIPELINED_CHUNK_MIB", "256")) * 2**20
-"""Bytes populated and registered per task (keep it a multiple of the 2 MiB huge page)."""
-THREADS = int(os.environ.get("OFFLOADPROBE_PIPELINED_THREADS", "8"))
-"""Workers populating and registering chunks."""
-HUGE_PAGES = os.environ.get("OFFLOADPROBE_PIPELINED_HUGEPAGES", "") == "1"
+if TYPE_CHECKING:
+    import torch
+
+    from offloadprobe.engine.runtime import Runtime
+
+CHUNK_BYTES = 256 * 2**20
+"""Bytes populated and registered per task (keep it a multiple of the 2 MiB huge page);
+``--strategy-option chunk_mib=N`` overrides it."""
+THREADS = 8
+"""Workers populating and registering chunks (``--strategy-option threads=N``)."""
+HUGE_PAGES = False
 """Advise transparent huge pages for the mappings (fewer pages to fault and pin, up to
-2 MiB more resident per mapping). Off by default until the H200 sweep says it pays."""
+2 MiB more resident per mapping); ``--strategy-option huge_pages=1``."""
 _PORTABLE = 1  # cudaHostRegisterPortable
 _MADV_HUGEPAGE = 14
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+
@@ -78,15 +80,45 @@ class HostMapping:
     """Addresses of the chunks registered with CUDA."""
 
 
-def map_host(like: torch.Tensor, chunk_bytes: int | None = None) -> HostMapping:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Tuning:
+    """The pipeline's knobs, from ``--strategy-option`` (defaults above)."""
+
+    threads: int = THREADS
+    chunk_bytes: int = CHUNK_BYTES
+    huge_pages: bool = HUGE_PAGES
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> Tuning:
+        known = {"threads", "chunk_mib", "huge_pages"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise UsageError(
+                f"--strategy-option {unknown[0]}: pipelined takes threads, chunk_mib, huge_pages"
+            )
+        try:
+            threads = int(options.get("threads", THREADS))
+            chunk = int(options["chunk_mib"]) * 2**20 if "chunk_mib" in options else CHUNK_BYTES
+        except ValueError:
+            raise UsageError("--strategy-option threads= and chunk_mib= take integers") from None
+        if threads < 1 or chunk < mmap.PAGESIZE:
+            raise UsageError("--strategy-option threads must be >= 1 and chunk_mib >= 1")
+        huge = options.get("huge_pages", "1" if HUGE_PAGES else "0") in ("1", "true", "yes")
+        return cls(threads=threads, chunk_bytes=chunk, huge_pages=huge)
+
+
+def map_host(like: torch.Tensor, chunk_bytes: int | None = None, *,
+             huge_pages: bool = HUGE_PAGES) -> HostMapping:
     """An exact-size anonymous mapping viewed as a tensor shaped like ``like`` (no pages yet)."""
+    import torch
+
     size, chunk_bytes = nbytes(like), chunk_bytes or CHUNK_BYTES
     length = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
     prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
     address = _libc.mmap(None, length, prot, flags, -1, 0)
     if address in (None, ctypes.c_void_p(-1).value):
         raise OffloadProbeError(f"mmap of {length} bytes failed: errno {ctypes.get_errno()}")
-    if HUGE_PAGES:
+    if huge_pages:
         _libc.madvise(address, length, _MADV_HUGEPAGE)  # best effort
     raw = (ctypes.c_uint8 * size).from_address(address)
     host = torch.frombuffer(raw, dtype=torch.uint8).view(like.dtype).view(like.shape)
@@ -104,6 +136,7 @@ class PipelinedStrategy:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self.tuning = Tuning.from_options(getattr(runtime, "strategy_options", {}) or {})
         self.mappings: dict[int, HostMapping] = {}
         self.registered_bytes = 0
         """Bytes page-locked outside PyTorch's pinned allocator."""
@@ -114,6 +147,8 @@ class PipelinedStrategy:
         address = mapping.address + offset
         _populate(address, size)
         if self._cudart is not None:
+            import torch
+
             torch.cuda.set_device(self._device)  # a worker thread starts on device 0
             err = int(self._cudart.cudaHostRegister(address, size, _PORTABLE))
             if err != 0:
@@ -122,12 +157,16 @@ class PipelinedStrategy:
 
     @staticmethod
     def _chunk(tensor: torch.Tensor, offset: int, size: int) -> torch.Tensor:
+        import torch
+
         return tensor.view(-1).view(torch.uint8)[offset : offset + size]
 
     def _first_offload(self, work: list[tuple[Any, HostMapping]]) -> None:
         if self.runtime.can_pin:
+            import torch
+
             self._cudart, self._device = torch.cuda.cudart(), torch.cuda.current_device()
-        with ThreadPoolExecutor(max_workers=THREADS) as pool:
+        with ThreadPoolExecutor(max_workers=self.tuning.threads) as pool:
             futures = {
                 pool.submit(self._prepare, m, o, n): (buffer, m)
                 for buffer, m in work
@@ -146,7 +185,12 @@ class PipelinedStrategy:
     def offload(self, models: list[Any]) -> None:
         self.runtime.synchronize()
         buffers = list(ddp_buffers(models))
-        new = [(b, map_host(b.param_data)) for b in buffers if id(b) not in self.mappings]
+        tuning = self.tuning
+        new = [
+            (b, map_host(b.param_data, tuning.chunk_bytes, huge_pages=tuning.huge_pages))
+            for b in buffers
+            if id(b) not in self.mappings
+        ]
         if new:
             self.mappings.update({id(b): m for b, m in new})
             self._first_offload(new)
@@ -176,6 +220,8 @@ class PipelinedStrategy:
 
     def close(self) -> None:
         """Unregister every chunk, then unmap the host memory."""
+        import torch
+
         for m in self.mappings.values():
             for address in m.registered:
                 torch.cuda.cudart().cudaHostUnregister(address)

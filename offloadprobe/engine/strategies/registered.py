@@ -9,19 +9,20 @@ no rounding. The range is unregistered at teardown, before the tensor is freed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from offloadprobe.core.errors import OffloadProbeError
-from offloadprobe.engine.runtime import Runtime
-from offloadprobe.engine.strategies.base import ModelStrategyInfo
-from offloadprobe.engine.strategies.lazy import ReusedHostBufferStrategy
+from offloadprobe.engine.descriptors import ModelStrategyInfo
+from offloadprobe.engine.host_copies import ReusedHostBuffers
 from offloadprobe.layout.pinned import Alloc, Event
+
+if TYPE_CHECKING:
+    from offloadprobe.engine.runtime import Runtime
 
 _PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA context
 
 
-class RegisteredStrategy(ReusedHostBufferStrategy):
+class RegisteredStrategy(ReusedHostBuffers):
     """Exact-size host copy per buffer, registered with CUDA once, reused."""
 
     def __init__(self, runtime: Runtime) -> None:
@@ -29,7 +30,9 @@ class RegisteredStrategy(ReusedHostBufferStrategy):
         self.registered_bytes = 0
         """Bytes page-locked outside PyTorch's pinned allocator."""
 
-    def allocate(self, like: torch.Tensor) -> torch.Tensor:
+    def allocate(self, like: Any) -> Any:
+        import torch
+
         host = torch.empty(like.shape, dtype=like.dtype, device="cpu")
         if self.runtime.can_pin:
             size = host.numel() * host.element_size()
@@ -43,6 +46,8 @@ class RegisteredStrategy(ReusedHostBufferStrategy):
         """Unregister every range this strategy page-locked."""
         if not self.runtime.can_pin:
             return
+        import torch
+
         for host in self.copies.values():
             torch.cuda.cudart().cudaHostUnregister(host.data_ptr())
         self.registered_bytes = 0

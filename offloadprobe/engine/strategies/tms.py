@@ -21,20 +21,22 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from offloadprobe.core.errors import OffloadProbeError, StrategyError
-from offloadprobe.engine.runtime import Runtime
-from offloadprobe.engine.strategies.base import (
-    ModelStrategyInfo,
+from offloadprobe.engine.descriptors import ModelStrategyInfo
+from offloadprobe.engine.model.buffers import (
     ddp_buffers,
     free_storage,
     nbytes,
     restore_storage,
 )
 from offloadprobe.layout.pinned import Alloc, Event, Free
+
+if TYPE_CHECKING:
+    import torch
+
+    from offloadprobe.engine.runtime import Runtime
 
 PARAMS_TAG = "offloadprobe-params"
 GRADS_TAG = "offloadprobe-grads"
@@ -43,6 +45,8 @@ INSTALL = "pip install 'offloadprobe[tms]' (torch-memory-saver 0.0.10, cu12 or c
 
 def load_saver(runtime: Runtime) -> Any:
     """torch_memory_saver's singleton in hook mode ``torch``; a usage error where it cannot run."""
+    import torch
+
     if runtime.emulated or not torch.cuda.is_available():
         raise StrategyError(
             "--strategy tms needs a CUDA GPU (torch_memory_saver pauses CUDA virtual memory); "
@@ -90,6 +94,8 @@ class TmsStrategy:
         self._moved = True
 
     def offload(self, models: list[Any]) -> None:
+        import torch
+
         first = not self._moved
         if first:
             self._move_into_regions(models)

@@ -136,7 +136,7 @@ def load_object(spec: str, *, flag: str, needs: tuple[str, ...]) -> Any:
 
 def user_model_strategy(spec: str) -> Any:
     """The descriptor of the user's model strategy ``package.module:...``."""
-    from offloadprobe.engine.strategies.base import ModelStrategyInfo
+    from offloadprobe.engine.descriptors import ModelStrategyInfo
 
     return ModelStrategyInfo(
         name=spec,

@@ -10,17 +10,14 @@ The exchanges run on a CPU-side (gloo) group: control traffic never touches the 
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import sys
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
 
-from offloadprobe.core.errors import ERROR_FILE_ENV
-from offloadprobe.core.world import rank_file
+from offloadprobe.core.outcomes import Failure
 from offloadprobe.measure.node import NodeReading
 from offloadprobe.measure.probes.cgroup import PeakCounter, locate
 
@@ -28,8 +25,16 @@ from offloadprobe.measure.probes.cgroup import PeakCounter, locate
 class PhaseFence:
     """Barriers around every phase; the node leader's cgroup readings."""
 
-    def __init__(self, group: Any, *, leader: bool, node_cgroup: bool) -> None:
+    def __init__(
+        self,
+        group: Any,
+        *,
+        leader: bool,
+        node_cgroup: bool,
+        on_abort: Callable[[Failure], None] | None = None,
+    ) -> None:
         self.group = group
+        self.on_abort = on_abort
         self.leader = leader
         files = locate() if leader and node_cgroup else None
         self.counter = PeakCounter(files) if files is not None else None
@@ -69,16 +74,14 @@ class PhaseFence:
         dist.all_gather_object(said, failure, group=self.group)
         return [(rank, text) for rank, text in enumerate(said) if text is not None]
 
-    def abort(self, kind: str, message: str) -> None:
+    def abort(self, failure: Failure) -> None:
         """A phase that runs collectives (the train step) failed on this rank: the other
         ranks may wait in a collective for it, never reaching the fence. Say why in one
-        line and in this rank's error file, then end the process, so that torchrun's agent
+        line and in this rank's result, then end the process, so that torchrun's agent
         stops the other ranks and the launcher reports this rank's failure."""
-        print(f"offloadprobe: error: {message}", file=sys.stderr, flush=True)
-        path = os.environ.get(ERROR_FILE_ENV)
-        if path:
-            with contextlib.suppress(OSError):
-                rank_file(Path(path)).write_text(json.dumps({"kind": kind, "message": message}))
+        print(f"offloadprobe: error: {failure.text}", file=sys.stderr, flush=True)
+        if self.on_abort is not None:
+            self.on_abort(failure)
         sys.stderr.flush()
         os._exit(1)
 

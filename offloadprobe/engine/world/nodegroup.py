@@ -2,8 +2,8 @@
 peak is the kernel's own counter, not a sum of guesses.
 
 ``offloadprobe run --nproc-per-node`` makes the group before it starts torchrun and names
-it in ``NODE_CGROUP_ENV``; under a torchrun the user started, local rank 0 makes one and
-the node's other ranks join it. Memory a rank touched before it joined stays charged where
+it in the job (``Job.node_cgroup``); under a torchrun the user started, local rank 0 makes
+one and the node's other ranks join it. Memory a rank touched before it joined stays charged where
 it was, so node figures are read as growth over the node's usage at the first offload.
 """
 
@@ -15,11 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offloadprobe.measure.memory_cgroup import CgroupUnavailable, MemoryGroup, create_group
-
-NODE_CGROUP_ENV = "OFFLOADPROBE_NODE_CGROUP"
-"""Path of the node's memory cgroup, set by the launcher for every rank it starts."""
-NODE_CGROUP_MISSING_ENV = "OFFLOADPROBE_NODE_CGROUP_MISSING"
-"""Why the launcher could not make one (then no rank tries again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,15 +44,21 @@ def join(path: Path) -> MemoryGroup:
     return group
 
 
-def enter_node_group(*, local_rank: int, run_id: str, node_rank: int, wait_s: float = 30.0):
-    """Put this rank in its node's cgroup: the launcher's, or one local rank 0 makes."""
-    given = os.environ.get(NODE_CGROUP_ENV)
+def enter_node_group(
+    *,
+    local_rank: int,
+    run_id: str,
+    node_rank: int,
+    given: str | None = None,
+    missing: str | None = None,
+) -> NodeGroup:
+    """Put this rank in its node's cgroup: the one the parent made (``given``), or one local
+    rank 0 makes; ``missing`` says why the parent could not make one."""
     if given:
         try:
             return NodeGroup(join(Path(given)), None)
         except OSError as err:
             return NodeGroup(None, f"cannot join the node cgroup {given} ({err.strerror})")
-    missing = os.environ.get(NODE_CGROUP_MISSING_ENV)
     if missing:
         return NodeGroup(None, missing)
     name = f"offloadprobe-{run_id}-node{node_rank}"

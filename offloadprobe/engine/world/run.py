@@ -11,24 +11,23 @@ import contextlib
 import dataclasses
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
 
-from offloadprobe.core.config import RunConfig
-from offloadprobe.core.records import (
-    RankPlace,
-    Report,
-    RunRecord,
-    WorldRun,
-    run_from_dict,
-    run_to_dict,
-)
+from offloadprobe.core.job import Job
+from offloadprobe.core.outcomes import Failure
+from offloadprobe.core.records import Report, RunRecord, run_from_dict, run_to_dict
+from offloadprobe.core.world_records import RankPlace, WorldRun
+from offloadprobe.engine.run_record import report_of
+from offloadprobe.engine.runner import Hooks, run_cycles
 from offloadprobe.engine.runtime import open_runtime
 from offloadprobe.engine.world import nodegroup
 from offloadprobe.engine.world.fence import PhaseFence
 from offloadprobe.measure.memory_cgroup import home_procs
 from offloadprobe.measure.node import NodeReading, NodeSource, node_records
+from offloadprobe.measure.phase_log import PhaseLog
 
 
 def _leader_group(world: Any, node: nodegroup.NodeGroup, group: Any) -> nodegroup.NodeGroup:
@@ -43,51 +42,54 @@ def _leader_group(world: Any, node: nodegroup.NodeGroup, group: Any) -> nodegrou
 
 def _merged(ranks: list[RunRecord], world: WorldRun) -> RunRecord:
     """The row's record: rank 0's, carrying the first failure of any rank and every rank's
-    integrity and residency findings (each line names its rank)."""
+    integrity findings (each line names its rank). Residency facts stay per rank (in
+    ``world.ranks``), where the verdict rules judge them."""
     first = ranks[0]
-    failing = next((r for r in ranks if r.failure_kind is not None), None)
-    fields: dict[str, Any] = {}
-    if failing is not None and failing is not first:
+    failing = next((r for r in ranks if r.failure is not None), None)
+    failure = first.failure
+    if failing is not None and failing is not first and failing.failure is not None:
         rank = failing.place.rank if failing.place else "?"
-        fields = {
-            "failure": f"rank {rank}: {failing.failure}",
-            "failure_kind": failing.failure_kind,
-            "failure_cycle": failing.failure_cycle,
-            "failure_phase": failing.failure_phase,
-        }
+        failure = dataclasses.replace(
+            failing.failure, message=f"rank {rank}: {failing.failure.message}"
+        )
     many = len(ranks) > 1
-    integrity = [f"rank {r.place.rank}: {line}" if many else line
-                 for r in ranks for line in r.integrity]  # fmt: skip
-    not_offloaded = [f"rank {r.place.rank}: {line}" if many else line
-                     for r in ranks for line in r.not_offloaded]  # fmt: skip
+    integrity = [
+        f"rank {r.place.rank}: {line}" if many and r.place else line
+        for r in ranks
+        for line in r.integrity
+    ]
     notes = list(dict.fromkeys(n for r in ranks for n in r.notes))
     return dataclasses.replace(
-        first, integrity=integrity, not_offloaded=not_offloaded, notes=notes, world=world,
-        **fields,
-    )  # fmt: skip
+        first, integrity=integrity, notes=notes, world=world, failure=failure, residency=[]
+    )
 
 
-def run_rank(cfg: RunConfig, hooks: Any) -> Report | None:
+def run_rank(job: Job, log: PhaseLog, *, on_abort: Callable[[Failure], None]) -> Report | None:
     """This rank's share of the run; rank 0 returns the world's report, others None."""
-    from offloadprobe.engine.runner import report_of, run_cycles
-
-    with open_runtime(cfg.device, cfg.seed, cfg.parallel) as runtime:
+    cfg = job.config
+    options = cfg.strategy_options
+    with open_runtime(cfg.device, cfg.seed, cfg.parallel, strategy_options=options) as runtime:
         world = runtime.world
         group = runtime.control_group()
         node = nodegroup.enter_node_group(
             local_rank=world.local_rank,
             run_id=os.environ.get("TORCHELASTIC_RUN_ID", str(os.getppid())),
             node_rank=world.node_rank,
+            given=job.node_cgroup,
+            missing=job.node_cgroup_missing,
         )
         node = _leader_group(world, node, group)
         leader = world.local_rank == 0
-        fence = PhaseFence(group, leader=leader, node_cgroup=node.group is not None)
+        fence = PhaseFence(
+            group, leader=leader, node_cgroup=node.group is not None, on_abort=on_abort
+        )
+        hooks = Hooks(on_start=log.start, on_phase=lambda r: log.end(r.cycle, r.phase))
         try:
             record = run_cycles(cfg, runtime, dataclasses.replace(hooks, fence=fence))
         finally:
             fence.close()
-        if record.failure_phase == "setup":  # its peers may wait in a collective of the build
-            fence.abort(record.failure_kind or "crashed", record.failure or "crashed in setup")
+        if record.failure is not None and record.failure.phase == "setup":
+            fence.abort(record.failure)  # its peers may wait in a collective of the build
         place = RankPlace(
             rank=world.rank,
             local_rank=world.local_rank,
@@ -108,13 +110,19 @@ def run_rank(cfg: RunConfig, hooks: Any) -> Report | None:
         sent = (run_to_dict(record), dataclasses.asdict(source) if source else None)
         got: list[Any] | None = [None] * world.world_size if world.rank == 0 else None
         dist.gather_object(sent, got, dst=0, group=group)
-        _leave(node, group)
+        _leave(node, group, made_by_parent=job.node_cgroup is not None)
         if got is None:
             return None
-        ranks = sorted((run_from_dict(r) for r, _ in got), key=lambda r: r.place.rank)
+        ranks = sorted((run_from_dict(r) for r, _ in got), key=_rank_of)
         sources = [_source(s) for _, s in got if s is not None]
-        layout = {"tp": world.tp, "pp": world.pp, "ep": world.ep, "cp": world.cp,
-                  "vpp": world.vpp, "dp": world.dp}  # fmt: skip
+        layout = {
+            "tp": world.tp,
+            "pp": world.pp,
+            "ep": world.ep,
+            "cp": world.cp,
+            "vpp": world.vpp,
+            "dp": world.dp,
+        }
         world_run = WorldRun(
             world_size=world.world_size,
             nnodes=len(sources) or 1,
@@ -125,9 +133,17 @@ def run_rank(cfg: RunConfig, hooks: Any) -> Report | None:
         )
         row = _merged(ranks, world_run)
         return report_of(
-            cfg, row, device=runtime.device, emulated=runtime.emulated, note=runtime.note,
+            cfg,
+            row,
+            device=runtime.device,
+            emulated=runtime.emulated,
+            note=runtime.note,
             extra_settings={"world_size": world.world_size, "layout": world.layout},
-        )  # fmt: skip
+        )
+
+
+def _rank_of(record: RunRecord) -> int:
+    return record.place.rank if record.place else 0
 
 
 def _source(data: dict[str, Any]) -> NodeSource:
@@ -136,14 +152,14 @@ def _source(data: dict[str, Any]) -> NodeSource:
     return NodeSource(**fields)
 
 
-def _leave(node: nodegroup.NodeGroup, group: Any) -> None:
+def _leave(node: nodegroup.NodeGroup, group: Any, *, made_by_parent: bool) -> None:
     """Under a user's torchrun, the group local rank 0 made is removed at the end: every
     rank moves back to the group above it first."""
-    made = node.group is not None and os.environ.get(nodegroup.NODE_CGROUP_ENV) is None
-    if made:
+    made = node.group is not None and not made_by_parent
+    if made and node.group is not None:
         with contextlib.suppress(OSError):
             home_procs(node.group).write_text(str(os.getpid()))
     dist.barrier(group=group)
-    if node.made_here:
+    if node.made_here and node.group is not None:
         with contextlib.suppress(OSError):
             node.group.remove()

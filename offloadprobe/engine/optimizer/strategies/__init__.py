@@ -1,7 +1,7 @@
 """Optimizer-state offload strategies: one module per strategy, one registry.
 
 A strategy is a module of this package exporting ``STRATEGY``, an
-:class:`~offloadprobe.engine.optimizer.strategies.base.OptimizerStrategyInfo`: an object
+:class:`~offloadprobe.engine.descriptors.OptimizerStrategyInfo`: an object
 with ``offload(optimizers)``/``load(optimizers)`` over ``[model.optimizer]`` (verl's
 signature), plus what ``plan`` needs to project it. Third parties register a descriptor or
 a class under the ``offloadprobe.optimizer_strategies`` entry-point group, or pass
@@ -20,7 +20,7 @@ FLAG = "--optimizer-strategy"
 
 
 def _info_class() -> type:
-    from offloadprobe.engine.optimizer.strategies.base import OptimizerStrategyInfo
+    from offloadprobe.engine.descriptors import OptimizerStrategyInfo
 
     return OptimizerStrategyInfo
 
@@ -35,7 +35,7 @@ for _name in ("legacy", "fixed", "complete", "none", "mcore"):
 def optimizer_strategy(spec: str) -> Any:
     """The descriptor of a registered name or of the user's ``package.module:object``;
     fails (exit 2) before any model is built on a spec that cannot work."""
-    from offloadprobe.engine.optimizer.strategies.base import OptimizerStrategyInfo
+    from offloadprobe.engine.descriptors import OptimizerStrategyInfo
     from offloadprobe.engine.strategies.user import load_object
 
     if is_user_spec(spec):

@@ -16,14 +16,16 @@ Storages that belong to the DDP buffers (fp32 shards and main grads that are vie
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from offloadprobe.core.errors import IntegrityError, OffloadProbeError
+from offloadprobe.engine.descriptors import OptimizerStrategyInfo
 from offloadprobe.engine.optimizer.holdings import ddp_buffer_tensors, holdings, storage_key
-from offloadprobe.engine.optimizer.strategies.base import OptimizerStrategyInfo
-from offloadprobe.engine.runtime import Runtime
+
+if TYPE_CHECKING:
+    import torch
+
+    from offloadprobe.engine.runtime import Runtime
 
 _PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA context
 
@@ -40,6 +42,8 @@ class _Slot:
 
 def _byte_view(storage: torch.UntypedStorage) -> torch.Tensor:
     """The whole storage as a flat uint8 tensor (shares its memory)."""
+    import torch
+
     flat = torch.empty(0, dtype=torch.uint8, device=storage.device)
     return flat.set_(storage, 0, (storage.nbytes(),), (1,))
 
@@ -69,6 +73,8 @@ class CompleteStrategy:
         return list(found.values())
 
     def _allocate(self, nbytes: int) -> torch.Tensor:
+        import torch
+
         host = torch.empty(nbytes, dtype=torch.uint8, device="cpu")
         if self.runtime.can_pin:
             err = int(torch.cuda.cudart().cudaHostRegister(host.data_ptr(), nbytes, _PORTABLE))
@@ -112,6 +118,8 @@ class CompleteStrategy:
 
     def close(self) -> None:
         """Unregister every range this strategy page-locked and drop the host buffers."""
+        import torch
+
         if self.runtime.can_pin:
             for slot in self._slots.values():
                 torch.cuda.cudart().cudaHostUnregister(slot.host.data_ptr())

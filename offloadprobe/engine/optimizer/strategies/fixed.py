@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from offloadprobe.engine.optimizer.strategies.base import OptimizerStrategyInfo, StateKeyStrategy
+from offloadprobe.engine.descriptors import OptimizerStrategyInfo
+from offloadprobe.engine.optimizer.state_moves import StateKeyStrategy
 
 
 class FixedStrategy(StateKeyStrategy):

@@ -7,7 +7,8 @@ on the GPU (verl before PR 6635, ISEEKYAN/Megatron-LM #232).
 
 from __future__ import annotations
 
-from offloadprobe.engine.optimizer.strategies.base import OptimizerStrategyInfo, StateKeyStrategy
+from offloadprobe.engine.descriptors import OptimizerStrategyInfo
+from offloadprobe.engine.optimizer.state_moves import StateKeyStrategy
 
 
 class LegacyStrategy(StateKeyStrategy):

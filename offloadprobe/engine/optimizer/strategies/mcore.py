@@ -19,11 +19,13 @@ move as would on a GPU.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from offloadprobe.engine.optimizer.strategies.base import OptimizerStrategyInfo
-from offloadprobe.engine.runtime import Runtime, emulation
-from offloadprobe.engine.strategies.mcore import require_methods
+from offloadprobe.engine.descriptors import OptimizerStrategyInfo
+from offloadprobe.engine.model.buffers import require_methods
+
+if TYPE_CHECKING:
+    from offloadprobe.engine.runtime import Runtime
 
 OPTIMIZER_METHODS = ("offload_to_cpu", "restore_from_cpu")
 
@@ -38,6 +40,8 @@ class McoreOptimizerStrategy:
         self.runtime = runtime
 
     def _flags(self) -> contextlib.AbstractContextManager[None]:
+        from offloadprobe.engine.runtime import emulation
+
         return emulation.is_cuda_as_on_gpu() if self.runtime.emulated else contextlib.nullcontext()
 
     def offload(self, optimizers: list[Any]) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from offloadprobe.engine.optimizer.strategies.base import OptimizerStrategyInfo
-from offloadprobe.engine.runtime import Runtime
+from offloadprobe.engine.descriptors import OptimizerStrategyInfo
+
+if TYPE_CHECKING:
+    from offloadprobe.engine.runtime import Runtime
 
 
 class NoOffload:

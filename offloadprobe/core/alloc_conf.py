@@ -11,14 +11,15 @@ instead (``libc10*.so`` hold every key their parsers compare against).
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
-import torch
-
+from offloadprobe.core.devices import torch_is_cuda_build
 from offloadprobe.core.errors import UsageError
 
 PINNED_KEYS: dict[str, tuple[str, str]] = {
@@ -48,11 +49,21 @@ class PinnedSetting:
 
 
 def cuda_build() -> bool:
-    return torch.version.cuda is not None
+    return torch_is_cuda_build()
+
+
+def torch_version() -> str:
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def _library_words() -> set[str]:
-    lib = Path(torch.__file__).parent / "lib"
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return set()
+    lib = Path(spec.origin).parent / "lib"
     words: set[str] = set()
     for path in sorted(lib.glob("libc10*.so*")):
         words |= {m.decode() for m in re.findall(_KEY, path.read_bytes())}
@@ -121,7 +132,7 @@ def validate_alloc_conf(conf: str, *, flag: str = "--alloc-conf") -> None:
     keys = setting_keys(conf)
     if not keys or any(":" not in p for p in re.split(r",(?![^\[]*\])", conf) if p.strip()):
         raise UsageError(f"{flag} {conf!r}: give key:value pairs separated by commas")
-    version = torch.__version__
+    version = torch_version()
     verdicts = _parser_verdicts([conf]) if cuda_build() else None
     if verdicts is not None:
         (verdict,) = verdicts

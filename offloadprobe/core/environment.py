@@ -1,4 +1,8 @@
-"""Versions and machine facts recorded with every report."""
+"""Versions and machine facts recorded with every report.
+
+Torch-free at import: a parent that never imports torch reads torch's version from its
+package metadata (and no CUDA version or GPU); a worker, where torch is imported, reads
+them from torch itself."""
 
 from __future__ import annotations
 
@@ -8,8 +12,9 @@ import socket
 from importlib import metadata
 from typing import Any
 
+import sys
+
 import psutil
-import torch
 
 
 def _version(dist: str) -> str | None:
@@ -21,16 +26,19 @@ def _version(dist: str) -> str | None:
 
 def versions() -> dict[str, str | None]:
     """torch, megatron-core, CUDA, TransformerEngine and Python versions."""
+    torch = sys.modules.get("torch")
     return {
-        "torch": torch.__version__,
+        "torch": torch.__version__ if torch is not None else _version("torch"),
         "megatron_core": _version("megatron-core") or _megatron_module_version(),
-        "cuda": torch.version.cuda,
+        "cuda": torch.version.cuda if torch is not None else None,
         "transformer_engine": _version("transformer-engine") or _version("transformer_engine"),
         "python": platform.python_version(),
     }
 
 
 def _megatron_module_version() -> str | None:
+    if "megatron.core" not in sys.modules:
+        return None
     try:
         import megatron.core
 
@@ -47,7 +55,8 @@ def machine() -> dict[str, Any]:
         "host_memory_bytes": psutil.virtual_memory().total,
         "gpu": None,
     }
-    if torch.cuda.is_available():
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         info["gpu"] = props.name
         info["gpu_memory_bytes"] = props.total_memory

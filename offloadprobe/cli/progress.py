@@ -1,0 +1,52 @@
+"""A progress bar on stderr, fed by the worker's phase log as its phases end."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from offloadprobe.core.config import RunConfig
+
+
+def phases_per_run(cfg: RunConfig) -> int:
+    """How many phases a run records: train, offload and load per cycle, a rollout where
+    one is claimed, and the optimizer's own two where its strategy moves anything."""
+    from offloadprobe.engine.optimizer.strategies import optimizer_strategy
+
+    info = optimizer_strategy(cfg.optimizer_strategy)
+    moves = info.moves(cfg.optimizer.precision_aware)
+    return cfg.cycles * (3 + bool(cfg.rollout_claim_bytes) + 2 * moves)
+
+
+@contextlib.contextmanager
+def phase_progress(
+    label: str, cfg: RunConfig, *, show: bool
+) -> Iterator[Callable[[dict[str, Any]], None] | None]:
+    """A callback for phase-log events that advances a transient bar (None if not shown)."""
+    if not show:
+        yield None
+        return
+    console = Console(file=sys.stderr)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(f"{label}: building model", total=phases_per_run(cfg))
+
+        def on_phase(event: dict[str, Any]) -> None:
+            words = f"{label}: cycle {event.get('cycle')} {event.get('phase')}"
+            if event.get("event") == "end":
+                bar.update(task, advance=1, description=words)
+            else:
+                bar.update(task, description=words)
+
+        yield on_phase

@@ -1,0 +1,63 @@
+"""The DDP buffers of megatron's model chunks, and how a strategy frees and restores them.
+
+Torch-free at import: every helper works on the tensors it is given, so strategy
+modules that use them stay importable without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+
+def ddp_buffers(models: list[Any]) -> Iterator[Any]:
+    """Every ``_ParamAndGradBuffer`` of every chunk, dense then expert-parallel."""
+    for chunk in models:
+        yield from getattr(chunk, "buffers", None) or []
+        yield from getattr(chunk, "expert_parallel_buffers", None) or []
+
+
+def nbytes(tensor: Any) -> int:
+    """Logical bytes of a tensor (its storage may be freed)."""
+    return int(tensor.numel() * tensor.element_size())
+
+
+def free_storage(tensor: Any) -> None:
+    """Release a buffer's storage while every view into it stays a valid object."""
+    tensor.untyped_storage().resize_(0)
+
+
+def restore_storage(tensor: Any) -> None:
+    """Give a freed buffer its storage back (contents undefined until written)."""
+    storage = tensor.untyped_storage()
+    if storage.size() == 0:
+        storage.resize_(nbytes(tensor))
+
+
+def restore_zeroed_grads(buffer: Any) -> None:
+    """Reallocate ``grad_data`` and zero it, as a fresh phase expects."""
+    restore_storage(buffer.grad_data)
+    buffer.grad_data.zero_()
+
+
+def megatron_version() -> str:
+    """The installed megatron-core's version string (``unknown`` if it does not say)."""
+    try:
+        from megatron.core import package_info
+
+        return str(package_info.__version__)
+    except ImportError:
+        return "unknown"
+
+
+def require_methods(cls: type, methods: tuple[str, ...], what: str) -> None:
+    """Raise a usage error naming the megatron-core version when ``cls`` lacks a method."""
+    from offloadprobe.core.errors import StrategyError
+
+    missing = [name for name in methods if not callable(getattr(cls, name, None))]
+    if missing:
+        raise StrategyError(
+            f"megatron-core {megatron_version()} has no {what}."
+            + " and ".join(f"{m}()" for m in missing)
+            + ": install a megatron-core that has it (0.16 or newer) or choose another strategy"
+        )

@@ -1,0 +1,122 @@
+"""A finished run's record and report: what the cycles measured, with its environment."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from offloadprobe.core.config import RunConfig
+from offloadprobe.core.outcomes import Failure
+from offloadprobe.core.records import Report, RunRecord
+from offloadprobe.core import environment
+from offloadprobe.measure.summary import LOADS, OFFLOADS, summarise
+
+
+def record_of(state: Any, runtime: Any) -> RunRecord:
+    """The ``RunRecord`` of a run's state once its cycles ended (``engine.runner._Cycles``)."""
+    cfg, phases = state.cfg, state.phases
+    offloads = [p for p in phases if p.phase in OFFLOADS]
+    baseline = offloads[0].host.host_rss_before if offloads else 0
+    summary = None
+    if offloads and any(p.phase in LOADS for p in phases):
+        summary = summarise(
+            phases,
+            payload_bytes=state.payload,
+            baseline_host_bytes=baseline,
+            gpu_baseline_bytes=state.gpu_baseline,
+            registered_bytes=state.registered,
+            integrity_ok=not state.problems,
+            optimizer_state_bytes=state.optimizer_bytes,
+            param_bytes_to_move=state.param_to_move,
+            optimizer_bytes_to_move=state.optimizer_moved if state.moves_optimizer else 0,
+        )
+    notes = [runtime.note] if runtime.note else []
+    notes += state.notes
+    for phase in sorted(state.moved_nothing):
+        verb = "freed" if phase in OFFLOADS else "restored"
+        notes.append(f"{phase} moved nothing: no device memory was {verb} in some cycle")
+    if any(p.host.method != "vmhwm" for p in phases):
+        notes.append("host peak sampled with psutil (clear_refs refused): may miss short peaks")
+    notes.append(f"optimizer: {state.model.optimizer_name}")
+    if cfg.reference_check:
+        notes.append("every train step after a load compared bit for bit with a no-offload run")
+    return RunRecord(
+        strategy=cfg.strategy,
+        description=state.info.summary,
+        payload_bytes=state.payload,
+        grad_bytes=state.model.grad_bytes,
+        baseline_host_bytes=baseline,
+        gpu_baseline_bytes=state.gpu_baseline,
+        phases=phases,
+        summary=summary,
+        integrity=state.problems,
+        notes=notes,
+        failure=state.failure,
+        optimizer_strategy=cfg.optimizer_strategy,
+        optimizer=state.model.optimizer_name,
+        left_after_offload=[asdict(r) for r in state.residents],
+        residency=state.residency,
+        label_override=cfg.label,
+    )
+
+
+def report_of(
+    cfg: RunConfig,
+    row: RunRecord,
+    *,
+    device: str,
+    emulated: bool,
+    note: str | None,
+    extra_settings: dict[str, Any] | None = None,
+) -> Report:
+    """The report of one row: the environment, the model and the run's settings around it."""
+    return Report(
+        device=device,
+        emulated=emulated,
+        emulation_note=note,
+        payload_bytes=row.payload_bytes,
+        versions=environment.versions(),
+        machine=environment.machine(),
+        model=asdict(cfg.model),
+        settings={**settings(cfg), **(extra_settings or {})},
+        runs=[row],
+    )
+
+
+def settings(cfg: RunConfig) -> dict[str, Any]:
+    """A run's settings as the report's ``settings`` object."""
+    return {
+        "strategy": cfg.strategy,
+        "optimizer_strategy": cfg.optimizer_strategy,
+        "optimizer": asdict(cfg.optimizer),
+        "cycles": cfg.cycles,
+        "train_steps": cfg.train_steps,
+        "seed": cfg.seed,
+        "rollout_claim_bytes": cfg.rollout_claim_bytes,
+        "gpu_limit_bytes": cfg.gpu_limit_bytes,
+        "reference_check": cfg.reference_check,
+        "optimizer_first": cfg.optimizer_first,
+    }
+
+
+def failed_record(cfg: RunConfig, failure: Failure) -> RunRecord:
+    """A row with nothing measured: only why and where the run stopped."""
+    return RunRecord(
+        strategy=cfg.strategy,
+        description=_summary(cfg.strategy),
+        payload_bytes=0,
+        grad_bytes=0,
+        baseline_host_bytes=0,
+        gpu_baseline_bytes=None,
+        phases=[],
+        summary=None,
+        failure=failure,
+        optimizer_strategy=cfg.optimizer_strategy,
+        label_override=cfg.label,
+    )
+
+
+def _summary(spec: str) -> str:
+    from offloadprobe.engine.strategies import model_strategy
+
+    return str(model_strategy(spec).summary)

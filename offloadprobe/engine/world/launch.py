@@ -1,0 +1,121 @@
+"""Start the ranks of a run over several ranks through torchrun's own launcher.
+
+The launcher is itself a worker (its job has ``launch`` set), started by the parent inside
+the node's memory cgroup: ``torch.distributed.launcher.api.elastic_launch`` (the API
+behind torchrun) starts every rank as ``python -m offloadprobe.engine.worker RANK_JOB``,
+each in the same cgroup. It then reads back rank 0's report, or, when a rank failed, a
+typed failure from the rank that failed first: its exit code or signal, its own result's
+failure, the cycle and phase its phase log was in, and the node cgroup's OOM-kill count.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from offloadprobe.core import collector
+from offloadprobe.core.job import Job, WorkerResult
+from offloadprobe.core.outcomes import Failure
+from offloadprobe.core.verdicts import signal_message
+from offloadprobe.measure.memory_cgroup import MemoryGroup
+from offloadprobe.measure.phase_log import last_started
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchOutcome:
+    """Rank 0's report (when rank 0 ran on this node), or the first rank's failure."""
+
+    report: dict[str, Any] | None
+    failure: Failure | None
+
+
+def free_endpoint() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def _group(job: Job) -> MemoryGroup | None:
+    if not job.node_cgroup:
+        return None
+    path = Path(job.node_cgroup)
+    return MemoryGroup(2 if (path / "memory.current").exists() else 1, path)
+
+
+def _first_failure(
+    failures: dict[int, Any], job: Job, group: MemoryGroup | None, oom_before: int | None
+) -> Failure:
+    """The rank that caused the failure, as a typed failure: a rank the kernel killed
+    (SIGKILL) first; else a rank that ended other than by the agent's SIGTERM (the agent
+    stops the other ranks with it once one fails); among those the earliest, by torchrun's
+    whole-second timestamps, then the lowest rank."""
+    stopped, killed = -signal.SIGTERM, -signal.SIGKILL
+
+    def cause(item: tuple[int, Any]) -> tuple[bool, bool, float, int]:
+        rank, failure = item
+        return failure.exitcode != killed, failure.exitcode == stopped, failure.timestamp, rank
+
+    rank, failure = min(failures.items(), key=cause)
+    where = last_started(job.phase_log(rank))
+    cycle, phase = where if where else (None, None)
+    code = failure.exitcode
+    if code < 0:
+        after = group.oom_kills() if group is not None else None
+        message = signal_message(-code, oom_before, after)
+        return Failure(
+            kind="killed", message=f"rank {rank}: {message}", cycle=cycle, phase=phase,
+            exit_code=code,
+        )  # fmt: skip
+    said = WorkerResult.read(job.result_path(rank))
+    if said is not None and said.failure is not None:
+        return replace(said.failure, message=f"rank {rank}: {said.failure.message}",
+                       exit_code=code)  # fmt: skip
+    return Failure(kind="crashed", message=f"rank {rank}: exit code {code}", cycle=cycle,
+                   phase=phase, exit_code=code)  # fmt: skip
+
+
+def launch(job: Job, *, python: str = sys.executable) -> LaunchOutcome:
+    """Run the job on ``job.launch.nproc_per_node`` ranks of this node; wait for all."""
+    assert job.launch is not None
+    collector.resume()  # the launcher runs in the node's cgroup as long as its ranks do
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    how = job.launch
+    rank_job = job.rank_job()
+    path = rank_job.write()
+    group = _group(job)
+    config = LaunchConfig(
+        min_nodes=how.nnodes,
+        max_nodes=how.nnodes,
+        nproc_per_node=how.nproc_per_node,
+        run_id=how.run_id,
+        rdzv_backend="c10d",
+        rdzv_endpoint=how.rdzv_endpoint or free_endpoint(),
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
+    )
+    if how.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"  # as torchrun does: ranks of a node share cores
+    oom_before = group.oom_kills() if group is not None else None
+    failure = None
+    try:
+        elastic_launch(config, python)("-m", "offloadprobe.engine.worker", str(path))
+    except ChildFailedError as err:
+        failure = _first_failure(err.failures, rank_job, group, oom_before)
+    except Exception as err:  # rendezvous timeout, a signal torchrun turned into one
+        failure = Failure(
+            kind="crashed",
+            message=f"torchrun's launcher: {type(err).__name__}: {err}".splitlines()[0],
+        )
+    result = WorkerResult.read(rank_job.result_path(0))
+    report = result.report if result is not None else None
+    if failure is None and result is not None and result.failure is not None:
+        failure = result.failure
+    return LaunchOutcome(report=report, failure=failure)

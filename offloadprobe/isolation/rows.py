@@ -1,0 +1,132 @@
+"""One row of any verb: a configuration measured in a worker, then judged by the parent.
+
+``run``, each ``compare`` row, the pytest plugin and ``repro`` all come through here: the
+worker records facts, the parent applies the verdict rules (``core.verdicts``) to the
+record and to how the worker ended, and the row carries both. A worker that ended without
+a usable record still gives a row: its failure, with the environment around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from offloadprobe.core import environment
+from offloadprobe.core.budgets import Breach, Budget
+from offloadprobe.core.config import RunConfig
+from offloadprobe.core.job import Job, LaunchSpec
+from offloadprobe.core.outcomes import Failure, Verdict
+from offloadprobe.core.records import Report, RunRecord, report_from_dict
+from offloadprobe.core.verdicts import judge
+from offloadprobe.isolation.supervisor import WorkerOutcome, WorkerSpec, run_worker
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Row:
+    """A configuration, how its worker ended, its record and its verdict."""
+
+    label: str
+    config: RunConfig
+    outcome: WorkerOutcome
+    report: Report
+    """The worker's report, or one around a row that carries only the failure."""
+    verdict: Verdict
+    breaches: list[Breach] = field(default_factory=list)
+
+    @property
+    def run(self) -> RunRecord | None:
+        return self.report.runs[0] if self.report.runs else None
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok
+
+
+def failed_report(cfg: RunConfig, failure: Failure, *, device: str) -> Report:
+    """A report with one row that says only how and where it failed."""
+    row = RunRecord(
+        strategy=cfg.strategy,
+        description="",
+        payload_bytes=0,
+        grad_bytes=0,
+        baseline_host_bytes=0,
+        gpu_baseline_bytes=None,
+        phases=[],
+        summary=None,
+        failure=failure,
+        optimizer_strategy=cfg.optimizer_strategy,
+        label_override=cfg.label,
+    )
+    return Report(
+        device=device,
+        emulated=device == "cpu",
+        emulation_note=None,
+        payload_bytes=0,
+        versions=environment.versions(),
+        machine=environment.machine(),
+        model=asdict(cfg.model),
+        settings={"strategy": cfg.strategy, "optimizer_strategy": cfg.optimizer_strategy,
+                  "cycles": cfg.cycles},  # fmt: skip
+        runs=[row],
+    )
+
+
+def measure(
+    cfg: RunConfig,
+    *,
+    device: str,
+    budgets: Sequence[Budget] = (),
+    launch: LaunchSpec | None = None,
+    env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+    cgroup: Any = None,
+    node_cgroup: str | None = None,
+    node_cgroup_missing: str | None = None,
+    on_phase: Callable[[dict[str, Any]], None] | None = None,
+    on_started: Callable[[Job], Any] | None = None,
+    timeline: bool = False,
+    gate: bool = False,
+) -> Row:
+    """Run ``cfg`` in a fresh worker; the judged row."""
+    from offloadprobe.engine.runtime.eager import set_here
+
+    import os
+
+    job = Job(
+        config=cfg,
+        workdir="",
+        launch=launch,
+        timeline=timeline,
+        gate=gate,
+        node_cgroup=node_cgroup,
+        node_cgroup_missing=node_cgroup_missing,
+        dynamo_disabled_by_user="TORCHDYNAMO_DISABLE" in os.environ and not set_here(),
+    )
+    spec = WorkerSpec(job=job, env=dict(env or {}), timeout_s=timeout_s, cgroup=cgroup,
+                      on_phase=on_phase, on_started=on_started)  # fmt: skip
+    outcome = run_worker(spec)
+    return judge_outcome(cfg, outcome, budgets, device=device)
+
+
+def judge_outcome(
+    cfg: RunConfig, outcome: WorkerOutcome, budgets: Sequence[Budget], *, device: str
+) -> Row:
+    """The row of a finished worker: its report (or a failed one), judged."""
+    report = None
+    if outcome.report is not None:
+        try:
+            report = report_from_dict(outcome.report)
+        except (KeyError, TypeError, ValueError) as exc:
+            failure = Failure(kind="inconsistent", message=f"unreadable record ({exc})")
+            outcome = replace(outcome, failure=failure)
+    if report is None or not report.runs:
+        failure = outcome.failure or Failure(kind="crashed", message="no record was produced")
+        report = failed_report(cfg, failure, device=device)
+        verdict, breaches = failure.verdict, []
+    else:
+        verdict, breaches = judge(report.runs[0], list(budgets), failure=outcome.failure)
+    report = replace(report, verdicts=[verdict])
+    label = cfg.label or report.runs[0].label
+    return Row(label=label, config=cfg, outcome=outcome, report=report, verdict=verdict,
+               breaches=breaches)  # fmt: skip

@@ -184,3 +184,19 @@ def test_a_free_and_regrowth_behind_the_registry_is_counted_where_the_address_mo
         torch._C.StorageBase.resize_(storage, 4 << 20)
         assert memory.reconcile() == 4 << 20
         assert squatter.sum() == 1 << 20
+
+
+def test_device_pages_that_left_rss_behind_the_registry_are_counted_and_restored():
+    # pages dropped where the registry cannot see (here madvise; a free and regrowth at
+    # the same address leaves them unwritten the same way) are found by mincore, counted
+    # as changed behind the registry, and made resident again, as the constant counts them
+    from offloadprobe.engine.runtime.host_pages import drop, owned_pages, resident
+
+    with emulation.emulated_device() as memory:
+        device = torch.ones(1 << 20).cuda()
+        storage = device.untyped_storage()
+        start, pages = owned_pages(storage.data_ptr(), storage.nbytes())
+        drop(start, pages // 2)
+        assert resident(start, pages) == pages - pages // 2
+        assert memory.reconcile() == 4 << 20 and memory.bypassed_bytes == 4 << 20
+        assert resident(start, pages) == pages and memory.reconcile() == 0

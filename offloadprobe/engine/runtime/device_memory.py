@@ -4,60 +4,90 @@ On a GPU host, device memory is not in the process's RSS. In CPU emulation it is
 without care a host allocation made right after a device free (or right before a device
 restore) reuses the RSS the device gave up and the kernel's high-water mark never sees it.
 
-Design, true by construction: the RSS held by emulated device storages plus the RSS of a
-ballast arena (an anonymous mapping outside every allocator) is kept CONSTANT. Whenever
-device memory is freed, the ballast is touched by exactly the RSS the free returned
-(measured from ``/proc/self/statm`` around the free); before device memory is allocated,
-ballast is released first, then the storage is allocated and touched (as ``cudaMalloc``
-makes memory resident), and any difference is settled against the ballast. The host's own
-bytes are therefore always ``RSS - constant`` and a phase's host peak is
-``VmHWM - constant``. The constant only grows, when the device needs more than it ever
-held; the grow callback lets the host probe split its VmHWM interval there.
+Design, true by construction: the pages that emulated device storages own (the pages
+wholly inside a storage, ``host_pages``) are all resident and counted, and so are the
+resident pages of a ballast (an anonymous mapping outside every allocator);
+
+    constant = pages owned by device storages + ballast pages
+
+and the registry changes the two counts only together, by the same number of pages, so
+the constant stays put. Every page it counts is resident and private to its storage or
+to the ballast, so ``RSS - constant`` counts only other pages: the host's own bytes, never
+negative. A phase's host peak is ``VmHWM - constant``. The counts are the registry's own,
+never a reading of process-wide RSS (``/proc/self/statm`` around a free moves with every
+page fault any other thread takes meanwhile: with a host copy made on a worker thread
+while the main thread freed, steady figures read from -0.43x to 1.04x of a true 1x):
+
+- allocation: the ballast is released first by the most pages the new storages can own
+  (``nbytes // PAGE``), the op runs, each new storage's owned pages are made resident
+  (``MADV_POPULATE_WRITE``; an unwritten allocation is zero-filled, as ``cudaMalloc``
+  makes memory resident) and counted; the ballast takes back what they did not need, and
+  the constant grows by what it could not give. The grow callbacks let the host probe
+  split its VmHWM interval there.
+- free: the storage's owned pages are dropped (``MADV_DONTNEED``) while the storage still
+  owns them, then torch frees it, then the ballast is touched by exactly those pages.
+  Whether the storage was its own mmap or lay in glibc's heap (a free chunk keeps its
+  pages resident, and a large storage can come from the heap when free heap space
+  serves it), its owned pages have left RSS, and a host allocation that reuses the
+  address faults them in again, in view of the high-water mark.
+
+Why not count with ``mincore`` before and after a free instead: after a heap free the
+pages stay resident (the heap's, not the device's), and after a ``munmap`` another thread
+may map the range again before the second look. Dropping pages while they are still the
+storage's needs no second look. ``mincore`` checks the counts instead: :meth:`reconcile`
+finds owned pages no longer resident (freed and regrown behind the registry at the same
+address, or swapped out) and the tests check the invariant page by page.
+
+Limits: the (at most two) pages at a storage's ends may be shared with its heap
+neighbours or hold glibc's chunk header: they are host pages in every figure (a storage
+under two pages owns none), at most 8 KiB per live device storage, and stay host pages in
+the heap after the free. Torch reallocates a storage grown from a non-zero size or shrunk
+to one and frees the old memory itself: a heap storage's old pages then stay in the heap
+as host pages (reading high by up to its old size, never low). A change behind the
+registry (``torch._C.StorageBase.resize_``) is counted at the next :meth:`reconcile`, not
+compensated when it happened; a free and regrowth there to the same address and size is
+found only where it left owned pages unwritten (a heap chunk handed straight back keeps
+its pages resident: not found, and the counts stay right). Transparent huge pages may
+make untouched pages resident: outside owned pages they are host pages, the ballast has
+them off. Swap would take counted pages out of RSS; the hosts this runs on have none.
+Every operation holds one lock: a strategy's threads may allocate and free device memory
+at once.
 
 Every device storage is held here by a strong reference, so nothing can free device memory
 behind the meter's back; a storage nobody else references any more is freed (with ballast
 compensation) at :meth:`DeviceMemory.reclaim`, which the runtime calls at phase boundaries,
 as a GPU allocator frees a tensor nobody references.
 
-glibc's mmap threshold is fixed at 128 KiB so that freeing any storage of that size or more
-really returns its pages to the kernel (glibc otherwise raises the threshold after the first
-large free and keeps later frees in its heap).
+glibc's mmap threshold is fixed at 128 KiB so that a host copy of that size or more is a
+mapping of its own and RSS moves by its exact size (glibc otherwise raises the threshold
+after the first large free and serves later allocations from its heap).
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import functools
-import mmap
 import os
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-PAGE = mmap.PAGESIZE
+from offloadprobe.engine.runtime.host_pages import (
+    PAGE,
+    Ballast,
+    _libc,
+    drop,
+    owned_pages,
+    populate,
+    resident,
+)
+
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 128 * 1024
-_MADV_DONTNEED = 4
-_MADV_NOHUGEPAGE = 15
-_PROT_RW = 0x1 | 0x2
-_MAP_PRIVATE_ANON_NORESERVE = 0x02 | 0x20 | 0x4000
-_RESERVE = 1 << 40  # virtual address space for the ballast; NORESERVE: no commit charge
 
 _ORIGINAL_RESIZE = torch.UntypedStorage.resize_
-
-
-@functools.lru_cache(maxsize=1)
-def _libc() -> Any:
-    """glibc, loaded once (``find_library`` runs ``ldconfig`` every time it is asked)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]  # fmt: skip
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    return libc
 
 
 def rss() -> int:
@@ -67,7 +97,7 @@ def rss() -> int:
 
 
 def fix_malloc_threshold() -> bool:
-    """Pin glibc's mmap threshold so large frees return memory to the kernel."""
+    """Pin glibc's mmap threshold so large host allocations are mappings of their own."""
     try:
         return bool(_libc().mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     except (OSError, AttributeError):
@@ -77,58 +107,40 @@ def fix_malloc_threshold() -> bool:
 _NONE: frozenset[int] = frozenset()
 
 
-def _pages(nbytes: int) -> int:
-    return -(-nbytes // PAGE) * PAGE
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Held:
+    """A device storage as the registry last changed it: its bytes, where they were, and
+    the pages they own (all resident, all counted in the constant)."""
+
+    size: int
+    address: int
+    start: int
+    """First owned page."""
+    pages: int
 
 
-class Ballast:
-    """Resident filler pages in one private anonymous mapping: a touched prefix that grows
-    (``memset``) and shrinks (``madvise(MADV_DONTNEED)``) by whole pages."""
-
-    def __init__(self, reserve: int = _RESERVE) -> None:
-        self._libc = _libc()
-        self._reserve = reserve
-        addr = self._libc.mmap(None, reserve, _PROT_RW, _MAP_PRIVATE_ANON_NORESERVE, -1, 0)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), "mmap of the emulation ballast failed")
-        self._addr = addr
-        self._libc.madvise(addr, reserve, _MADV_NOHUGEPAGE)
-        self.size = 0
-        """Bytes of the ballast that are resident (page multiples)."""
-
-    def touch(self, nbytes: int) -> None:
-        """Make ``nbytes`` (rounded down to pages) more of the ballast resident."""
-        nbytes = nbytes // PAGE * PAGE
-        if nbytes <= 0:
-            return
-        if self.size + nbytes > self._reserve:
-            raise MemoryError("emulation ballast reservation exhausted")
-        ctypes.memset(self._addr + self.size, 1, nbytes)
-        self.size += nbytes
-
-    def release(self, nbytes: int) -> int:
-        """Drop up to ``nbytes`` (rounded up to pages) of resident ballast; bytes dropped."""
-        nbytes = min(_pages(max(nbytes, 0)), self.size)
-        if nbytes:
-            self.size -= nbytes
-            self._libc.madvise(self._addr + self.size, nbytes, _MADV_DONTNEED)
-        return nbytes
-
-    def close(self) -> None:
-        if self._addr is not None:
-            self._libc.munmap(self._addr, self._reserve)
-            self._addr, self.size = None, 0
+def _take(storage: torch.UntypedStorage, *, touch: bool, start: int = 0) -> Held:
+    """Make ``storage``'s owned pages resident (``touch``: zero its bytes from ``start``, as
+    cudaMalloc'd memory is resident with undefined contents) and say what it holds."""
+    address, size = storage.data_ptr(), storage.nbytes()
+    first, pages = owned_pages(address, size)
+    if touch and size > start:
+        ctypes.memset(address + start, 0, size - start)
+    if not (touch and start == 0):
+        populate(first, pages)
+    return Held(size=size, address=address, start=first, pages=pages)
 
 
 class DeviceMemory:
     """Every emulated device storage, held strongly, and the ballast that keeps
-    ``device RSS + ballast`` constant."""
+    ``device pages + ballast pages`` constant."""
 
     def __init__(self) -> None:
         self.ballast = Ballast()
         self._storages: dict[int, torch.UntypedStorage] = {}
-        self.constant = 0
-        """Device RSS + ballast RSS: what every host figure subtracts from RSS."""
+        self._held: dict[int, Held] = {}
+        self.device_pages = 0
+        """Pages owned by device storages (each storage's :class:`Held` ``pages``)."""
         self.freed_bytes = 0
         """Cumulative device bytes freed (storage sizes), for measured transfers."""
         self.allocated_bytes = 0
@@ -137,11 +149,18 @@ class DeviceMemory:
         """Called just before the constant grows (the host probe splits its interval)."""
         self.on_grown: Callable[[], None] | None = None
         """Called right after the constant grew."""
-        self._seen: dict[int, tuple[int, int]] = {}
-        """Each device storage's (size, address) when this registry last changed it: a
-        resize behind the registry changes the size, a free and regrowth the address."""
         self.bypassed_bytes = 0
-        """Cumulative device bytes resized behind the registry (:meth:`reconcile`)."""
+        """Cumulative device bytes changed behind the registry (:meth:`reconcile`)."""
+        self.lock = threading.RLock()
+        """Held by every registry operation (a strategy's threads may allocate and free at
+        once); hold it to see the two counts at rest."""
+
+    @property
+    def constant(self) -> int:
+        """Bytes of the pages device storages own plus the ballast's: what every host figure
+        subtracts from RSS (read at rest: never halfway through another thread's change)."""
+        with self.lock:
+            return (self.device_pages + self.ballast.pages) * PAGE
 
     # -- facts ---------------------------------------------------------------------------
     def holds(self, tensor: torch.Tensor) -> bool:
@@ -163,137 +182,151 @@ class DeviceMemory:
     def storages(self) -> list[torch.UntypedStorage]:
         return list(self._storages.values())
 
-    # -- allocation ------------------------------------------------------------------------
-    def _settle(self, before: int, released: int, grew: bool) -> None:
-        """After an allocation: balance RSS change against the ballast released for it."""
-        added = rss() - before + released  # RSS the allocation itself made resident
-        if added > released:
-            self.constant += added - released
-            if grew and self.on_grown is not None:
-                self.on_grown()
-        else:
-            self.ballast.touch(released - added)
+    # -- the two counts ------------------------------------------------------------------
+    def _hold(self, key: int, held: Held) -> None:
+        was = self._held.get(key)
+        self.device_pages += held.pages - (was.pages if was is not None else 0)
+        self._held[key] = held
 
+    def _settle(self, spare: int, grew: bool) -> None:
+        """After a change: ``spare`` pages the ballast gives back (taken where negative:
+        first from the ballast, the rest grows the constant)."""
+        if spare >= 0:
+            self.ballast.touch(spare)
+        else:
+            self.ballast.release(-spare)  # what it cannot give grows the constant
+        if grew and self.on_grown is not None:
+            self.on_grown()
+
+    def _release_for(self, need: int) -> tuple[int, bool]:
+        """Release ballast for ``need`` pages about to be made resident; (released, whether
+        the constant will grow), the host probe told first where it will."""
+        grew = need > self.ballast.pages
+        if grew and self.on_grow is not None:
+            self.on_grow()
+        return self.ballast.release(need), grew
+
+    # -- allocation ----------------------------------------------------------------------
     def allocate(
         self, nbytes: int, make: Callable[[], Any], *, touch: bool, exclude: frozenset[int] = _NONE
     ) -> Any:
         """Run ``make`` (which allocates ``nbytes`` of device storage) cudaMalloc-like:
-        ballast released first, the result's storages registered and (``touch``) made
-        resident. Storages in ``exclude`` (the op's inputs) are not the op's to register."""
-        need = _pages(nbytes)
-        grew = need > self.ballast.size
-        if grew and self.on_grow is not None:
-            self.on_grow()
-        before = rss()
-        released = self.ballast.release(need)
-        result = make()
-        for storage in _storages_of(result):
-            if storage._cdata not in self._storages and storage._cdata not in exclude:
-                self._register(storage)
-                if touch:
-                    _touch(storage)
-        self._settle(before, released, grew)
-        return result
+        ballast released first, the result's storages registered and their owned pages
+        made resident (``touch``: zero-filled). Storages in ``exclude`` (the op's inputs)
+        are not the op's to register."""
+        with self.lock:
+            released, grew = self._release_for(max(nbytes, 0) // PAGE)
+            try:
+                result = make()
+            except BaseException:
+                self._settle(released, grew)  # nothing was made
+                raise
+            taken = 0
+            for storage in _storages_of(result):
+                if storage._cdata not in self._storages and storage._cdata not in exclude:
+                    taken += self._register(storage, touch=touch).pages
+            self._settle(released - taken, grew)
+            return result
 
-    def _register(self, storage: torch.UntypedStorage) -> None:
+    def _register(self, storage: torch.UntypedStorage, *, touch: bool) -> Held:
         self._storages[storage._cdata] = storage
-        self._seen[storage._cdata] = (storage.nbytes(), storage.data_ptr())
+        held = _take(storage, touch=touch)
+        self._hold(storage._cdata, held)
         self.allocated_bytes += storage.nbytes()
+        return held
 
     def adopt(self, result: Any, exclude: frozenset[int] = _NONE) -> Any:
         """Register storages already allocated and written (their size was unknown
         beforehand): ballast is released after the fact, so the phase's high-water mark may
         carry them once. Used only for device results of ops the emulation cannot size."""
-        fresh = [
-            s
-            for s in _storages_of(result)
-            if s._cdata not in self._storages and s._cdata not in exclude
-        ]
-        for storage in fresh:
-            self._register(storage)
-        need = sum(_pages(s.nbytes()) for s in fresh)
-        released = self.ballast.release(need)
-        self.constant += need - released
-        return result
+        with self.lock:
+            fresh = [
+                s
+                for s in _storages_of(result)
+                if s._cdata not in self._storages and s._cdata not in exclude
+            ]
+            taken = sum(self._register(s, touch=False).pages for s in fresh)
+            self._settle(-taken, grew=False)
+            return result
 
     def resize(self, storage: torch.UntypedStorage, size: int) -> Any:
         """``UntypedStorage.resize_`` of a device storage: a free or a (re)allocation."""
-        result = self._resize(storage, size)
-        self._seen[storage._cdata] = (storage.nbytes(), storage.data_ptr())
-        return result
-
-    def _resize(self, storage: torch.UntypedStorage, size: int) -> Any:
-        old = storage.nbytes()
-        if size == old:
-            return _ORIGINAL_RESIZE(storage, size)
-        if size < old:
-            before = rss()
-            result = _ORIGINAL_RESIZE(storage, size)
-            self.ballast.touch(before - rss())
-            self.freed_bytes += old - size
-            return result
-
-        def grow() -> Any:
-            out = _ORIGINAL_RESIZE(storage, size)
-            if old == 0:
-                _touch(storage)
+        with self.lock:
+            key = storage._cdata
+            self.bypassed_bytes += self._reconcile(key, storage)  # its pages are its own
+            old = storage.nbytes()
+            if size == old or not storage.resizable():
+                return _ORIGINAL_RESIZE(storage, size)  # a no-op, or torch's own error
+            held = self._held[key]
+            if size < old:  # the pages past the new end are discarded: drop them, still owned
+                drop(*owned_pages(held.address + size, old - size))
+            released, grew = self._release_for(size // PAGE)  # torch allocates anew
+            try:
+                result = _ORIGINAL_RESIZE(storage, size)
+            finally:  # (where torch failed, the storage is as it was, its pages resident again)
+                now = _take(storage, touch=storage.nbytes() > old, start=old)
+                self._hold(key, now)
+                self._settle(released + held.pages - now.pages, grew)
+            if size < old:
+                self.freed_bytes += old - size
             else:
-                _touch(storage, start=old)
-            return out
-
-        need = _pages(size - old)
-        grew = need > self.ballast.size
-        if grew and self.on_grow is not None:
-            self.on_grow()
-        before = rss()
-        released = self.ballast.release(need)
-        result = grow()
-        self.allocated_bytes += size - old
-        self._settle(before, released, grew)
-        return result
+                self.allocated_bytes += size - old
+            return result
 
     # -- reclaim ---------------------------------------------------------------------------
     def reclaim(self) -> int:
         """Free every device storage that only this registry still references; bytes freed."""
-        freed = 0
-        for key, storage in list(self._storages.items()):
-            if torch._C._storage_Use_Count(key) <= 1:
-                freed += storage.nbytes()
-                if storage.nbytes():
-                    self.resize(storage, 0)
-                del self._storages[key]
-                self._seen.pop(key, None)
-        return freed
+        with self.lock:
+            freed = 0
+            for key, storage in list(self._storages.items()):
+                if torch._C._storage_Use_Count(key) <= 1:
+                    freed += storage.nbytes()
+                    if storage.nbytes():
+                        self.resize(storage, 0)
+                    del self._storages[key]
+                    self.device_pages -= self._held.pop(key).pages
+            return freed
 
     def reconcile(self) -> int:
-        """Device bytes resized behind this registry (through ``torch._C.StorageBase.resize_``
+        """Device bytes changed behind this registry (through ``torch._C.StorageBase.resize_``
         or a C++ op, never through the patched ``UntypedStorage.resize_``), now counted: a
-        shrink as a free with ballast in its place, a growth as an allocation. The RSS the
+        change of size or address as torch's free and allocation (the new memory's owned
+        pages made resident and counted), owned pages no longer resident (a free and
+        regrowth at the same address and size, or swap) made resident again. The RSS the
         change moved was not compensated when it happened: the caller says so."""
-        changed = 0
-        for key, storage in self._storages.items():
-            now, address = storage.nbytes(), storage.data_ptr()
-            was, was_at = self._seen.get(key, (now, address))
-            if (now, address) == (was, was_at):
-                continue
-            self._seen[key] = (now, address)
-            if now == was:  # freed and grown again behind the registry
-                changed += now
-                continue
-            changed += abs(now - was)
-            if now < was:
-                self.freed_bytes += was - now
-                self.ballast.touch(_pages(was) - _pages(now))
-            else:
-                self.allocated_bytes += now - was
-                need = _pages(now) - _pages(was)
-                self.constant += need - self.ballast.release(need)
-        self.bypassed_bytes += changed
-        return changed
+        with self.lock:
+            changed = sum(self._reconcile(k, s) for k, s in self._storages.items())
+            for key, held in self._held.items():
+                missing = held.pages - resident(held.start, held.pages)
+                if missing:
+                    populate(held.start, held.pages)  # as counted again
+                    changed += self._storages[key].nbytes()
+            self.bypassed_bytes += changed
+            return changed
+
+    def _reconcile(self, key: int, storage: torch.UntypedStorage) -> int:
+        """Count a change of ``storage``'s size or address behind the registry; its bytes."""
+        held = self._held[key]
+        now, address = storage.nbytes(), storage.data_ptr()
+        if (now, address) == (held.size, held.address):
+            return 0
+        # torch freed the old memory itself (its owned pages left RSS, or stayed in glibc's
+        # heap as host pages) and allocated the new, counted from here on
+        fresh = _take(storage, touch=False)
+        self._hold(key, fresh)
+        if now < held.size:
+            self.freed_bytes += held.size - now
+        elif now > held.size:
+            self.allocated_bytes += now - held.size
+        self._settle(held.pages - fresh.pages, grew=False)
+        return now if now == held.size else abs(now - held.size)
 
     def close(self) -> None:
-        self._storages.clear()
-        self.ballast.close()
+        with self.lock:
+            self._storages.clear()
+            self._held.clear()
+            self.device_pages = 0
+            self.ballast.close()
 
 
 def _storages_of(result: Any) -> list[torch.UntypedStorage]:
@@ -307,13 +340,6 @@ def _storages_of(result: Any) -> list[torch.UntypedStorage]:
     return found
 
 
-def _touch(storage: torch.UntypedStorage, start: int = 0) -> None:
-    """Make a fresh storage resident as cudaMalloc'd memory is (contents are undefined)."""
-    n = storage.nbytes() - start
-    if n > 0:
-        ctypes.memset(storage.data_ptr() + start, 0, n)
-
-
 def environment_ok() -> bool:
-    """Whether /proc/self/statm exists (Linux): the design needs it."""
+    """Whether /proc/self/statm exists (Linux, where mincore and madvise do too)."""
     return os.path.exists("/proc/self/statm")

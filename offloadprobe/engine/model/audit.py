@@ -28,9 +28,9 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from offloadprobe.engine.model.buffers import ddp_buffers, nbytes
 from offloadprobe.engine.optimizer.holdings import holdings, main_param_names, storage_key
 from offloadprobe.engine.runtime import Runtime, emulation
-from offloadprobe.engine.model.buffers import ddp_buffers, nbytes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

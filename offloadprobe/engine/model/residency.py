@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
+from offloadprobe.engine.model.buffers import ddp_buffers
 from offloadprobe.engine.optimizer.holdings import holdings
 from offloadprobe.engine.runtime import emulation
-from offloadprobe.engine.model.buffers import ddp_buffers
 
 
 def device_tensors(model: Any) -> Iterator[torch.Tensor]:

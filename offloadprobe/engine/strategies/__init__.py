@@ -28,6 +28,8 @@ def _info_class() -> type:
 MODEL_STRATEGIES: Registry[Any] = Registry("model strategy", GROUP, third_party(_info_class, FLAG))
 for _name in ("naive", "lazy", "registered", "pipelined", "pageable", "mcore", "tms", "none"):
     MODEL_STRATEGIES.register_module(_name, f"{__name__}.{_name}")
+MODEL_STRATEGIES.register_module("hugepin", f"{__name__}.hugepin")
+MODEL_STRATEGIES.register_module("relock", f"{__name__}.relock")
 
 
 def model_strategy(spec: str) -> Any:

@@ -1,0 +1,191 @@
+"""``hugepin`` and ``relock`` on fake DDP buffers in this process: bit-exact round trips,
+exact host mappings that stay (hugepin) or go after every load (relock), one copy per
+registered range, registered bytes, and the note when huge pages are refused."""
+
+import errno
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from offloadprobe.engine import hostmem
+from offloadprobe.engine.runtime import Runtime
+from offloadprobe.engine.strategies import hugepin, model_strategy
+from offloadprobe.engine.strategies.hugepin import HugePinStrategy, Settings, Step, plan
+
+CPU = Runtime(device="cpu", emulated=True, note=None)
+MIB = 2**20
+CHUNK = MIB
+
+
+def _buffer(numel, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return SimpleNamespace(
+        param_data=torch.randn(numel, generator=gen).to(torch.bfloat16),
+        grad_data=torch.ones(numel),
+    )
+
+
+def _models():
+    """A dense buffer over several chunks (the last short) and an expert-parallel one."""
+    dense, expert = _buffer(3 * MIB // 2 + 7, 1), _buffer(MIB // 4 + 3, 2)
+    chunk = SimpleNamespace(buffers=[dense], expert_parallel_buffers=[expert])
+    return [chunk], [dense, expert]
+
+
+class FakeCudart:
+    """Records every range registered and unregistered (no CUDA)."""
+
+    def __init__(self):
+        self.registered, self.unregistered = [], []
+
+    def register(self, address, nbytes):
+        self.registered.append((address, nbytes))
+
+    def unregister(self, address):
+        self.unregistered.append(address)
+
+
+def _strategy(ephemeral, cudart=None, threads=2):
+    settings = Settings(threads=threads, chunk_bytes=CHUNK)
+    return HugePinStrategy(CPU, ephemeral=ephemeral, settings=settings, cudart=cudart)
+
+
+def _resident(strategy):
+    return [
+        hostmem.resident_bytes(c.mapping.address, c.mapping.length)
+        for c in strategy.copies.values()
+    ]
+
+
+@pytest.mark.parametrize("ephemeral", [False, True])
+def test_round_trips_are_bit_exact_and_the_host_holds_what_it_promises(ephemeral):
+    models, buffers = _models()
+    originals = [b.param_data.clone() for b in buffers]
+    strategy = _strategy(ephemeral)
+    try:
+        for _ in range(2):
+            strategy.offload(models)
+            assert all(b.param_data.untyped_storage().nbytes() == 0 for b in buffers)
+            assert all(b.grad_data.untyped_storage().nbytes() == 0 for b in buffers)
+            lengths = [c.mapping.length for c in strategy.copies.values()]
+            assert _resident(strategy) == lengths  # exactly the payload, page-rounded
+            strategy.load(models)
+            for b, original in zip(buffers, originals, strict=True):
+                assert torch.equal(b.param_data, original)
+                assert not b.grad_data.any()
+            assert _resident(strategy) == ([0, 0] if ephemeral else lengths)
+        for c, b in zip(strategy.copies.values(), buffers, strict=True):
+            assert c.mapping.nbytes == b.param_data.numel() * 2
+            assert c.mapping.length - c.mapping.nbytes < hostmem.PAGE
+        assert strategy.registered_bytes == 0  # CPU emulation locks nothing
+    finally:
+        strategy.close()
+    assert strategy.copies == {}
+
+
+def test_the_planner_gives_each_registered_range_exactly_one_copy():
+    chunks = [hostmem.plan_chunks(5 * MIB // 2 + 1, CHUNK), hostmem.plan_chunks(MIB, CHUNK)]
+    steps = plan(chunks, [[False, True, False], [False]])
+    assert steps == [
+        Step(copy=0, chunk=0, offset=0, nbytes=CHUNK, lock=True),
+        Step(copy=0, chunk=1, offset=CHUNK, nbytes=CHUNK, lock=False),
+        Step(copy=0, chunk=2, offset=2 * CHUNK, nbytes=MIB // 2 + 1, lock=True),
+        Step(copy=1, chunk=0, offset=0, nbytes=MIB, lock=True),
+    ]
+    assert all(s.offset % CHUNK == 0 and s.nbytes <= CHUNK for s in steps)
+
+
+@pytest.mark.parametrize("ephemeral", [False, True])
+def test_every_copy_stays_within_one_registered_range(monkeypatch, ephemeral):
+    models, buffers = _models()
+    payload = sum(b.param_data.numel() * 2 for b in buffers)
+    cudart = FakeCudart()
+    strategy = _strategy(ephemeral, cudart)
+    offload_copies = []
+    real_copy = strategy._copy
+
+    def copy(dst, src):
+        offload_copies.append((dst.data_ptr(), dst.numel()))  # host side: the destination
+        real_copy(dst, src)
+
+    try:
+        locked_first = None
+        for cycle in range(2):
+            cudart.registered[:], cudart.unregistered[:], offload_copies[:] = [], [], []
+            with monkeypatch.context() as m:
+                m.setattr(strategy, "_copy", copy)
+                strategy.offload(models)
+            ranges = sorted(cudart.registered)
+            locked_first = locked_first or ranges
+            assert sorted(offload_copies) == locked_first  # one copy per registered range
+            if cycle == 0 or ephemeral:
+                assert sum(n for _, n in ranges) == payload
+            else:
+                assert ranges == []  # hugepin keeps its ranges locked
+            assert strategy.registered_bytes == payload
+            strategy.load(models)
+            assert strategy.locked_bytes == (0 if ephemeral else payload)
+            assert strategy.registered_bytes == payload  # as the last offload left it
+            unregistered = sorted(cudart.unregistered)
+            assert unregistered == ([a for a, _ in locked_first] if ephemeral else [])
+    finally:
+        strategy.close()
+    assert strategy.locked_bytes == 0 and strategy.registered_bytes == 0
+
+
+def test_a_refused_huge_page_advice_is_said_in_the_notes(monkeypatch):
+    real = hostmem.madvise
+    monkeypatch.setattr(hostmem, "thp_mode", lambda: "madvise")
+    monkeypatch.setattr(
+        hostmem,
+        "madvise",
+        lambda a, n, advice: (
+            errno.EINVAL if advice == hostmem.MADV_HUGEPAGE else real(a, n, advice)
+        ),
+    )
+    models, buffers = _models()
+    original = buffers[0].param_data.clone()
+    strategy = _strategy(ephemeral=True)
+    try:
+        strategy.offload(models)
+        strategy.load(models)
+        assert torch.equal(buffers[0].param_data, original)
+        assert all(c.mapping.huge_bytes == 0 for c in strategy.copies.values())
+    finally:
+        strategy.close()
+    assert any("4 KiB pages" in n and "refused madvise(MADV_HUGEPAGE)" in n for n in strategy.notes)
+    monkeypatch.setattr(hostmem, "madvise", real)
+    granted = _strategy(ephemeral=False)
+    granted.offload(models)
+    granted.load(models)
+    granted.close()
+    assert not [n for n in granted.notes if "MADV_HUGEPAGE" in n]  # granted: silent
+
+
+def test_settings_follow_the_cpus_and_the_environment(monkeypatch):
+    monkeypatch.setattr(hostmem, "available_cpus", lambda: 16)
+    assert Settings.from_env({}).threads == 14
+    assert Settings.from_env({"LOCAL_WORLD_SIZE": "2"}).threads == 6
+    env = {
+        "OFFLOADPROBE_HUGEPIN_THREADS": "3",
+        "OFFLOADPROBE_HUGEPIN_CHUNK_MIB": "3",
+        "OFFLOADPROBE_HUGEPIN_HUGE_PAGES": "0",
+        "OFFLOADPROBE_HUGEPIN_TOUCH": "memset",
+    }
+    s = Settings.from_env(env)
+    assert (s.threads, s.huge_pages, s.touch) == (3, False, "memset")
+    assert s.chunk_bytes % hostmem.huge_page_size() == 0 and s.chunk_bytes >= 3 * MIB
+    assert Settings.from_env({}).chunk_bytes == hugepin.CHUNK_MIB * MIB
+    with pytest.raises(Exception, match="TOUCH"):
+        Settings.from_env({"OFFLOADPROBE_HUGEPIN_TOUCH": "sometimes"})
+
+
+def test_both_are_registered_strategies():
+    assert model_strategy("hugepin").name == "hugepin"
+    relock = model_strategy("relock")
+    strategy = relock.build(CPU)
+    try:
+        assert strategy.ephemeral and isinstance(strategy, HugePinStrategy)
+    finally:
+        strategy.close()

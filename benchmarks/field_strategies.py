@@ -112,12 +112,12 @@ def jobs(payload: str, opt_payload: str, device: str, available: set[str]) -> di
                                            "--payload", payload, "--cycles", "2"]))  # fmt: skip
     sweep = [
         Job("pipelined", {label("pipelined"): f"pipelined, {t} threads"},
-            ["pipelined", *common, "--payload", payload, "--cycles", "2"],
-            env={"OFFLOADPROBE_PIPELINED_THREADS": str(t)})
+            ["pipelined", *common, "--payload", payload, "--cycles", "2",
+             "--strategy-option", f"threads={t}"])
         for t in PIPELINE_THREADS
     ] + [Job("pipelined", {label("pipelined"): "pipelined, 8 threads, huge pages"},
-             ["pipelined", *common, "--payload", payload, "--cycles", "2"],
-             env={"OFFLOADPROBE_PIPELINED_HUGEPAGES": "1"})]  # fmt: skip
+             ["pipelined", *common, "--payload", payload, "--cycles", "2",
+              "--strategy-option", "huge_pages=1"])]  # fmt: skip
     return {"params": [params], "optimizer": optimizer, "alloc": alloc, "pipelined": sweep}
 
 
@@ -199,7 +199,7 @@ def main() -> None:
                     "payload": args.payload, "optimizer_payload": args.optimizer_payload,
                     "pinned_settings_accepted": sorted(available), "torch": torch.__version__,
                     "versions": environment.versions(), "machine": environment.machine(),
-                    "commit": os.environ.get("OFFLOADPROBE_COMMIT"), "rows": []}  # fmt: skip
+                    "commit": os.environ.get("GIT_COMMIT"), "rows": []}  # fmt: skip
     suffix = "" if len(parts) == 4 else "-" + "-".join(parts)
     path = args.out / f"{args.machine}-{day}-field-strategies{suffix}.json"
     for index, job in enumerate(todo):

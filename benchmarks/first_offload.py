@@ -142,8 +142,10 @@ def measure_row(
     strategy: str, size: str, args: argparse.Namespace, timeout: float, tmp: Path
 ) -> dict:
     out, stages = tmp / f"run-{strategy}-{size}.json", tmp / f"stages-{strategy}-{size}.json"
-    env = {**_env(), "OFFLOADPROBE_HUGEPIN_STAGES": str(stages)}
+    env = _env()
     cmd = run_command(strategy, size, args.cycles, out, args.device)
+    if strategy in ("hugepin", "relock"):
+        cmd += ["--strategy-option", f"stages={stages}"]
     print("+", " ".join(cmd), flush=True)
     start = time.perf_counter()
     try:
@@ -264,6 +266,7 @@ def main() -> None:
     parser.add_argument("--component-bytes", default="5GiB")
     parser.add_argument("--idle-seconds", type=float, default=3.0)
     parser.add_argument("--budget-s", type=float, default=300.0)
+    parser.add_argument("--commit", default=None, help="The commit measured, for the record.")
     parser.add_argument("--device", default="cuda", help="cpu: the plumbing only (emulation)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args()
@@ -294,7 +297,7 @@ def main() -> None:
         "benchmark": "first_offload",
         "date": day,
         "command": " ".join(sys.argv),
-        "commit": os.environ.get("OFFLOADPROBE_COMMIT"),
+        "commit": args.commit,
         "cycles": args.cycles,
         "held_while_training_method": HELD_METHOD,
         "budget_s": args.budget_s,

@@ -57,7 +57,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     day = dt.date.today().isoformat()
     result: dict = {"benchmark": "offload_strategies", "date": day, "payload": args.payload,
-                    "commit": os.environ.get("OFFLOADPROBE_COMMIT"),
+                    "commit": os.environ.get("GIT_COMMIT"),
                     "copy_bandwidth_2GiB": measure(), "compares": {}}  # fmt: skip
     for name, conf in ALLOC_CONFS.items():
         stem = f"{args.machine}-{day}-compare-{name}"

@@ -85,7 +85,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.parallel) as pool:
         results = list(pool.map(lambda job: one(*job, args.payload, Path(tmp), args.device), jobs))
     doc = {"benchmark": "optimizer_offload", "date": day, "payload": args.payload,
-           "commit": os.environ.get("OFFLOADPROBE_COMMIT"), "runs": results}  # fmt: skip
+           "commit": os.environ.get("GIT_COMMIT"), "runs": results}  # fmt: skip
     path = args.out / f"{args.machine}-{day}-optimizer-offload.json"
     path.write_text(json.dumps(doc, indent=2) + "\n")
     for r in results:

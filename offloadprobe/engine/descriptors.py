@@ -80,6 +80,18 @@ class ReleasesThroughDriver(Protocol):
     def released_storages(self, models: list[Any]) -> list[Any]: ...
 
 
+@runtime_checkable
+class HasNotes(Protocol):
+    """Optional: what the run's report should say about the strategy (a refused huge-page
+    advice, a fallback it took), one line each."""
+
+    notes: list[str]
+
+
+def notes_of(strategy: object) -> list[str]:
+    return [str(n) for n in strategy.notes] if isinstance(strategy, HasNotes) else []
+
+
 def released_storages(strategy: object, models: list[Any]) -> list[Any]:
     """The storages a strategy says it released through the driver (none for most)."""
     if isinstance(strategy, ReleasesThroughDriver):

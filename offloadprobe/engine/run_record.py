@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from offloadprobe.core.config import RunConfig
+from offloadprobe.engine.descriptors import notes_of
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.records import Report, RunRecord
 from offloadprobe.core import environment
@@ -32,6 +33,8 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
         )
     notes = [runtime.note] if runtime.note else []
     notes += state.notes
+    for strategy in (state.strategy, state.optimizer_strategy):
+        notes += [n for n in notes_of(strategy) if n not in notes]
     for phase in sorted(state.moved_nothing):
         verb = "freed" if phase in OFFLOADS else "restored"
         notes.append(f"{phase} moved nothing: no device memory was {verb} in some cycle")

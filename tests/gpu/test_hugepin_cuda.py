@@ -1,7 +1,7 @@
 """``hugepin`` and ``relock`` on a real GPU (marker ``cuda``; skipped without CUDA).
 
 Each strategy in its own process, as a user runs it, with its stage timings written
-(``OFFLOADPROBE_HUGEPIN_STAGES``); one in-process round trip on CUDA tensors checks the
+(``--strategy-option stages=PATH``); one in-process round trip on CUDA tensors checks the
 registration itself. Invariants with margins; exact equality only for byte counts the
 strategy adds up itself (the bytes it passed to ``cudaHostRegister``).
 """
@@ -38,7 +38,8 @@ def runs(tmp_path_factory):
             "--json",
             str(out),
             *MODEL,
-            env={"OFFLOADPROBE_HUGEPIN_STAGES": str(stages)},
+            "--strategy-option",
+            f"stages={stages}",
         )
         assert proc.returncode == 0, proc.stderr + proc.stdout
         found[strategy] = (json.loads(out.read_text())["runs"][0], json.loads(stages.read_text()))
@@ -113,7 +114,7 @@ def test_chunks_are_registered_and_copied_in_process(ephemeral):
 
     from offloadprobe.engine import hostmem
     from offloadprobe.engine.runtime import Runtime
-    from offloadprobe.engine.strategies.hugepin import HugePinStrategy, Settings
+    from offloadprobe.engine.hugepin_pipeline import HugePinStrategy, Settings
 
     numel = 3 * 2**25 + 5  # 192 MiB of bf16 and a short last chunk
     param = torch.randn(numel, device="cuda").to(torch.bfloat16)

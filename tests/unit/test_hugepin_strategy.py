@@ -10,8 +10,9 @@ import torch
 
 from offloadprobe.engine import hostmem
 from offloadprobe.engine.runtime import Runtime
-from offloadprobe.engine.strategies import hugepin, model_strategy
-from offloadprobe.engine.strategies.hugepin import HugePinStrategy, Settings, Step, plan
+from offloadprobe.engine import hugepin_pipeline as hugepin
+from offloadprobe.engine.hugepin_pipeline import HugePinStrategy, Settings, Step, plan
+from offloadprobe.engine.strategies import model_strategy
 
 CPU = Runtime(device="cpu", emulated=True, note=None)
 MIB = 2**20
@@ -163,22 +164,19 @@ def test_a_refused_huge_page_advice_is_said_in_the_notes(monkeypatch):
     assert not [n for n in granted.notes if "MADV_HUGEPAGE" in n]  # granted: silent
 
 
-def test_settings_follow_the_cpus_and_the_environment(monkeypatch):
+def test_settings_follow_the_cpus_and_the_strategy_options(monkeypatch):
     monkeypatch.setattr(hostmem, "available_cpus", lambda: 16)
-    assert Settings.from_env({}).threads == 14
-    assert Settings.from_env({"LOCAL_WORLD_SIZE": "2"}).threads == 6
-    env = {
-        "OFFLOADPROBE_HUGEPIN_THREADS": "3",
-        "OFFLOADPROBE_HUGEPIN_CHUNK_MIB": "3",
-        "OFFLOADPROBE_HUGEPIN_HUGE_PAGES": "0",
-        "OFFLOADPROBE_HUGEPIN_TOUCH": "memset",
-    }
-    s = Settings.from_env(env)
+    assert Settings.from_options({}, local_ranks=1).threads == 14
+    assert Settings.from_options({}, local_ranks=2).threads == 6
+    options = {"threads": "3", "chunk_mib": "3", "huge_pages": "0", "touch": "memset"}
+    s = Settings.from_options(options, local_ranks=1)
     assert (s.threads, s.huge_pages, s.touch) == (3, False, "memset")
     assert s.chunk_bytes % hostmem.huge_page_size() == 0 and s.chunk_bytes >= 3 * MIB
-    assert Settings.from_env({}).chunk_bytes == hugepin.CHUNK_MIB * MIB
-    with pytest.raises(Exception, match="TOUCH"):
-        Settings.from_env({"OFFLOADPROBE_HUGEPIN_TOUCH": "sometimes"})
+    assert Settings.from_options({}, local_ranks=1).chunk_bytes == hugepin.CHUNK_MIB * MIB
+    with pytest.raises(Exception, match="touch"):
+        Settings.from_options({"touch": "sometimes"})
+    with pytest.raises(Exception, match="takes threads"):
+        Settings.from_options({"thread": "3"})
 
 
 def test_both_are_registered_strategies():

@@ -16,15 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from offloadprobe.engine.runtime import Runtime
-from offloadprobe.engine.strategies.base import ModelStrategyInfo
-from offloadprobe.engine.strategies.hugepin import HugePinStrategy
+from offloadprobe.engine.descriptors import ModelStrategyInfo
 from offloadprobe.layout.pinned import Alloc, Event, Free
-
-
-def relock(runtime: Runtime) -> HugePinStrategy:
-    """``hugepin``, handing its host memory back after every load."""
-    return HugePinStrategy(runtime, ephemeral=True)
 
 
 def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> list[Event]:
@@ -45,7 +38,7 @@ STRATEGY = ModelStrategyInfo(
     name="relock",
     summary="hugepin, every page unregistered and handed back after each load (none held "
     "while training)",
-    factory=relock,
+    factory="offloadprobe.engine.hugepin_pipeline:relock",
     host_events=host_events,
     emulation="chunks are touched on threads but not page-locked; copies are host copies; "
     "pages are handed back after each load",

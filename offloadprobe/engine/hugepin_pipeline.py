@@ -1,0 +1,487 @@
+"""``hugepin``: exact host mappings page-locked at the ceiling, chunk by chunk, while the
+earlier chunks already copy; kept and reused every cycle.
+
+Where the first offload's time goes (H200, 5 GiB, ``/work/shared/reference``): allocating
+pinned memory with ``pin_memory=True`` runs at 1.9 GB/s, the copy into page-locked memory
+at 55 GB/s. The page-locking itself is fast when it is split into the kernel's and the
+driver's parts and those overlap:
+
+1. each DDP buffer gets one private anonymous mapping of exactly its bytes (whole 4 KiB
+   pages; its whole 2 MiB huge pages advised ``MADV_HUGEPAGE``, the tail not), reused on
+   every later cycle. Where the kernel refuses the advice the mapping keeps 4 KiB pages
+   and the strategy's ``notes`` say so;
+2. the mapping is cut into chunks (``CHUNK_MIB``, 64 MiB); a pool of threads sized to
+   the CPUs this process may use (its affinity mask over the ranks on the node, less the
+   thread issuing copies and the registering one) first-touches them
+   (``MADV_POPULATE_WRITE``, or ``memset`` where the kernel lacks it);
+3. one thread registers each touched chunk with ``cudaHostRegister`` (through ctypes, so
+   the GIL is released while the driver pins);
+4. the main thread issues each registered chunk's device-to-host copy on a side stream as
+   soon as it is registered, one copy per registered range (a copy across two separately
+   registered ranges fails with "invalid argument").
+
+Loads copy chunk by chunk from the registered memory at link speed. Host memory: the
+payload, once (no power-of-two rounding). ``registered_bytes`` counts exactly the bytes
+passed to successful ``cudaHostRegister`` calls and held when the last offload returned.
+The ``relock`` strategy is the same machinery with every page handed back after each load.
+
+At construction (before the first phase) the strategy warms the path once on one huge
+page: a side stream, the threads, one register/copy/unregister. Those are per-process
+constants, not payload-sized; ``warmup_seconds`` records them.
+
+In CPU emulation the same pipeline runs without CUDA: chunks are touched on the threads,
+nothing is page-locked (``registered_bytes`` stays 0), and copies are host copies.
+
+Options (``--strategy-option key=value``, for sweeps): ``threads``, ``chunk_mib``,
+``huge_pages`` (``0`` for 4 KiB pages), ``touch`` (auto, populate, memset) and ``stages``
+(a path: every offload's and load's stage timings are written there as JSON at
+``close()``).
+
+The descriptors (``engine/strategies/hugepin.py``, ``relock.py``) name this module and
+load it only when the strategy is built: it imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from offloadprobe.core.errors import OffloadProbeError, UsageError
+from offloadprobe.engine import hostmem
+from offloadprobe.engine.model.buffers import (
+    ddp_buffers,
+    free_storage,
+    nbytes,
+    restore_storage,
+    restore_zeroed_grads,
+)
+from offloadprobe.engine.runtime import Runtime
+
+OPTIONS = ("threads", "chunk_mib", "huge_pages", "touch", "stages")
+CHUNK_MIB = 64
+"""Measured best on the H200 (12 threads: 26.2 GB/s at 64 MiB, 25.1 at 32, 19.8 at 256)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    """How the pipeline runs: its threads, chunk size, page size and first-touch method."""
+
+    threads: int
+    chunk_bytes: int
+    huge_pages: bool = True
+    touch: str = "auto"
+    stages: str | None = None
+    """Where ``close()`` writes the stage timings (JSON), if anywhere."""
+
+    @classmethod
+    def from_options(
+        cls, options: Mapping[str, str] | None = None, *, local_ranks: int | None = None
+    ) -> Settings:
+        """From ``--strategy-option`` pairs; threads default to the CPUs this process may
+        use, shared with the other ranks of its node (torchrun's ``LOCAL_WORLD_SIZE``)."""
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise UsageError(
+                f"--strategy-option {unknown[0]}: hugepin and relock take " + ", ".join(OPTIONS)
+            )
+        if local_ranks is None:
+            local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or "1")
+        threads = hostmem.worker_threads(hostmem.available_cpus(), local_ranks)
+        hpage = hostmem.huge_page_size()
+        try:
+            threads = int(options.get("threads") or threads)
+            chunk = int(options.get("chunk_mib") or CHUNK_MIB) * 2**20
+        except ValueError:
+            raise UsageError("--strategy-option threads= and chunk_mib= take integers") from None
+        chunk = max(hpage, -(-chunk // hpage) * hpage)  # whole huge pages
+        touch = options.get("touch") or "auto"
+        if touch not in hostmem.TOUCH_METHODS:
+            raise UsageError(
+                f"--strategy-option touch={touch!r}: choose one of {hostmem.TOUCH_METHODS}"
+            )
+        huge = options.get("huge_pages", "1") not in ("0", "false", "no")
+        return cls(threads=max(1, threads), chunk_bytes=chunk, huge_pages=huge, touch=touch,
+                   stages=options.get("stages") or None)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Step:
+    """One unit of the pipeline: one registered range of one host copy, one copy."""
+
+    copy: int
+    """Index of the host copy (the DDP buffer)."""
+    chunk: int
+    offset: int
+    nbytes: int
+    lock: bool
+    """Touch and register the range before its copy (it is not page-locked yet)."""
+
+
+def plan(
+    chunks: Sequence[Sequence[tuple[int, int]]], locked: Sequence[Sequence[bool]]
+) -> list[Step]:
+    """The pipeline's steps, buffer by buffer and chunk by chunk in address order: each
+    chunk is exactly one registered range and gets exactly one copy."""
+    return [
+        Step(copy=c, chunk=i, offset=o, nbytes=n, lock=not locked[c][i])
+        for c, ranges in enumerate(chunks)
+        for i, (o, n) in enumerate(ranges)
+    ]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Stages:
+    """Where one offload's or load's time went (the strategy's own clock)."""
+
+    phase: str
+    seconds: float
+    moved_bytes: int
+    locked_bytes: int
+    """Bytes touched and registered in this phase (offload) or unregistered and handed
+    back (load)."""
+    chunks: int
+    threads: int
+    touch_seconds: float
+    """Seconds the threads spent touching, summed over chunks."""
+    register_seconds: float
+    """Seconds in ``cudaHostRegister`` (offload) or ``cudaHostUnregister`` + release (load)."""
+    first_copy_seconds: float | None
+    """From the phase's start to its first copy issued."""
+    touch_method: str | None
+
+
+@dataclass(slots=True)
+class HostCopy:
+    """One DDP buffer's host memory: its mapping, a byte view of it, its chunks."""
+
+    mapping: hostmem.Mapping
+    host: torch.Tensor | None
+    chunks: tuple[tuple[int, int], ...]
+    locked: list[bool] = field(default_factory=list)
+
+
+def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.view(-1).view(torch.uint8)
+
+
+class HugePinStrategy:
+    """Exact huge-page host mappings, page-locked in a chunk pipeline during the copy.
+
+    ``ephemeral``: every load ends by unregistering each chunk and handing its pages back
+    (``MADV_DONTNEED``), so nothing is held while training, and every offload locks again.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        ephemeral: bool = False,
+        settings: Settings | None = None,
+        cudart: Any = None,
+    ) -> None:
+        self.runtime, self.ephemeral = runtime, ephemeral
+        self.settings = settings or Settings.from_options(
+            getattr(runtime, "strategy_options", None)
+        )
+        self.registered_bytes = 0
+        """Bytes page-locked by this strategy when its last offload returned (exact)."""
+        self.locked_bytes = 0
+        """Bytes page-locked by this strategy now."""
+        self.notes: list[str] = []
+        """What the run should say about this strategy's memory (a refused huge-page advice,
+        a touch fallback)."""
+        self.stages: list[Stages] = []
+        self.copies: dict[int, HostCopy] = {}
+        self.warmup_seconds = 0.0
+        self._touch = self.settings.touch
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(self.settings.threads, thread_name_prefix="hugepin-touch")
+        self._serial = ThreadPoolExecutor(1, thread_name_prefix="hugepin-register")
+        self._cudart = cudart
+        self._stream: Any = None
+        self._on_cuda = runtime.can_pin
+        if self._on_cuda:
+            device = torch.cuda.current_device()
+            self._cudart = cudart or hostmem.Cudart.loaded(device) or _TorchCudart(device)
+            if isinstance(self._cudart, _TorchCudart):
+                self._note(
+                    "libcudart is not a loaded shared object: cudaHostRegister holds the GIL"
+                )
+            self._stream = torch.cuda.Stream()
+        self._warm_up()
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def _warm_up(self) -> None:
+        """One huge page through the whole path, and every thread started."""
+        start = time.perf_counter()
+        barrier = threading.Barrier(self.settings.threads)
+        wait([self._pool.submit(barrier.wait) for _ in range(self.settings.threads)])
+        size = hostmem.huge_page_size()
+        mapping = hostmem.map_exact(size, huge=self.settings.huge_pages)
+        try:
+            self._touch_range(mapping.address, size)
+            if self._on_cuda:
+                self._serial.submit(self._cudart.register, mapping.address, size).result()
+                device = torch.empty(size, dtype=torch.uint8, device="cuda")
+                host = _frombuffer(mapping.address, size)
+                with torch.cuda.stream(self._stream):
+                    host.copy_(device, non_blocking=True)
+                self._stream.synchronize()
+                del device, host
+                self._serial.submit(self._cudart.unregister, mapping.address).result()
+        finally:
+            hostmem.unmap(mapping)
+        self.warmup_seconds = time.perf_counter() - start
+
+    def _touch_range(self, address: int, length: int) -> float:
+        start = time.perf_counter()
+        used = hostmem.touch(address, length, self._touch)
+        if used != self._touch:  # "auto" resolved, once for all later chunks
+            with self._lock:
+                if used == "memset":
+                    self._note(
+                        "hugepin: first touch by memset, the kernel lacks MADV_POPULATE_WRITE"
+                    )
+                self._touch = used
+        return time.perf_counter() - start
+
+    def _host_copy(self, buffer: Any) -> HostCopy:
+        key = id(buffer)
+        size = nbytes(buffer.param_data)
+        found = self.copies.get(key)
+        if found is not None:
+            if found.mapping.nbytes != size:
+                raise OffloadProbeError(
+                    f"host copy of {found.mapping.nbytes} bytes no longer matches its DDP "
+                    f"buffer of {size} bytes: the model's buffers were rebuilt"
+                )
+            return found
+        mapping = hostmem.map_exact(size, huge=self.settings.huge_pages)
+        if mapping.refused is not None:
+            self._note(f"hugepin: 4 KiB pages, {mapping.refused}")
+        chunks = hostmem.plan_chunks(size, self.settings.chunk_bytes)
+        copy = HostCopy(
+            mapping=mapping,
+            host=_frombuffer(mapping.address, size),
+            chunks=chunks,
+            locked=[False] * len(chunks),
+        )
+        self.copies[key] = copy
+        return copy
+
+    # ------------------------------------------------------------------ stages
+
+    def _lock_chunk(
+        self, copy: HostCopy, step: Step, touched: Future[float]
+    ) -> tuple[float, float]:
+        """On the registering thread: wait for the chunk's touch, then page-lock it."""
+        touch_seconds = touched.result()
+        start = time.perf_counter()
+        if self._cudart is not None:
+            self._cudart.register(copy.mapping.address + step.offset, step.nbytes)
+            with self._lock:
+                self.locked_bytes += step.nbytes
+        copy.locked[step.chunk] = True
+        return touch_seconds, time.perf_counter() - start
+
+    def _unlock_chunk(self, copy: HostCopy, offset: int, size: int, index: int, done: Any) -> float:
+        """After the chunk's load copy completed: unregister it and hand its pages back."""
+        if done is not None:
+            done.synchronize()
+        start = time.perf_counter()
+        if copy.locked[index] and self._cudart is not None:
+            self._cudart.unregister(copy.mapping.address + offset)
+            with self._lock:
+                self.locked_bytes -= size
+        copy.locked[index] = False
+        hostmem.release(copy.mapping.address + offset, hostmem.page_round(size))
+        return time.perf_counter() - start
+
+    def _copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """One copy of one registered range (asynchronous on CUDA)."""
+        dst.copy_(src, non_blocking=self._on_cuda)
+
+    # ------------------------------------------------------------------ protocol
+
+    def offload(self, models: list[Any]) -> None:
+        self.runtime.synchronize()
+        start = time.perf_counter()
+        buffers = list(ddp_buffers(models))
+        copies = [self._host_copy(b) for b in buffers]
+        steps = plan([c.chunks for c in copies], [c.locked for c in copies])
+        sources = [_bytes_of(b.param_data) for b in buffers]
+        touched: dict[Step, Future[float]] = {}
+        locked: dict[Step, Future[tuple[float, float]]] = {}
+        for s in steps:
+            if s.lock:
+                length = hostmem.page_round(s.nbytes)
+                address = copies[s.copy].mapping.address + s.offset
+                touched[s] = self._pool.submit(self._touch_range, address, length)
+        for s in steps:
+            if s.lock:
+                locked[s] = self._serial.submit(self._lock_chunk, copies[s.copy], s, touched[s])
+        first_copy = None
+        stream = self._stream
+        if stream is not None:
+            stream.wait_stream(torch.cuda.current_stream())
+        try:
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                for s in steps:
+                    if s.lock:
+                        locked[s].result()
+                    host = copies[s.copy].host
+                    assert host is not None
+                    end = s.offset + s.nbytes
+                    self._copy(host[s.offset : end], sources[s.copy][s.offset : end])
+                    if first_copy is None:
+                        first_copy = time.perf_counter() - start
+        finally:
+            wait([*touched.values(), *locked.values()])  # nothing left running on a failure
+            if stream is not None:
+                stream.synchronize()
+        self.runtime.synchronize()  # every copy landed before any device storage is freed
+        for buffer in buffers:
+            free_storage(buffer.param_data)
+            free_storage(buffer.grad_data)
+        self.registered_bytes = self.locked_bytes
+        timings = [f.result() for f in locked.values()]
+        self.stages.append(
+            Stages(
+                phase="offload",
+                seconds=time.perf_counter() - start,
+                moved_bytes=sum(s.nbytes for s in steps),
+                locked_bytes=sum(s.nbytes for s in steps if s.lock),
+                chunks=len(steps),
+                threads=self.settings.threads,
+                touch_seconds=sum(t for t, _ in timings),
+                register_seconds=sum(r for _, r in timings),
+                first_copy_seconds=first_copy,
+                touch_method=self._touch if locked else None,
+            )
+        )
+
+    def load(self, models: list[Any]) -> None:
+        start = time.perf_counter()
+        releases: list[Future[float]] = []
+        later: list[tuple[Any, ...]] = []
+        moved = handed_back = 0
+        for buffer in ddp_buffers(models):
+            copy = self.copies[id(buffer)]
+            restore_storage(buffer.param_data)
+            target = _bytes_of(buffer.param_data)
+            assert copy.host is not None
+            for index, (offset, size) in enumerate(copy.chunks):
+                self._copy(target[offset : offset + size], copy.host[offset : offset + size])
+                moved += size
+                if not self.ephemeral:
+                    continue
+                handed_back += size
+                if not self._on_cuda:
+                    later.append((copy, offset, size, index, None))
+                    continue
+                done = torch.cuda.Event()
+                done.record()  # the chunk goes back once its copy has completed
+                releases.append(
+                    self._serial.submit(self._unlock_chunk, copy, offset, size, index, done)
+                )
+            restore_zeroed_grads(buffer)
+        # CPU emulation accounts each device allocation by the RSS change around it: pages
+        # go back only once every allocation of the phase is made (on CUDA, as copies land)
+        releases += [self._pool.submit(self._unlock_chunk, *args) for args in later]
+        wait(releases)
+        release_seconds = sum(f.result() for f in releases)
+        self.runtime.synchronize()
+        self.stages.append(
+            Stages(
+                phase="load",
+                seconds=time.perf_counter() - start,
+                moved_bytes=moved,
+                locked_bytes=handed_back,
+                chunks=sum(len(c.chunks) for c in self.copies.values()),
+                threads=self.settings.threads,
+                touch_seconds=0.0,
+                register_seconds=release_seconds,
+                first_copy_seconds=None,
+                touch_method=None,
+            )
+        )
+
+    def close(self) -> None:
+        """Unregister every locked chunk, unmap every mapping, stop the threads."""
+        self.runtime.synchronize()
+        try:
+            for copy in self.copies.values():
+                for index, (offset, size) in enumerate(copy.chunks):
+                    if copy.locked[index] and self._cudart is not None:
+                        self._cudart.unregister(copy.mapping.address + offset)
+                        self.locked_bytes -= size
+                    copy.locked[index] = False
+                copy.host = None
+                hostmem.unmap(copy.mapping)
+            self.copies.clear()
+            self.registered_bytes = 0
+        finally:
+            self._pool.shutdown()
+            self._serial.shutdown()
+            path = self.settings.stages
+            if path:
+                doc = {
+                    "settings": asdict(self.settings),
+                    "ephemeral": self.ephemeral,
+                    "warmup_seconds": self.warmup_seconds,
+                    "notes": self.notes,
+                    "stages": [asdict(s) for s in self.stages],
+                }
+                with open(path, "w") as f:
+                    json.dump(doc, f, indent=1)
+
+
+class _TorchCudart:
+    """Registration through ``torch.cuda.cudart()`` (holds the GIL): where libcudart is
+    linked statically and ctypes cannot reach it."""
+
+    def __init__(self, device: int) -> None:
+        self.device = device
+
+    def register(self, address: int, size: int) -> None:
+        torch.cuda.set_device(self.device)
+        err = int(torch.cuda.cudart().cudaHostRegister(address, size, hostmem.Cudart.PORTABLE))
+        if err:
+            raise hostmem.CudaError(f"cudaHostRegister of {size} bytes failed: cudaError {err}")
+
+    def unregister(self, address: int) -> None:
+        torch.cuda.set_device(self.device)
+        err = int(torch.cuda.cudart().cudaHostUnregister(address))
+        if err:
+            raise hostmem.CudaError(f"cudaHostUnregister failed: cudaError {err}")
+
+
+def _frombuffer(address: int, size: int) -> torch.Tensor:
+    import ctypes
+
+    return torch.frombuffer((ctypes.c_uint8 * size).from_address(address), dtype=torch.uint8)
+
+
+def hugepin(runtime: Runtime) -> HugePinStrategy:
+    """``hugepin``: the host copies are kept and reused every cycle."""
+    return HugePinStrategy(runtime)
+
+
+def relock(runtime: Runtime) -> HugePinStrategy:
+    """``relock``: ``hugepin``, handing its host memory back after every load."""
+    return HugePinStrategy(runtime, ephemeral=True)

@@ -63,8 +63,8 @@ DEVICE_COLUMNS: list[Column[PhaseSummary]] = [
 """Device side, where measured: highest pinned bytes and GPU allocated bytes a call left,
 and the worst call's GPU peak and device bytes moved."""
 
-CALL_COLUMNS: list[Column[Call]] = [
-    Left("phase", lambda c: c.phase),
+CALL_COLUMNS: list[Column[Call]] = [  # a nested call's phase is marked "> " per level
+    Left("phase", lambda c: "> " * c.depth + c.phase),
     Column("#", lambda c: str(c.index)),
     Column("rank", lambda c: rank_name(c.rank)),
     Column("pid", lambda c: str(c.pid)),
@@ -113,14 +113,12 @@ def job_status(record: JobRecord) -> str:
     return f"exit {record.exit_code}"
 
 
-def headline(record: JobRecord, width: int = 80) -> str:
-    """The first line: exit status, duration and the command (cut to fit ``width``)."""
-    head = f"offloadprobe attach: {job_status(record)}, {record.seconds:.1f} s: "
-    command = " ".join(record.command)
-    room = max(20, width - len(head))
-    if len(command) > room:
-        command = command[: room - 3] + "..."
-    return head + command
+def headline(record: JobRecord, width: int = 80) -> list[str]:
+    """The first lines: the job's status and duration, then its command (cut to fit)."""
+    command = "command: " + " ".join(record.command)
+    if len(command) > width:
+        command = command[: width - 3] + "..."
+    return [f"offloadprobe attach: {job_status(record)} after {record.seconds:.1f} s", command]
 
 
 def status_lines(record: JobRecord) -> list[str]:
@@ -144,7 +142,7 @@ def status_lines(record: JobRecord) -> list[str]:
 
 def verdict_line(record: JobRecord) -> str:
     if record.exit_code != 0:
-        return f"verdict: job failed ({job_status(record)})"
+        return f"verdict: job failed: {job_status(record)}"
     if record.breaches:
         return f"verdict: over budget ({len(record.breaches)} breach(es))"
     if record.require_calls and record.never_called:

@@ -154,7 +154,7 @@ def _phases(specs: Sequence[PhaseSpec], streams: _Stream) -> list[PhaseSummary]:
     return out
 
 
-def _ranks(calls: Sequence[Call]) -> list[RankSummary]:
+def summarise_ranks(calls: Sequence[Call]) -> list[RankSummary]:
     groups: dict[tuple[str, int, int], list[Call]] = {}
     for call in calls:
         key = (call.host, 0, call.rank) if call.rank is not None else (call.host, 1, call.pid)
@@ -174,7 +174,7 @@ def _ranks(calls: Sequence[Call]) -> list[RankSummary]:
     ]
 
 
-def _nodes(
+def summarise_nodes(
     processes: Sequence[Process], calls: Sequence[Call], memory: NodeMemory | None
 ) -> list[NodeSummary]:
     hosts = sorted({p.host for p in processes} | {c.host for c in calls})
@@ -244,8 +244,8 @@ def collect(
         out_dir=str(out_dir),
         calls=tuple(calls),
         phases=tuple(_phases(specs, streams)),
-        ranks=tuple(_ranks(calls)),
-        nodes=tuple(_nodes(streams.processes, calls, memory)),
+        ranks=tuple(summarise_ranks(calls)),
+        nodes=tuple(summarise_nodes(streams.processes, calls, memory)),
         processes=tuple(streams.processes),
         uninstrumented=tuple(_uninstrumented(seen, streams.processes, host)),
         notes=tuple(all_notes),

@@ -30,7 +30,8 @@ def _table(columns: Sequence[Column[R]], rows: Sequence[R]) -> list[str]:
 
 def attach_markdown(record: JobRecord) -> str:
     """The report as one Markdown document."""
-    out = [f"### {cells.headline(record)}", ""]
+    status, command = cells.headline(record, width=10_000)
+    out = [f"### {status}", "", f"`{command.removeprefix('command: ')}`", ""]
     called = [p for p in record.phases if p.calls]
     if called:
         out += ["**phases**", "", *_table(cells.PHASE_COLUMNS, called)]

@@ -17,7 +17,8 @@ from offloadprobe.report.tables import column_table
 
 def render_attach(record: JobRecord, console: Console) -> None:
     """Print the whole report to ``console``."""
-    console.print(Text(cells.headline(record)))
+    for line in cells.headline(record, console.width):
+        console.print(Text(line))
     called = [p for p in record.phases if p.calls]
     if called:
         console.print(column_table(cells.PHASE_COLUMNS, called, title="phases"))

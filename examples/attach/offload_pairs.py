@@ -71,8 +71,12 @@ def offload_model_post(models):
             kept = getattr(buffer, _HOST, None)
             param = buffer.param_data
             if kept is None or kept.shape != param.shape or kept.dtype != param.dtype:
-                kept = torch.empty(param.shape, dtype=param.dtype, device="cpu",
-                                   pin_memory=torch.cuda.is_available())
+                kept = torch.empty(
+                    param.shape,
+                    dtype=param.dtype,
+                    device="cpu",
+                    pin_memory=torch.cuda.is_available(),
+                )
                 setattr(buffer, _HOST, kept)
             kept.copy_(param)
             _free(param)

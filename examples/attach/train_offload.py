@@ -35,9 +35,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
 import offload_pairs
+import torch
 
 HERE = Path(__file__).resolve().parent
 MIB = 1024**2
@@ -46,14 +45,16 @@ MIB = 1024**2
 def _args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--offload", choices=sorted(offload_pairs.PAIRS), default="post")
-    p.add_argument("--payload-mib", type=float, default=48.0,
-                   help="bf16 parameter bytes per rank, about (MiB)")
+    p.add_argument(
+        "--payload-mib", type=float, default=48.0, help="bf16 parameter bytes per rank, about (MiB)"
+    )
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--cycles", type=int, default=3)
     p.add_argument("--train-steps", type=int, default=1)
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    p.add_argument("--helper", action="store_true",
-                   help="start a helper subprocess after the first offload")
+    p.add_argument(
+        "--helper", action="store_true", help="start a helper subprocess after the first offload"
+    )
     p.add_argument("--rollout-mib", type=float, default=8.0)
     p.add_argument("--seq-length", type=int, default=32, help="tokens per sample")
     return p.parse_args(argv)
@@ -113,12 +114,22 @@ def build(args, emulated: bool):
     vocab, seq, heads = 1024, args.seq_length, 8
     hidden = _width(int(args.payload_mib * MIB), args.layers, vocab, seq, heads)
     config = TransformerConfig(
-        num_layers=args.layers, hidden_size=hidden, num_attention_heads=heads,
-        use_cpu_initialization=emulated, bf16=True, params_dtype=torch.bfloat16,
-        pipeline_dtype=torch.bfloat16, hidden_dropout=0.0, attention_dropout=0.0,
+        num_layers=args.layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        use_cpu_initialization=emulated,
+        bf16=True,
+        params_dtype=torch.bfloat16,
+        pipeline_dtype=torch.bfloat16,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
     )
-    gpt = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(),
-                   vocab_size=vocab, max_sequence_length=seq)
+    gpt = GPTModel(
+        config=config,
+        transformer_layer_spec=get_gpt_layer_local_spec(),
+        vocab_size=vocab,
+        max_sequence_length=seq,
+    )
     if not emulated:
         gpt.cuda()
     ddp = DistributedDataParallel(
@@ -150,8 +161,9 @@ def train_step(models, optimizer, batch, seq) -> float:
 
     def forward_step(data, model):
         item = next(data)
-        out = model(item["input_ids"], item["position_ids"], item["attention_mask"],
-                    labels=item["labels"])
+        out = model(
+            item["input_ids"], item["position_ids"], item["attention_mask"], labels=item["labels"]
+        )
 
         def loss(output):
             value = output.float().mean()
@@ -163,8 +175,12 @@ def train_step(models, optimizer, batch, seq) -> float:
         chunk.zero_grad_buffer()
     optimizer.zero_grad()
     stored = get_forward_backward_func()(
-        forward_step_func=forward_step, data_iterator=itertools.repeat(batch),
-        model=models[0], num_microbatches=1, seq_length=seq, micro_batch_size=1,
+        forward_step_func=forward_step,
+        data_iterator=itertools.repeat(batch),
+        model=models[0],
+        num_microbatches=1,
+        seq_length=seq,
+        micro_batch_size=1,
         forward_only=False,
     )
     optimizer.step()
@@ -184,8 +200,10 @@ def main(argv=None) -> None:
     offload, load = offload_pairs.pair(args.offload)
     with _world(device) as runtime:
         models, optimizer, batch, seq = build(args, emulated=runtime is not None)
-        payload = sum(b.param_data.numel() * b.param_data.element_size()
-                      for b in offload_pairs.buffers(models))
+        payload = sum(
+            b.param_data.numel() * b.param_data.element_size()
+            for b in offload_pairs.buffers(models)
+        )
         settle = runtime.settle if runtime is not None else (lambda: None)
         losses = []
         for cycle in range(args.cycles):
@@ -201,10 +219,20 @@ def main(argv=None) -> None:
             load(models)
             settle()
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-    print("example: " + json.dumps({
-        "rank": rank, "device": device, "offload": args.offload, "payload_bytes": payload,
-        "cycles": args.cycles, "losses": losses,
-    }), flush=True)
+    print(
+        "example: "
+        + json.dumps(
+            {
+                "rank": rank,
+                "device": device,
+                "offload": args.offload,
+                "payload_bytes": payload,
+                "cycles": args.cycles,
+                "losses": losses,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -199,13 +199,22 @@ def summarise_nodes(
 
 def _uninstrumented(
     seen: Iterable[Seen], processes: Sequence[Process], host: str
-) -> list[Uninstrumented]:
+) -> tuple[list[Uninstrumented], int]:
+    """Python processes of the tree with no stream; and how many were seen only as a
+    copy of an instrumented parent between fork and exec (what they became is unknown:
+    not listed, counted in a note)."""
     mine = {p.pid for p in processes if p.host == host}
-    return [
-        Uninstrumented(pid=s.pid, ppid=s.ppid, command=s.command, seen_by=s.seen_by)
-        for s in sorted(seen, key=lambda s: s.pid)
-        if s.python and s.pid not in mine
-    ]
+    by_pid = {s.pid: s for s in seen}
+    out, unresolved = [], 0
+    for s in sorted(by_pid.values(), key=lambda s: s.pid):
+        if not s.python or s.pid in mine:
+            continue
+        parent = by_pid.get(s.ppid) if s.ppid is not None else None
+        if s.ppid in mine and parent is not None and parent.command == s.command:
+            unresolved += 1
+            continue
+        out.append(Uninstrumented(pid=s.pid, ppid=s.ppid, command=s.command, seen_by=s.seen_by))
+    return out, unresolved
 
 
 def collect(
@@ -231,11 +240,17 @@ def collect(
         )
     unfinished = [p for p in streams.processes if not p.exited]
     if unfinished:
-        pids = ", ".join(str(p.pid) for p in unfinished[:8])
+        pids = ", ".join(str(pid) for pid in sorted({p.pid for p in unfinished})[:8])
         all_notes.append(
             f"{len(unfinished)} instrumented process(es) wrote no exit record (killed, or "
             f"ended by os._exit, as multiprocessing's forked children are): pid {pids}; "
             "their calls up to then are all here"
+        )
+    uninstrumented, unresolved = _uninstrumented(seen, streams.processes, host)
+    if unresolved:
+        all_notes.append(
+            f"{unresolved} child process(es) seen only between fork and exec, as copies "
+            "of an instrumented parent: gone before they could be told apart"
         )
     return JobRecord(
         command=tuple(command),
@@ -247,7 +262,7 @@ def collect(
         ranks=tuple(summarise_ranks(calls)),
         nodes=tuple(summarise_nodes(streams.processes, calls, memory)),
         processes=tuple(streams.processes),
-        uninstrumented=tuple(_uninstrumented(seen, streams.processes, host)),
+        uninstrumented=tuple(uninstrumented),
         notes=tuple(all_notes),
         require_calls=require_calls,
     )

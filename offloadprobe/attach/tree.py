@@ -30,15 +30,9 @@ class Seen:
     seen_by: str
 
 
-def is_python(proc: psutil.Process) -> bool:
+def is_python(exe: str, cmdline: list[str]) -> bool:
     """An interpreter: its executable, or its first argument, is named python*."""
-    try:
-        names = [os.path.basename(proc.exe() or "")]
-        cmdline = proc.cmdline()
-    except (psutil.Error, OSError):
-        return False
-    if cmdline:
-        names.append(os.path.basename(cmdline[0]))
+    names = [os.path.basename(exe)] + ([os.path.basename(cmdline[0])] if cmdline else [])
     return any(name.startswith("python") for name in names)
 
 
@@ -80,13 +74,12 @@ class TreeWatcher(threading.Thread):
                 except psutil.Error:
                     continue
         rss = 0
-        for pid, (proc, how) in procs.items():
+        for proc, how in procs.values():
             try:
                 rss += proc.memory_info().rss
             except psutil.Error:
                 continue
-            if pid not in self.seen:
-                self._first_seen(proc, how)
+            self._update(proc, how)
         self.rss_peak = max(self.rss_peak, rss)
 
     def _cgroup_pids(self) -> list[int]:
@@ -97,12 +90,23 @@ class TreeWatcher(threading.Thread):
         except (OSError, ValueError):
             return []
 
-    def _first_seen(self, proc: psutil.Process, how: str) -> None:
+    def _update(self, proc: psutil.Process, how: str) -> None:
+        """What the process is now: a child seen between its fork and its exec is still a
+        copy of its parent, so every poll looks again and keeps the latest."""
         try:
-            command = " ".join(proc.cmdline()) or proc.name()
+            cmdline = proc.cmdline()
             ppid = proc.ppid()
         except (psutil.Error, OSError):
             return
+        try:
+            exe = proc.exe() or ""
+        except (psutil.Error, OSError):
+            exe = ""
+        known = self.seen.get(proc.pid)
         self.seen[proc.pid] = Seen(
-            pid=proc.pid, ppid=ppid, command=command, python=is_python(proc), seen_by=how
+            pid=proc.pid,
+            ppid=ppid,
+            command=" ".join(cmdline) or (known.command if known else ""),
+            python=is_python(exe, cmdline),
+            seen_by=known.seen_by if known else how,
         )

@@ -7,6 +7,7 @@ and removes both afterwards; calls are recorded by a fake session (the wrapper a
 
 from __future__ import annotations
 
+import importlib
 import sys
 import textwrap
 import traceback
@@ -108,9 +109,8 @@ def test_a_module_imported_later_with_the_original_is_rebound_at_the_next_import
     write("hk_d_user", "import hk_d\n\nf = hk_d.KEPT[0]\n")  # the original, from a list
     write("hk_d_other", "")
     install("off=hk_d:offload")
-    import hk_d_user  # noqa: F401  (binds the original from the list)
-
-    import hk_d_other  # noqa: F401  (the next import sweeps hk_d_user)
+    importlib.import_module("hk_d_user")  # binds the original, from the list
+    importlib.import_module("hk_d_other")  # the next import sweeps hk_d_user
 
     sys.modules["hk_d_user"].f()
     sys.modules["hk_d"].KEPT[0]()  # a list is not a module's globals: not caught

@@ -73,9 +73,20 @@ def test_json_has_the_stable_keys_with_bytes_as_integers():
     doc = json.loads(json.dumps(attach_json(fake.job(exit_code=-9))))
     assert doc["job_exit_code"] == 137 and doc["job_signal"] == 9 and doc["exit_code"] == 137
     call = doc["calls"][2]
-    for key in ("phase", "pid", "rank", "index", "seconds", "raised", "host_before_bytes",
-                "host_after_bytes", "host_peak_bytes", "pinned_after_bytes",
-                "gpu_allocated_after_bytes", "gpu_driver_used_after_bytes"):
+    for key in (
+        "phase",
+        "pid",
+        "rank",
+        "index",
+        "seconds",
+        "raised",
+        "host_before_bytes",
+        "host_after_bytes",
+        "host_peak_bytes",
+        "pinned_after_bytes",
+        "gpu_allocated_after_bytes",
+        "gpu_driver_used_after_bytes",
+    ):
         assert key in call, key
     assert (call["phase"], call["index"], call["host_peak_bytes"]) == ("offload", 2, 64 * fake.MIB)
     assert call["host_after_bytes"] - call["host_before_bytes"] == call["host_growth_bytes"] == 0

@@ -4,7 +4,8 @@ Actions run in order: ``spike:N``, ``keep:N``, ``mover:N``, ``fail:MSG`` (raises
 job), ``spawn:N`` / ``fork:N`` (a multiprocessing child calls spike(N)), ``isolated``
 (a Python child started with -I, which ignores PYTHONPATH: never instrumented),
 ``envonly:N`` (a child started with ONLY PYTHONPATH and OFFLOADPROBE_JOB in its
-environment, as a Ray worker given them through runtime_env), ``exit:N``.
+environment, as a Ray worker given them through runtime_env), ``touch:PATH`` (the job
+started), ``sleep:S``, ``exit:N``.
 """
 
 import multiprocessing
@@ -39,8 +40,17 @@ def main(actions):
             subprocess.run([sys.executable, "-I", "-c", code], check=True)
         elif verb == "envonly":
             env = {k: os.environ[k] for k in ("PYTHONPATH", "OFFLOADPROBE_JOB")}
-            code = f"import sys; sys.path.insert(0, {HERE!r}); import attach_target; attach_target.spike({int(arg)})"
+            code = (
+                f"import sys; sys.path.insert(0, {HERE!r}); import attach_target; "
+                f"attach_target.spike({int(arg)})"
+            )
             subprocess.run([sys.executable, "-c", code], env=env, check=True)
+        elif verb == "touch":
+            open(arg, "w").close()
+        elif verb == "sleep":
+            import time
+
+            time.sleep(float(arg))
         elif verb == "exit":
             print("small_job: exiting", arg, flush=True)
             sys.exit(int(arg))

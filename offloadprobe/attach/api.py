@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any
 
 _TARGET = "offloadprobe.phase"
 
 
-def _session() -> Any:
-    runtime = sys.modules.get("offloadprobe.attach.runtime")
+_MODULES = sys.modules
+_RUNTIME = "offloadprobe.attach.runtime"
+
+
+def _session() -> object:
+    runtime = _MODULES.get(_RUNTIME)
     return None if runtime is None else runtime.SESSION
 
 
@@ -33,10 +36,11 @@ class phase:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._frames: list[Any] | None = None
+        self._frames: list[object] | None = None
 
     def __enter__(self) -> phase:
-        session = _session()
+        runtime = _MODULES.get(_RUNTIME)  # inline: this is the whole cost outside attach
+        session = None if runtime is None else runtime.SESSION
         if session is not None:
             frame = session.begin(self.name, _TARGET)
             if self._frames is None:
@@ -44,18 +48,18 @@ class phase:
             self._frames.append((session, frame))
         return self
 
-    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, kind: object, error: BaseException | None, tb: object) -> bool:
         if self._frames:
             session, frame = self._frames.pop()
             if frame is not None:
                 session.end(frame, error)
         return False
 
-    def __call__(self, fn: Any) -> Any:
+    def __call__(self, fn: object) -> object:
         name = self.name
 
         @functools.wraps(fn)
-        def measured(*args: Any, **kwargs: Any) -> Any:
+        def measured(*args: object, **kwargs: object) -> object:
             session = _session()
             if session is None:
                 return fn(*args, **kwargs)

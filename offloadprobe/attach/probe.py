@@ -34,39 +34,81 @@ import time
 from typing import Any
 
 STATUS = "/proc/self/status"
+STATM = "/proc/self/statm"
+PAGE = os.sysconf("SC_PAGE_SIZE")
 CLEAR_REFS = "/proc/self/clear_refs"
 SAMPLE_INTERVAL_S = 0.001
 
 
+def _field(status: bytes, key: bytes) -> int:
+    at = status.find(key)
+    if at < 0:
+        return 0
+    end = status.find(b"\n", at)
+    return int(status[at + len(key) : end].split()[0]) * 1024
+
+
+class _ProcFiles:
+    """``/proc/self/status`` and ``clear_refs`` kept open (this process's: reopened after
+    a fork, whose child would otherwise read its parent's)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.status = os.open(STATUS, os.O_RDONLY)
+        self.statm = os.open(STATM, os.O_RDONLY)
+        try:
+            self.clear = os.open(CLEAR_REFS, os.O_WRONLY)
+        except OSError:
+            self.clear = -1
+
+
+_FILES: _ProcFiles | None = None
+
+
+def _files() -> _ProcFiles:
+    global _FILES
+    if _FILES is None or _FILES.pid != os.getpid():
+        _FILES = _ProcFiles()
+    return _FILES
+
+
 def read_rss_hwm() -> tuple[int, int]:
     """(VmRSS, VmHWM) of this process, bytes."""
-    rss = hwm = 0
-    with open(STATUS, "rb") as f:
-        for line in f:
-            if line.startswith(b"VmHWM:"):
-                hwm = int(line.split()[1]) * 1024
-            elif line.startswith(b"VmRSS:"):
-                rss = int(line.split()[1]) * 1024
-                break  # VmRSS follows VmHWM in the file
-    return rss, max(hwm, rss)
+    status = os.pread(_files().status, 8192, 0)
+    rss = _field(status, b"VmRSS:")
+    return rss, max(_field(status, b"VmHWM:"), rss)
+
+
+def read_rss() -> int:
+    """VmRSS alone, from ``statm`` (the kernel makes it far faster than ``status``)."""
+    return int(os.pread(_files().statm, 256, 0).split()[1]) * PAGE
 
 
 def reset_hwm() -> bool:
     """VmHWM back to the current RSS; False where the kernel refuses."""
+    fd = _files().clear
+    if fd < 0:
+        return False
     try:
-        with open(CLEAR_REFS, "w") as f:
-            f.write("5")
+        os.write(fd, b"5")
     except OSError:
         return False
     return True
 
 
+_INT_FDS: dict[str, tuple[int, int]] = {}
+"""path -> (pid, fd): cgroup files kept open per process."""
+
+
 def _read_int(path: str | None) -> int | None:
+    """An integer file (a cgroup counter), read through a descriptor kept open."""
     if not path:
         return None
     try:
-        with open(path, "rb") as f:
-            return int(f.read().split()[0])
+        kept = _INT_FDS.get(path)
+        if kept is None or kept[0] != os.getpid():
+            kept = _INT_FDS[path] = (os.getpid(), os.open(path, os.O_RDONLY))
+        return int(os.pread(kept[1], 64, 0).split()[0])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -93,7 +135,9 @@ def ranks() -> dict[str, int | None]:
                 return int(value)
         return None
 
-    rank = number("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+    rank = number("RANK")
+    if rank is None:
+        rank = number("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
     if rank is None:
         dist = sys.modules.get("torch.distributed")
         try:
@@ -165,6 +209,17 @@ class CallProbe:
         self.exact: bool | None = None
         self._sampler: _Sampler | None = None
         self.host = socket.gethostname()
+        self._ranks: dict[str, int | None] | None = None
+
+    def ranks(self) -> dict[str, int | None]:
+        """The process's ranks, looked up again until a rank is known (verl's workers
+        set them after they start), then kept."""
+        if self._ranks is not None:
+            return self._ranks
+        found = ranks()
+        if found["rank"] is not None:
+            self._ranks = found
+        return found
 
     def after_fork(self) -> None:
         """In a forked child: calls open in the parent are not this process's."""
@@ -172,6 +227,7 @@ class CallProbe:
         self.open = []
         self.wake = threading.Event()
         self._sampler = None
+        self._ranks = None
 
     def _fold_peaks(self) -> None:
         """Fold the high-water marks so far into every open call (before a reset)."""
@@ -201,7 +257,7 @@ class CallProbe:
                 "depth": len(self.open),
                 "parent": None if parent is None else [parent["phase"], parent["index"]],
                 "pid": os.getpid(),
-                **ranks(),
+                **self.ranks(),
                 "host": self.host,
                 "thread": threading.current_thread().name,
             }
@@ -223,13 +279,14 @@ class CallProbe:
                 except Exception:
                     frame["_gpu"] = None
             frame["_pinned"] = _pinned()
-            frame["node_usage_before_bytes"] = _read_int(self.node.get("usage"))
-            frame["node_peak_before_bytes"] = _read_int(self.node.get("peak"))
             if self.exact is None:
                 self.exact = reset_hwm()
             elif self.exact:
                 reset_hwm()
-            rss, hwm = read_rss_hwm()
+            if self.exact:
+                rss = hwm = read_rss()  # just reset: the high-water mark is the RSS now
+            else:
+                rss, hwm = read_rss_hwm()
             frame["host_before_bytes"] = rss
             frame["_peak"] = hwm
             self.open.append(frame)

@@ -54,9 +54,8 @@ class Call:
     gpu_reserved_peak_bytes: int | None = None
     gpu_driver_used_before_bytes: int | None = None
     gpu_driver_used_after_bytes: int | None = None
-    node_usage_before_bytes: int | None = None
     node_usage_after_bytes: int | None = None
-    node_peak_before_bytes: int | None = None
+    """The job cgroup's usage at the call's exit."""
     node_peak_after_bytes: int | None = None
     """The job cgroup's high-water mark at the call's exit (exact, whole job so far)."""
 

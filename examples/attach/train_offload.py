@@ -85,8 +85,13 @@ def _world(device: str):
     if "WORLD_SIZE" in os.environ:
         torch.distributed.init_process_group("nccl")
     else:
+        import socket
+
+        with socket.socket() as sock:  # one rank: any free port on this host
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
         torch.distributed.init_process_group(
-            "nccl", init_method="tcp://127.0.0.1:29531", rank=0, world_size=1
+            "nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
         )
     parallel_state.initialize_model_parallel()
     torch.manual_seed(1234)

@@ -1,0 +1,227 @@
+"""The typed record of one attached job: every call, and what is summed from them.
+
+Bytes are ints; None is "not measured here" (no CUDA in that process, no cgroup), never
+zero. Everything the reporters print comes from these records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Call:
+    """One measured call, as the process that made it recorded it."""
+
+    phase: str
+    target: str
+    pid: int
+    host: str
+    rank: int | None
+    local_rank: int | None
+    node_rank: int | None
+    index: int
+    """1 for the first call of this phase in this process, 2 for the next, ..."""
+    depth: int
+    """Wrapped calls open around this one in its process (0: outermost)."""
+    parent: tuple[str, int] | None
+    """(phase, index) of the innermost call around this one."""
+    thread: str
+    start_time: float
+    """Seconds since the epoch, at entry."""
+    seconds: float
+    raised: bool
+    error: str | None
+    host_before_bytes: int
+    """RSS at entry."""
+    host_after_bytes: int
+    """RSS at exit."""
+    host_peak_bytes: int
+    """The call's peak RSS less its starting RSS."""
+    host_peak_method: str
+    """``vmhwm`` (exact) or ``sampled`` (1 ms polling: may miss short peaks)."""
+    pinned_source: str | None = None
+    pinned_before_bytes: int | None = None
+    pinned_after_bytes: int | None = None
+    pinned_in_use_after_bytes: int | None = None
+    gpu_device: int | None = None
+    gpu_allocated_before_bytes: int | None = None
+    gpu_allocated_after_bytes: int | None = None
+    gpu_reserved_before_bytes: int | None = None
+    gpu_reserved_after_bytes: int | None = None
+    gpu_allocated_peak_bytes: int | None = None
+    gpu_reserved_peak_bytes: int | None = None
+    gpu_driver_used_before_bytes: int | None = None
+    gpu_driver_used_after_bytes: int | None = None
+    node_usage_after_bytes: int | None = None
+    """The job cgroup's usage at the call's exit."""
+    node_peak_after_bytes: int | None = None
+    """The job cgroup's high-water mark at the call's exit (exact, whole job so far)."""
+
+    @property
+    def host_growth_bytes(self) -> int:
+        """RSS after less RSS before."""
+        return self.host_after_bytes - self.host_before_bytes
+
+    @property
+    def device_moved_bytes(self) -> int | None:
+        """Device bytes the call freed (an offload) or took (a load): the change of
+        PyTorch's allocated bytes; None where not measured."""
+        before, after = self.gpu_allocated_before_bytes, self.gpu_allocated_after_bytes
+        if before is None or after is None:
+            return None
+        return abs(after - before)
+
+    @property
+    def label(self) -> str:
+        """``phase #index`` with its rank (or pid), for the report."""
+        who = f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
+        return f"{self.phase} #{self.index} ({who})"
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {f.name: getattr(self, f.name) for f in fields(self)}
+        doc["parent"] = list(self.parent) if self.parent else None
+        doc["host_growth_bytes"] = self.host_growth_bytes
+        doc["device_moved_bytes"] = self.device_moved_bytes
+        return doc
+
+    @classmethod
+    def from_stream(cls, doc: dict[str, Any]) -> Call:
+        names = {f.name for f in fields(cls)}
+        values = {k: v for k, v in doc.items() if k in names}
+        parent = values.get("parent")
+        values["parent"] = (str(parent[0]), int(parent[1])) if parent else None
+        return cls(**values)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Process:
+    """A process that loaded the bootstrap, from its stream."""
+
+    pid: int
+    ppid: int | None
+    host: str
+    how: str
+    """``sitecustomize``, ``verl.plugins`` or ``fork``."""
+    argv: tuple[str, ...]
+    rank: int | None
+    local_rank: int | None
+    started: float
+    exited: bool
+    """Whether it wrote its ``exit`` record (not: killed, or ended by ``os._exit``)."""
+    calls: int
+    wrapped: tuple[str, ...]
+    """Phases wrapped in this process."""
+    skipped: tuple[tuple[str, str], ...]
+    """(phase, reason) for the targets it could not wrap."""
+
+    @property
+    def command(self) -> str:
+        return " ".join(self.argv)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Uninstrumented:
+    """A Python process in the job's tree that never loaded the bootstrap."""
+
+    pid: int
+    ppid: int | None
+    command: str
+    seen_by: str
+    """``process tree`` (the parent's polling of its children) and/or ``cgroup``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseSummary:
+    """Every call of one phase name, across the job."""
+
+    name: str
+    target: str
+    preset: str | None
+    status: str
+    """``called``, ``never called`` (its module was imported, its function never
+    called), ``module never imported``, or ``not wrapped: <reason>``."""
+    calls: int = 0
+    raised: int = 0
+    worst: Call | None = None
+    """The call with the highest host peak over its start."""
+    host_after_max_bytes: int | None = None
+    pinned_after_max_bytes: int | None = None
+    gpu_left_max_bytes: int | None = None
+    """Highest PyTorch-allocated device bytes at a call's exit."""
+    node_peak_bytes: int | None = None
+    """The job cgroup's high-water mark at the last of these calls' exits."""
+    seconds_total: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankSummary:
+    """The calls of one rank (or of one process without a rank)."""
+
+    rank: int | None
+    host: str
+    pids: tuple[int, ...]
+    calls: int
+    worst: Call | None
+    host_after_max_bytes: int | None
+    pinned_after_max_bytes: int | None
+    gpu_left_max_bytes: int | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeSummary:
+    """One host of the job."""
+
+    host: str
+    processes: int
+    calls: int
+    worst: Call | None
+    node_peak_bytes: int | None
+    """The job cgroup's peak (this host only: where ``attach`` ran), exact."""
+    node_peak_method: str
+    """``cgroup v1 memory.max_usage_in_bytes``, ``cgroup v2 memory.peak``, ``process
+    tree RSS (sampled)`` or ``not measured``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Breach:
+    """One budget a measured value broke."""
+
+    budget: str
+    """The flag as given, e.g. ``--max-host-peak 40GiB``."""
+    value: str
+    limit: str
+    where: str
+    """The call (``phase #index (rank r)``) or ``node``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobRecord:
+    """One attached job, collected after it ended."""
+
+    command: tuple[str, ...]
+    exit_code: int
+    """The job's own exit status; -N when signal N ended it."""
+    seconds: float
+    out_dir: str | None
+    """Where the job file and the streams are (None once removed)."""
+    calls: tuple[Call, ...]
+    phases: tuple[PhaseSummary, ...]
+    ranks: tuple[RankSummary, ...]
+    nodes: tuple[NodeSummary, ...]
+    processes: tuple[Process, ...]
+    uninstrumented: tuple[Uninstrumented, ...]
+    notes: tuple[str, ...] = ()
+    breaches: tuple[Breach, ...] = ()
+    unjudged: tuple[str, ...] = ()
+    """Budgets that could not be applied to some calls (nothing measured to judge by)."""
+    require_calls: bool = False
+
+    @property
+    def never_called(self) -> tuple[PhaseSummary, ...]:
+        return tuple(p for p in self.phases if p.calls == 0)
+
+    @property
+    def job_ok(self) -> bool:
+        return self.exit_code == 0

@@ -1,0 +1,61 @@
+"""A small job (no torch) for attach's tests: ``python small_job.py ACTION...``.
+
+Actions run in order: ``spike:N``, ``keep:N``, ``mover:N``, ``fail:MSG`` (raises out of the
+job), ``spawn:N`` / ``fork:N`` (a multiprocessing child calls spike(N)), ``isolated``
+(a Python child started with -I, which ignores PYTHONPATH: never instrumented),
+``envonly:N`` (a child started with ONLY PYTHONPATH and OFFLOADPROBE_JOB in its
+environment, as a Ray worker given them through runtime_env), ``touch:PATH`` (the job
+started), ``sleep:S``, ``exit:N``.
+"""
+
+import multiprocessing
+import os
+import subprocess
+import sys
+
+import attach_target
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main(actions):
+    for action in actions:
+        verb, _, arg = action.partition(":")
+        if verb == "spike":
+            attach_target.spike(int(arg))
+        elif verb == "keep":
+            attach_target.keep(int(arg))
+        elif verb == "mover":
+            attach_target.Mover().offload(int(arg))
+        elif verb == "fail":
+            attach_target.fail(arg)
+        elif verb in ("spawn", "fork"):
+            ctx = multiprocessing.get_context(verb)
+            child = ctx.Process(target=attach_target.child_main, args=(int(arg),))
+            child.start()
+            child.join()
+            assert child.exitcode == 0, child.exitcode
+        elif verb == "isolated":
+            code = "import time; time.sleep(0.6)"
+            subprocess.run([sys.executable, "-I", "-c", code], check=True)
+        elif verb == "envonly":
+            env = {k: os.environ[k] for k in ("PYTHONPATH", "OFFLOADPROBE_JOB")}
+            code = (
+                f"import sys; sys.path.insert(0, {HERE!r}); import attach_target; "
+                f"attach_target.spike({int(arg)})"
+            )
+            subprocess.run([sys.executable, "-c", code], env=env, check=True)
+        elif verb == "touch":
+            open(arg, "w").close()
+        elif verb == "sleep":
+            import time
+
+            time.sleep(float(arg))
+        elif verb == "exit":
+            print("small_job: exiting", arg, flush=True)
+            sys.exit(int(arg))
+    print("small_job: done", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

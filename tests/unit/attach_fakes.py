@@ -1,0 +1,147 @@
+"""Hand-made attach records with exact figures, for the verdict and reporter tests."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from offloadprobe.attach.collect import (
+    NodeMemory,
+    summarise_nodes,
+    summarise_phase,
+    summarise_ranks,
+)
+from offloadprobe.attach.records import Call, JobRecord, Process, Uninstrumented
+
+MIB = 1024**2
+GIB = 1024**3
+
+
+def call(
+    phase: str,
+    index: int,
+    *,
+    rank: int = 0,
+    pid: int = 4100,
+    peak: int,
+    growth: int,
+    moved: int | None,
+    start: float,
+    gpu: bool = True,
+) -> Call:
+    before = 2 * GIB + rank * MIB
+    allocated = 10 * GIB
+    return Call(
+        phase=phase,
+        target=f"offload_pairs:{phase}_model_pre",
+        pid=pid,
+        host="vm0",
+        rank=rank,
+        local_rank=rank,
+        node_rank=0,
+        index=index,
+        depth=0,
+        parent=None,
+        thread="MainThread",
+        start_time=1000.0 + start,
+        seconds=0.25,
+        raised=False,
+        error=None,
+        host_before_bytes=before,
+        host_after_bytes=before + growth,
+        host_peak_bytes=peak,
+        host_peak_method="vmhwm",
+        pinned_source="torch.cuda.host_memory_stats" if gpu else None,
+        pinned_before_bytes=32 * MIB if gpu else None,
+        pinned_after_bytes=64 * MIB if gpu else None,
+        pinned_in_use_after_bytes=32 * MIB if gpu else None,
+        gpu_device=rank if gpu else None,
+        gpu_allocated_before_bytes=allocated if gpu else None,
+        gpu_allocated_after_bytes=(allocated - moved if phase == "offload" else allocated + moved)
+        if gpu and moved is not None
+        else None,
+        node_peak_after_bytes=GIB + int(start) * MIB,
+    )
+
+
+def calls(gpu: bool = True) -> list[Call]:
+    return [
+        call("offload", 1, peak=32 * MIB, growth=32 * MIB, moved=32 * MIB, start=0, gpu=gpu),
+        call("load", 1, peak=0, growth=0, moved=None, start=1, gpu=gpu),
+        call("offload", 2, peak=64 * MIB, growth=0, moved=32 * MIB, start=2, gpu=gpu),
+        call("load", 2, peak=0, growth=0, moved=32 * MIB, start=3, gpu=gpu),
+    ]
+
+
+def job(
+    *,
+    exit_code: int = 0,
+    require_calls: bool = False,
+    never: bool = False,
+    gpu: bool = True,
+    ranks: int = 1,
+) -> JobRecord:
+    all_calls = calls(gpu)
+    for rank in range(1, ranks):
+        all_calls += [
+            replace(c, rank=rank, pid=4100 + rank, host_peak_bytes=c.host_peak_bytes // 2)
+            for c in calls(gpu)
+        ]
+    all_calls.sort(key=lambda c: (c.start_time, c.rank))
+    phases = [
+        summarise_phase(
+            name,
+            f"offload_pairs:{name}_model_pre",
+            None,
+            [c for c in all_calls if c.phase == name],
+            "called",
+        )
+        for name in ("offload", "load")
+    ]
+    if never:
+        phases.append(
+            summarise_phase(
+                "tms_pause",
+                "torch_memory_saver.entrypoint:TorchMemorySaver.pause",
+                "torch-memory-saver",
+                [],
+                "module never imported",
+            )
+        )
+    processes = [
+        Process(
+            pid=4100 + r,
+            ppid=4000,
+            host="vm0",
+            how="sitecustomize",
+            argv=("train_offload.py",),
+            rank=r,
+            local_rank=r,
+            started=999.0,
+            exited=True,
+            calls=4,
+            wrapped=("offload", "load"),
+            skipped=(),
+        )
+        for r in range(ranks)
+    ]
+    memory = NodeMemory(
+        host="vm0", peak_bytes=5 * GIB, method="cgroup v1 memory.max_usage_in_bytes"
+    )
+    return JobRecord(
+        command=("python", "examples/attach/train_offload.py", "--offload", "pre"),
+        exit_code=exit_code,
+        seconds=12.5,
+        out_dir=None,
+        calls=tuple(all_calls),
+        phases=tuple(phases),
+        ranks=tuple(summarise_ranks(all_calls)),
+        nodes=tuple(summarise_nodes(processes, all_calls, memory)),
+        processes=tuple(processes),
+        uninstrumented=(
+            Uninstrumented(
+                pid=4200, ppid=4100, command="python -I -c pass", seen_by="process tree"
+            ),
+        ),
+        notes=("a note",),
+        require_calls=require_calls,
+    )

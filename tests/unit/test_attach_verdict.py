@@ -1,0 +1,59 @@
+"""Budgets on hand-made records: what breaches, what cannot be judged, the exit codes."""
+
+from __future__ import annotations
+
+import pytest
+
+from offloadprobe.attach import verdict
+from offloadprobe.attach.verdict import Budgets
+from offloadprobe.core.errors import UsageError
+from tests.unit import attach_fakes as fake
+
+MIB = 1024**2
+
+
+def test_limits_parse_bytes_and_ratios_and_refuse_the_rest_in_one_line():
+    b = Budgets.parse(host_peak="1.1x", host_growth="1GiB", node_peak="1700GiB")
+    assert b.host_peak.ratio == 1.1 and b.host_peak.nbytes is None
+    assert b.host_growth.nbytes == 1024**3
+    assert b.node_peak.nbytes == 1700 * 1024**3
+    with pytest.raises(UsageError, match="give bytes"):
+        Budgets.parse(host_peak=None, host_growth=None, node_peak="2x")
+    with pytest.raises(UsageError, match="write it as --max-host-peak 40GiB or"):
+        Budgets.parse(host_peak="lots", host_growth=None, node_peak=None)
+
+
+def test_an_absolute_host_peak_breach_names_the_call():
+    record = verdict.judge(
+        fake.job(), Budgets.parse(host_peak="40MiB", host_growth=None, node_peak=None)
+    )
+    assert [(b.where, b.value) for b in record.breaches] == [("offload #2 (rank 0)", "64.00 MiB")]
+    assert verdict.exit_code(record) == 1
+
+
+def test_a_ratio_judges_only_calls_whose_device_bytes_were_measured():
+    job = fake.job()
+    record = verdict.judge(job, Budgets.parse(host_peak="1.5x", host_growth=None, node_peak=None))
+    # offload #2 peaked at 64 MiB for 32 MiB moved (2.00x); load #1 moved none
+    assert [(b.where, b.value, b.limit) for b in record.breaches] == [
+        ("offload #2 (rank 0)", "2.00x", "1.50x")
+    ]
+    assert record.unjudged and "1 of 4 call(s) not judged" in record.unjudged[0]
+
+
+def test_growth_and_node_peak():
+    record = verdict.judge(
+        fake.job(), Budgets.parse(host_peak=None, host_growth="10MiB", node_peak="100MiB")
+    )
+    where = sorted(b.where for b in record.breaches)
+    assert where == ["node vm0 (cgroup v1 memory.max_usage_in_bytes)", "offload #1 (rank 0)"]
+
+
+def test_exit_codes():
+    ok = fake.job()
+    assert verdict.exit_code(verdict.judge(ok, Budgets())) == 0
+    assert verdict.exit_code(fake.job(exit_code=3)) == 3
+    assert verdict.exit_code(fake.job(exit_code=-9)) == 137
+    never = fake.job(require_calls=True, never=True)
+    assert verdict.exit_code(never) == 1
+    assert verdict.exit_code(fake.job(require_calls=False, never=True)) == 0

@@ -41,8 +41,8 @@ if str(ROOT) not in sys.path:
 
 from offloadprobe.core.config import ModelConfig, RunConfig, size_for_payload  # noqa: E402
 from offloadprobe.core.units import parse_size  # noqa: E402
-from offloadprobe.isolation import child as isolation  # noqa: E402
-from offloadprobe.isolation.child import ChildSpec  # noqa: E402
+from offloadprobe.core.devices import guess_device  # noqa: E402
+from offloadprobe.isolation.rows import measure  # noqa: E402
 from offloadprobe.plan.probe import probe_payload, project_probe  # noqa: E402
 
 DEFAULT_SIZES = {"cuda": ["1000MiB", "1100MiB", "3GiB"], "cpu": ["48MiB", "60MiB", "68MiB"]}
@@ -82,11 +82,13 @@ def run_child(
         reference_check=False,
     )
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    spec = ChildSpec(label=strategy, config=config, env={"PYTHONPATH": path}, timeout_s=timeout_s)
     start = time.perf_counter()
-    outcome = isolation.run_child(spec)
-    tail = outcome.stderr_tail or ("" if outcome.exit_code == 0 else outcome.verdict)
-    return outcome.exit_code, outcome.report, tail, time.perf_counter() - start
+    row = measure(config, device=guess_device(device), env={"PYTHONPATH": path},
+                  timeout_s=timeout_s)  # fmt: skip
+    outcome = row.outcome
+    tail = outcome.stderr_tail or ("" if row.verdict.ok else row.verdict.line())
+    report = row.report.to_dict() if outcome.report is not None else None
+    return row.verdict.exit_code, report, tail, time.perf_counter() - start
 
 
 def measure_row(

@@ -69,8 +69,8 @@ from offloadprobe.core.config import (  # noqa: E402
     size_for_payload,
 )
 from offloadprobe.core.units import parse_size  # noqa: E402
-from offloadprobe.isolation import child as isolation  # noqa: E402
-from offloadprobe.isolation.child import ChildSpec  # noqa: E402
+from offloadprobe.core.devices import guess_device  # noqa: E402
+from offloadprobe.isolation.rows import measure  # noqa: E402
 from offloadprobe.plan.probe_world import ProbeLayout, WorldProjection, project_world  # noqa: E402
 
 
@@ -424,21 +424,15 @@ def run_case(
     config = case_config(layout, pair, args.device, payload, args.cycles)
     case.model = asdict(config.model)
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    spec = ChildSpec(
-        label=case.name,
-        config=config,
-        env={"PYTHONPATH": path},
-        timeout_s=args.timeout,
-        nproc_per_node=layout.nproc,
-    )
     started = time.perf_counter()
-    outcome = isolation.run_child(spec)
+    row = measure(config, device=guess_device(args.device), env={"PYTHONPATH": path},
+                  timeout_s=args.timeout, nproc_per_node=layout.nproc)  # fmt: skip
     case.wall_s = round(time.perf_counter() - started, 1)
-    case.exit_code = outcome.exit_code
-    report = outcome.report
+    case.exit_code = row.verdict.exit_code
+    report = row.report.to_dict() if row.outcome.report is not None else None
     world = ((report or {}).get("runs") or [{}])[0].get("world")
-    if outcome.exit_code != 0 or world is None:
-        case.error = (outcome.stderr_tail or outcome.verdict or "")[-2000:]
+    if case.exit_code != 0 or world is None:
+        case.error = (row.outcome.stderr_tail or row.verdict.line() or "")[-2000:]
         return case, report
     try:
         projection = project_case(

@@ -115,12 +115,25 @@ def pytest_configure(config: pytest.Config) -> None:
     # and the test modules are imported (not some 950 walks over a growing heap); what they
     # made is frozen once the tests are collected (``pytest_collection_finish``).
     collector.pause_for_imports()
+    _workers_in_this_process()
     import torch
 
     if not torch.cuda.is_available():
         from offloadprobe.engine.runtime.eager import eager_fusions
 
         eager_fusions()
+
+
+def _workers_in_this_process() -> None:
+    """A verb's workers run in the test's process by default (``tests.fakes.InProcessChild``):
+    a fresh interpreter costs seconds of CPU, and what most tests check does not depend on
+    it. A test of isolation itself (a kill, a cgroup, a signal, ``os._exit``) asks for real
+    workers: ``invoke_cli(..., isolated=True)``, ``supervisor.using(subprocess_spawner)``,
+    or a fresh ``offloadprobe`` process (``run_cli``), whose workers are real."""
+    from offloadprobe.isolation import supervisor
+    from tests.fakes import InProcessChild
+
+    supervisor.SPAWNER.insert(0, InProcessChild(record=False))
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
@@ -197,13 +210,15 @@ class CliResult:
         return [line for line in self.stderr.splitlines() if line.strip()]
 
 
-def invoke_cli(*args: str, env: dict[str, str] | None = None, columns: int = 120) -> CliResult:
+def invoke_cli(
+    *args: str, env: dict[str, str] | None = None, columns: int = 120, isolated: bool = False
+) -> CliResult:
     """``offloadprobe ARGS`` in this process, through the console entry point ``main()``.
 
     ``main()`` is what turns errors into exit codes and one-line messages, so it is
     called as is, inside ``CliRunner``'s isolation (captured streams, patched env). Its
-    workers run in this process too (``InProcessChild``), unless the test put another
-    stand-in in their place; tests of isolation itself use ``run_cli``.
+    workers run in this process too (see ``pytest_configure``), unless the test put another
+    stand-in in their place, or ``isolated``: real worker processes (a cgroup, a kill).
     """
     import contextlib
 
@@ -211,12 +226,10 @@ def invoke_cli(*args: str, env: dict[str, str] | None = None, columns: int = 120
 
     from offloadprobe.cli import main
     from offloadprobe.isolation import supervisor
-    from tests.fakes import InProcessChild
 
     code = 0
-    real = supervisor.SPAWNER[0] is supervisor.subprocess_spawner
-    here = supervisor.using(InProcessChild()) if real else contextlib.nullcontext()
-    with here, CliRunner().isolation(env={"COLUMNS": str(columns), **(env or {})}) as streams:
+    real = supervisor.using(supervisor.subprocess_spawner) if isolated else contextlib.nullcontext()
+    with real, CliRunner().isolation(env={"COLUMNS": str(columns), **(env or {})}) as streams:
         try:
             main(list(args))
         except SystemExit as exc:

@@ -208,8 +208,13 @@ def import_all() -> None:
     import offloadprobe
 
     for info in pkgutil.walk_packages(offloadprobe.__path__, "offloadprobe."):
-        if not info.name.endswith("__main__"):
+        if info.name.endswith("__main__") or ".bootstrap" in info.name:
+            continue  # an entry point, and the attach bootstrap (it acts when imported)
+        try:
             importlib.import_module(info.name)
+        except ModuleNotFoundError as exc:  # an optional backend (Triton) absent here
+            if (exc.name or "").startswith("offloadprobe"):
+                raise
 
 
 def _replace_everywhere(monkeypatch: Any, attr: str, real: Any, fake: Any) -> None:
@@ -273,15 +278,17 @@ class InProcessChild:
     those with real processes (``run_cli``).
     """
 
-    def __init__(self, workdir: Any = None) -> None:
+    def __init__(self, workdir: Any = None, *, record: bool = True) -> None:
         self.specs: list[SpawnedRow] = []
+        self.record = record
 
     def __call__(self, job: Any, spec: Any) -> tuple[int, str]:
         import os
 
         from offloadprobe.engine.worker import serve
 
-        self.specs.append(SpawnedRow(job.config, dict(spec.env), spec.timeout_s, job))
+        if self.record:
+            self.specs.append(SpawnedRow(job.config, dict(spec.env), spec.timeout_s, job))
         keeper = spec.on_started(job) if spec.on_started is not None else None
         saved = {k: os.environ.get(k) for k in spec.env}
         os.environ.update(spec.env)

@@ -14,7 +14,7 @@ LAYERS = [
     ("engine",),
     ("isolation",),
     ("scenarios", "plan", "compare", "repro"),
-    ("report",),
+    ("report", "attach"),
     ("cli", "pytest_plugin"),
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -132,26 +132,8 @@ def _row(config: Any, env: dict[str, str], *, device: str, budgets: list[Any], n
          timeout: float | None, timeline: bool) -> Any:  # fmt: skip
     from offloadprobe.isolation.rows import measure
 
-    if nproc <= 1:
-        return measure(config, device=device, budgets=budgets, env=env, timeout_s=timeout,
-                       timeline=timeline)  # fmt: skip
-    from offloadprobe.core.job import LaunchSpec
-    from offloadprobe.isolation.node import node_group, run_id_for
-
-    launch = LaunchSpec(nproc_per_node=nproc, run_id=run_id_for(None))
-    group, missing = node_group(launch.run_id)
-    try:
-        return measure(config, device=device, budgets=budgets, env=env, timeout_s=timeout,
-                       launch=launch, cgroup=group,
-                       node_cgroup=str(group.path) if group else None,
-                       node_cgroup_missing=missing)  # fmt: skip
-    finally:
-        if group is not None:
-            import contextlib
-
-            with contextlib.suppress(OSError):
-                group.kill()
-                group.remove()
+    return measure(config, device=device, budgets=budgets, env=env, timeout_s=timeout,
+                   timeline=timeline, nproc_per_node=nproc)  # fmt: skip
 
 
 def _unique(items: list[Candidate]) -> None:

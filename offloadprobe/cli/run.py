@@ -25,7 +25,6 @@ from offloadprobe.cli.timeline import TimelineOutputs, output_parameters
 from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
-from offloadprobe.core.job import LaunchSpec
 from offloadprobe.core.world import check_trainable, under_torchrun
 from offloadprobe.isolation.rows import Row, measure
 from offloadprobe.isolation.supervisor import framed_output
@@ -134,28 +133,11 @@ def _rank() -> int:
 def _measure(cfg: Any, *, device: str, budgets: list[Any], nproc: int, nnodes: int,
              endpoint: str | None, timeout: float | None, show: bool, timeline: bool) -> Row:  # fmt: skip
     """The row: one worker, or torchrun's launcher with the node's ranks in one cgroup."""
-    launch = None
-    group = missing = None
-    if nproc > 1 or nnodes > 1:
-        from offloadprobe.isolation.node import node_group, run_id_for
-
-        launch = LaunchSpec(nproc_per_node=nproc, nnodes=nnodes, rdzv_endpoint=endpoint,
-                            run_id=run_id_for(endpoint if nnodes > 1 else None))  # fmt: skip
-        group, missing = node_group(launch.run_id)
-        if show:
-            print(f"offloadprobe: starting {nproc} rank(s) on this node through torchrun's "
-                  "launcher", file=sys.stderr)  # fmt: skip
+    if show and (nproc > 1 or nnodes > 1):
+        print(f"offloadprobe: starting {nproc} rank(s) on this node through torchrun's "
+              "launcher", file=sys.stderr)  # fmt: skip
     label = cfg.label or f"{cfg.strategy} + {cfg.optimizer_strategy}"
-    try:
-        with phase_progress(label, cfg, show=show) as on_phase:
-            return measure(cfg, device=device, budgets=budgets, launch=launch, timeout_s=timeout,
-                           cgroup=group, node_cgroup=str(group.path) if group else None,
-                           node_cgroup_missing=missing, on_phase=on_phase,
-                           timeline=timeline)  # fmt: skip
-    finally:
-        if group is not None:
-            import contextlib
-
-            with contextlib.suppress(OSError):
-                group.kill()
-                group.remove()
+    with phase_progress(label, cfg, show=show) as on_phase:
+        return measure(cfg, device=device, budgets=budgets, timeout_s=timeout,
+                       nproc_per_node=nproc, nnodes=nnodes, rdzv_endpoint=endpoint,
+                       on_phase=on_phase, timeline=timeline)  # fmt: skip

@@ -10,7 +10,12 @@ from __future__ import annotations
 from importlib import metadata
 from pathlib import Path
 
-from offloadprobe.core.errors import UsageError
+from offloadprobe.core.errors import DeviceUnavailable, UsageError
+
+NO_CUDA = (
+    "--device cuda was requested but this host has no usable CUDA device: "
+    "run on a GPU node or use --device cpu for the CPU emulation"
+)
 
 DEVICES = ("auto", "cuda", "cpu")
 
@@ -35,4 +40,6 @@ def guess_device(requested: str) -> str:
         raise UsageError(f"--device must be auto, cuda or cpu, got {requested!r}")
     if requested == "auto":
         return "cuda" if has_gpu() else "cpu"
+    if requested == "cuda" and not has_gpu():
+        raise DeviceUnavailable(NO_CUDA)
     return requested

@@ -121,6 +121,10 @@ def serve(job: Job) -> int:
     report: Report | None = None
     failure: Failure | None = None
     try:
+        if job.launch is None:
+            from offloadprobe.engine.runtime.session import resolve_device
+
+            resolve_device(job.config.device)  # bad input before anything is built
         if job.launch is not None:
             report, failure = _launch(job)
         elif ranked:

@@ -77,6 +77,9 @@ def measure(
     *,
     device: str,
     budgets: Sequence[Budget] = (),
+    nproc_per_node: int = 1,
+    nnodes: int = 1,
+    rdzv_endpoint: str | None = None,
     launch: LaunchSpec | None = None,
     env: dict[str, str] | None = None,
     timeout_s: float | None = None,
@@ -88,10 +91,23 @@ def measure(
     timeline: bool = False,
     gate: bool = False,
 ) -> Row:
-    """Run ``cfg`` in a fresh worker; the judged row."""
-    from offloadprobe.engine.runtime.eager import set_here
-
+    """Run ``cfg`` in a fresh worker; the judged row. With ``nproc_per_node`` or ``nnodes``
+    above 1 the worker is torchrun's launcher, and it and every rank run in a new node
+    memory cgroup (unless ``cgroup`` is given: the caller's, which it removes itself)."""
+    import contextlib
     import os
+
+    from offloadprobe.engine.runtime.eager import set_here
+    from offloadprobe.isolation.node import node_group, run_id_for
+
+    if launch is None and (nproc_per_node > 1 or nnodes > 1):
+        launch = LaunchSpec(nproc_per_node=nproc_per_node, nnodes=nnodes,
+                            rdzv_endpoint=rdzv_endpoint,
+                            run_id=run_id_for(rdzv_endpoint if nnodes > 1 else None))  # fmt: skip
+    made = None
+    if launch is not None and cgroup is None:
+        made, node_cgroup_missing = node_group(launch.run_id)
+        cgroup, node_cgroup = made, str(made.path) if made is not None else None
 
     job = Job(
         config=cfg,
@@ -105,7 +121,13 @@ def measure(
     )
     spec = WorkerSpec(job=job, env=dict(env or {}), timeout_s=timeout_s, cgroup=cgroup,
                       on_phase=on_phase, on_started=on_started)  # fmt: skip
-    outcome = run_worker(spec)
+    try:
+        outcome = run_worker(spec)
+    finally:
+        if made is not None:
+            with contextlib.suppress(OSError):
+                made.kill()
+                made.remove()
     return judge_outcome(cfg, outcome, budgets, device=device)
 
 

@@ -108,6 +108,7 @@ def run_child(
     node_cgroup: str | None = None,
     launch: Any = None,
     env: dict[str, str] | None = None,
+    nproc_per_node: int = 1,
 ) -> Child:
     """Run ``config`` in a worker; with ``gate``, the worker pauses at every offload's start
     and load's end and ``gate`` is called there (its errors end up in ``keepers``)."""
@@ -129,5 +130,6 @@ def run_child(
         node_cgroup=node_cgroup,
         launch=launch,
         env=env,
+        nproc_per_node=nproc_per_node,
     )
     return Child(row)

@@ -25,10 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from offloadprobe.core.config import OptimizerChoice, RunConfig
-from offloadprobe.core.job import LaunchSpec
 from offloadprobe.core.records import RunRecord
 from offloadprobe.core.units import format_bytes
-from offloadprobe.isolation.node import node_group, run_id_for
 from offloadprobe.layout.terms import Term
 from offloadprobe.measure.summary import OFFLOADS
 from offloadprobe.plan.projection import PAIRED_MODEL_STRATEGY, PAIRED_OPTIMIZER_STRATEGY
@@ -65,20 +63,7 @@ def residue(run: RunRecord) -> int:
 
 def _child(config: RunConfig, *, device: str, timeout_s: float | None, ranks: int) -> Child:
     """One child, or ``ranks`` of them through torchrun's launcher in a node cgroup."""
-    if ranks <= 1:
-        return run_child(config, device=device, timeout_s=timeout_s)
-    import contextlib
-
-    launch = LaunchSpec(nproc_per_node=ranks, run_id=run_id_for(None))
-    group, _missing = node_group(launch.run_id)
-    try:
-        return run_child(config, device=device, timeout_s=timeout_s, launch=launch,
-                         cgroup=group, node_cgroup=str(group.path) if group else None)  # fmt: skip
-    finally:
-        if group is not None:
-            with contextlib.suppress(OSError):
-                group.kill()
-                group.remove()
+    return run_child(config, device=device, timeout_s=timeout_s, nproc_per_node=ranks)
 
 
 def rank_runs(run: RunRecord) -> list[RunRecord]:

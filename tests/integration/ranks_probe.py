@@ -80,14 +80,19 @@ def main(out: Path, cases: dict, cli: list[str] | None = None) -> int:
             }
         path = out / f"{name}-rank{runtime.world.rank}.json"
         path.write_text(json.dumps(doc))
-    # every rank is done with this process group before the command line starts a worker
-    # of its own per rank, which joins torchrun's ranks afresh (as a user's torchrun would)
+    # every rank is done with this process group before the command line's worker joins
+    # torchrun's ranks afresh, as a user's torchrun would (in a store namespace of its own)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
     code = 0
     if cli is not None:
         from offloadprobe.cli import main as offloadprobe
+        from offloadprobe.isolation import supervisor
+        from tests.fakes import InProcessChild
 
+        # the worker in this process: torch and megatron-core are imported here already
+        # (a fresh worker per rank is what the user's torchrun gets; tests/gpu runs that)
+        supervisor.SPAWNER.insert(0, InProcessChild(record=False))
         try:
             offloadprobe(cli)
         except SystemExit as exit_:

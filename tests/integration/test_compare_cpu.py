@@ -32,6 +32,7 @@ def compared(compare_dir):
         "--markdown", str(out / "c.md"), "--max-host-peak", "1.5x",
         "--trace", str(out / "t.json"),
         env={"PYTHONPATH": str(ROOT)},  # the children import tests.integration
+        isolated=True,
     )  # fmt: skip
     return result, json.loads((out / "c.json").read_text()), (out / "c.md").read_text()
 
@@ -70,7 +71,7 @@ def test_killed_child_is_a_row_not_a_crash(compared):
     assert "Traceback" not in result.stderr
     killed = doc["runs"][1]
     assert killed["label"] == f"{KILLED} + none"
-    assert killed["exit_code"] == -9
+    assert killed["worker_exit_code"] == -9 and killed["exit_code"] == 1
     assert killed["verdict"].startswith("killed: SIGKILL")
     assert killed["outcome"]["kind"] == "killed"
     assert killed["summary"] is None
@@ -78,7 +79,7 @@ def test_killed_child_is_a_row_not_a_crash(compared):
 
 def test_json_has_one_entry_per_strategy_in_the_run_schema(compared):
     _, doc, _ = compared
-    assert doc["schema_version"] == 3 and doc["device"] == "cpu" and doc["emulated"] is True
+    assert doc["schema_version"] >= 3 and doc["device"] == "cpu" and doc["emulated"] is True
     assert [r["label"] for r in doc["runs"]] == ["naive + none", f"{KILLED} + none"]
     assert doc["baseline"] == "naive + none"
     naive = doc["runs"][0]

@@ -103,21 +103,21 @@ def _readme_example() -> str:
 
 
 class _OneReal:
-    """``run_child`` for the README test: the README's block as it stands in a real child,
+    """The worker for the README test: the README's block as it stands in a real child,
     the broken ones in this process. Their verdicts (a host peak, an audit, a corrupted
     buffer) do not need a fresh process; the block as it stands shows the real child."""
 
     def __init__(self, workdir) -> None:
-        from offloadprobe.isolation.child import run_child
+        from offloadprobe.isolation.supervisor import subprocess_spawner
 
-        self.real, self.here = run_child, InProcessChild(workdir)
+        self.real, self.here = subprocess_spawner, InProcessChild(workdir)
         self.ran: list[tuple[str, str]] = []
 
-    def __call__(self, spec, **kwargs):
-        pair = (spec.config.strategy, spec.config.optimizer_strategy)
+    def __call__(self, job, spec):
+        pair = (job.config.strategy, job.config.optimizer_strategy)
         in_process = pair != ("lazy", "complete")
         self.ran.append((*pair, "in process" if in_process else "child"))
-        return self.here(spec) if in_process else self.real(spec, **kwargs)
+        return self.here(job, spec) if in_process else self.real(job, spec)
 
 
 def test_readme_example_and_a_corrupting_strategy(run_plugin, monkeypatch, tmp_path):

@@ -40,7 +40,7 @@ def ci_small(tmp_path_factory):
     result = invoke_cli(
         "repro", str(ROOT / "scenarios/ci-small.toml"), "--device", "cpu",
         "--only", "naive", "--only", "lazy", "--cycles", "1", "--json", str(out),
-        env={"PYTHONPATH": str(ROOT)},
+        env={"PYTHONPATH": str(ROOT)}, isolated=True,
     )  # fmt: skip
     return result, json.loads(out.read_text()) if out.exists() else None
 
@@ -79,7 +79,7 @@ def test_gpu_limit_scenario_in_cpu_emulation(invoke, monkeypatch, tmp_path):
         "--only", "legacy", "--only", "fixed", "--cycles", "1", "--json", str(out),
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr + result.stdout
-    assert [s.label for s in child.specs] == ["calibration", "legacy", "fixed"]
+    assert [s.config.optimizer_strategy for s in child.specs] == ["complete", "legacy", "fixed"]
     legacy, fixed = json.loads(out.read_text())["outcomes"]
     assert legacy["observed"] == "oom"
     assert "cycle 0, phase rollout" in legacy["detail"]

@@ -19,7 +19,11 @@ TINY = [
 
 
 def run_main(*args: str) -> int:
-    with pytest.raises(SystemExit) as exit_info:
+    """``offloadprobe run ARGS`` with its worker in this process (threads are counted here)."""
+    from offloadprobe.isolation import supervisor
+    from tests.fakes import InProcessChild
+
+    with supervisor.using(InProcessChild()), pytest.raises(SystemExit) as exit_info:
         main(["run", *args])
     return exit_info.value.code
 

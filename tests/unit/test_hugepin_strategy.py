@@ -175,7 +175,7 @@ def test_settings_follow_the_cpus_and_the_strategy_options(monkeypatch):
     assert Settings.from_options({}, local_ranks=1).chunk_bytes == hugepin.CHUNK_MIB * MIB
     with pytest.raises(Exception, match="touch"):
         Settings.from_options({"touch": "sometimes"})
-    with pytest.raises(Exception, match="takes threads"):
+    with pytest.raises(Exception, match="take threads"):
         Settings.from_options({"thread": "3"})
 
 

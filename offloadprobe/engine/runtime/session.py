@@ -14,6 +14,7 @@ import torch
 
 from offloadprobe.core import collector
 from offloadprobe.core.config import ParallelConfig
+from offloadprobe.core.devices import NO_CUDA
 from offloadprobe.core.errors import DeviceUnavailable
 from offloadprobe.core.world import World
 from offloadprobe.engine.runtime import collectives, emulation
@@ -108,10 +109,7 @@ def resolve_device(requested: str) -> str:
     """Map ``auto``/``cuda``/``cpu`` to the device this host can run."""
     has_cuda = torch.cuda.is_available()
     if requested == "cuda" and not has_cuda:
-        raise DeviceUnavailable(
-            "--device cuda was requested but this host has no usable CUDA device: "
-            "run on a GPU node or use --device cpu for the CPU emulation"
-        )
+        raise DeviceUnavailable(NO_CUDA)
     if requested == "auto":
         return "cuda" if has_cuda else "cpu"
     return requested
@@ -150,9 +148,15 @@ def _join(world: World, emulated: bool, stack: contextlib.ExitStack) -> Any:
     if torch.distributed.is_initialized():
         return None
     if world.distributed:
-        # torchrun's rendezvous variables (MASTER_ADDR/PORT, RANK, WORLD_SIZE)
+        # torchrun's rendezvous variables (MASTER_ADDR/PORT, RANK, WORLD_SIZE), in a store
+        # namespace of this worker's own: torchrun's agent keeps one store for the whole
+        # job, and a process group made in it before (by the user's code in the parent
+        # process, say) left its keys there, its ranks' addresses among them
+        store, rank, size = next(torch.distributed.rendezvous("env://"))
+        generation = store.add(f"offloadprobe/generation/{rank}", 1)
+        store = torch.distributed.PrefixStore(f"offloadprobe/{generation}/", store)
         torch.distributed.init_process_group(
-            backend="gloo" if emulated else "nccl", init_method="env://"
+            backend="gloo" if emulated else "nccl", store=store, rank=rank, world_size=size
         )
         stack.callback(torch.distributed.destroy_process_group)
         return _control_group(emulated)

@@ -49,6 +49,7 @@ VERBS = {
     "repro": "repro",
     "scenarios": "scenarios",
     "alloc-conf": "alloc_conf",
+    "show": "show",
     "attach": "attach",
 }
 """Each verb and the module that registers it (one module per verb)."""

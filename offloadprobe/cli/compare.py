@@ -22,9 +22,10 @@ from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.world import check_trainable
-from offloadprobe.report.comparison_table import render_comparison
-from offloadprobe.report.markdown import comparison_markdown
+from offloadprobe.report.documents import document
+from offloadprobe.report.markdown import comparison_markdown, environment_line
 from offloadprobe.report.output import check_writable, write_json, write_text
+from offloadprobe.report.reporters import render
 
 EXTRA = [
     parameter(
@@ -114,8 +115,8 @@ def compare_command(values: dict[str, Any]) -> None:
     comparison = compare(items, base, baseline=chosen, measure=one,
                          environment=_environment(base, device), budgets=parsed.budget_words,
                          on_start=started)  # fmt: skip
-    render_comparison(comparison, Console())
     doc = comparison.to_dict()
+    render(document(doc), sys.stdout)  # what show prints of the saved file, by construction
     if outputs.wanted:
         runs = [row.run for row in comparison.rows]
         drawn = [row.timeline for row in comparison.rows]
@@ -123,7 +124,7 @@ def compare_command(values: dict[str, Any]) -> None:
     if json_path is not None:
         write_json(doc, json_path)
     if markdown is not None:
-        text = comparison_markdown(comparison, environment=_environment_line(doc))
+        text = comparison_markdown(comparison, environment=environment_line(doc))
         write_text(text, markdown, "--markdown")
     enforce([(r.candidate.label, r.verdict, r.breaches) for r in comparison.rows])
 
@@ -175,13 +176,3 @@ def _environment(base: Any, device: str) -> dict[str, Any]:
         "model": asdict(base.model),
         "settings": {"cycles": base.cycles, "train_steps": base.train_steps, "seed": base.seed},
     }
-
-
-def _environment_line(doc: dict[str, Any]) -> str:
-    versions = doc.get("versions") or {}
-    machine = doc.get("machine") or {}
-    parts = [machine.get("gpu") or doc.get("device", "")]
-    parts += [f"{k} {v}" for k, v in versions.items() if v and k != "python"]
-    if doc.get("emulated"):
-        parts.append("CPU emulation")
-    return ", ".join(p for p in parts if p)

@@ -1,110 +1,90 @@
-"""``offloadprobe plan``: project a scenario (or the probe model) without running anything."""
+"""``offloadprobe plan``: project a scenario (or the probe model) without running anything.
+
+Torch-free: the projection is arithmetic over megatron's buffer layout and each
+strategy's declared host allocations (its descriptor's ``host_events``).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import sys
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from offloadprobe.cli import app
-from offloadprobe.cli import options as opt
+from offloadprobe.cli.params import parameter, with_options
+from offloadprobe.core import options as opts
 from offloadprobe.core.errors import ExpectationMismatch, UsageError
+from offloadprobe.report.documents import document
 from offloadprobe.report.output import check_writable, write_json
-from offloadprobe.report.plan_table import render_plan, render_probe
-from offloadprobe.scenarios import load_scenario
-from offloadprobe.scenarios.catalog import resolve
+from offloadprobe.report.reporters import render
+
+EXTRA = [
+    parameter(
+        "scenario",
+        Annotated[str | None, typer.Argument(help="A scenario file, or a packaged scenario's "
+                  "name (verl-6193); leave out with --probe. See offloadprobe scenarios.")],
+        None,
+    ),  # fmt: skip
+    parameter("probe", Annotated[bool, typer.Option("--probe", help="Project offloadprobe's "
+              "own probe model (see run's flags).")], False),  # fmt: skip
+    parameter("terms", Annotated[bool, typer.Option("--terms/--no-terms", help="Print the "
+              "arithmetic of every figure (term tables) after the verdicts.")], False),  # fmt: skip
+    parameter("json_path", Annotated[Path | None, typer.Option("--json", help="Write the "
+              "whole projection, every term included, to this JSON file.")], None),  # fmt: skip
+]
 
 
 @app.command("plan")
-def plan_command(
-    scenario: Annotated[
-        str | None,
-        typer.Argument(
-            help="A scenario file, or a packaged scenario's name (verl-6193); leave out "
-            "with --probe. See offloadprobe scenarios."
-        ),
-    ] = None,
-    probe: Annotated[
-        bool,
-        typer.Option("--probe", help="Project offloadprobe's own probe model (see run's flags)."),
-    ] = False,
-    device: Annotated[
-        str,
-        typer.Option(
-            "--device",
-            help="--probe: cuda, cpu (the CPU emulation) or auto (cuda where available, "
-            "as run does).",
-        ),
-    ] = "auto",
-    cycles: Annotated[int, typer.Option("--cycles", help="--probe: offload cycles.")] = 3,
-    payload: opt.Payload = None,
-    layers: opt.Layers = opt.DEFAULT.num_layers,
-    hidden: opt.Hidden = opt.DEFAULT.hidden_size,
-    heads: opt.Heads = opt.DEFAULT.num_attention_heads,
-    vocab: opt.Vocab = opt.DEFAULT.vocab_size,
-    seq_length: opt.SeqLength = opt.DEFAULT.seq_length,
-    terms: Annotated[
-        bool, typer.Option("--terms/--no-terms", help="Print the arithmetic of every figure.")
-    ] = True,
-    json_path: opt.JsonPath = None,
-) -> None:
+@with_options(opts.PLAN, EXTRA)
+def plan_command(values: dict[str, Any]) -> None:
     """Project host peak, steady and pinned bytes per rank and node for every model
     strategy, and GPU bytes left per device for every optimizer strategy, against the
-    scenario's limits. Every number is printed with its terms."""
-    from offloadprobe.plan.probe import ProbePlan, probe_payload, probe_projection
-    from offloadprobe.plan.scenario_plan import project_scenario
-    from offloadprobe.scenarios.schema import param_strategies
+    scenario's limits (--terms: with the arithmetic of every figure)."""
+    from offloadprobe.scenarios import load_scenario
+    from offloadprobe.scenarios.catalog import resolve
 
+    json_path, terms = values.pop("json_path"), values.pop("terms")
+    scenario, probe = values.pop("scenario"), values.pop("probe")
     check_writable(json_path, "--json")
-    console = Console()
-    mismatches: list[str] = []
     if probe == (scenario is not None):
         raise UsageError("give a scenario file or --probe, not both and not neither")
+    mismatches: list[str] = []
     if scenario is not None:
+        from offloadprobe.plan.scenario_plan import project_scenario
+
         plan = project_scenario(load_scenario(resolve(scenario)))
-        render_plan(plan, console, terms=terms)
-        doc = plan.to_dict()
         mismatches = [
             f"{row.strategy} projected {row.outcome}, the scenario expects {row.expected}"
             for row in plan.strategies
             if row.expected is not None and row.expected != row.outcome
         ]
+        doc = plan.to_dict()
     else:
-        if device not in ("cuda", "cpu", "auto"):
-            raise UsageError(f"--device must be cuda, cpu or auto for --probe, got {device!r}")
-        if device == "auto":
-            from offloadprobe.engine.runtime.session import resolve_device
-
-            device = resolve_device(device)
-        if cycles < 1:
-            raise UsageError(f"--cycles must be at least 1, got {cycles}")
-        model = opt.model_config(
-            layers=layers,
-            hidden=hidden,
-            heads=heads,
-            vocab=vocab,
-            seq_length=seq_length,
-            payload=payload,
-        )
-        rows = [
-            probe_projection(model, k, emulated=device == "cpu", cycles=cycles)
-            for k in param_strategies()
-        ]
-        where = "CPU emulation" if device == "cpu" else "CUDA"
-        title = (
-            f"probe model {model}: payload {probe_payload(model):,} B; {where}, {cycles} "
-            "cycles; host figures over the host RSS before the first offload"
-        )
-        render_probe(rows, console, title=title, terms=terms)
-        doc = ProbePlan(
-            model=model,
-            device=device,
-            cycles=cycles,
-            payload_bytes=probe_payload(model),
-            strategies=tuple(rows),
-        ).to_dict()
+        doc = _probe_plan(values).to_dict()
+    doc["printed"] = {"terms": terms}
+    render(document(doc), sys.stdout)  # what show prints of the saved file, by construction
     if json_path is not None:
         write_json(doc, json_path)
     if mismatches:
         raise ExpectationMismatch(f"{scenario}: " + "; ".join(mismatches))
+
+
+def _probe_plan(values: dict[str, Any]) -> Any:
+    from offloadprobe.core.devices import guess_device
+    from offloadprobe.plan.probe import ProbePlan, probe_payload, probe_projection
+    from offloadprobe.scenarios.schema import param_strategies
+
+    requested = values["device"]
+    device = requested if requested in ("cuda", "cpu") else guess_device(requested)
+    cycles = values["cycles"]
+    if cycles < 1:
+        raise UsageError(f"--cycles must be at least 1, got {cycles}")
+    model = opts.build_config(values).model
+    rows = [
+        probe_projection(model, name, emulated=device == "cpu", cycles=cycles)
+        for name in param_strategies()
+    ]
+    return ProbePlan(model=model, device=device, cycles=cycles,
+                     payload_bytes=probe_payload(model), strategies=tuple(rows))  # fmt: skip

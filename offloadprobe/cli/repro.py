@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from offloadprobe.cli import app
-from offloadprobe.cli import options as opt
 from offloadprobe.core.errors import ExpectationMismatch
 from offloadprobe.core.units import parse_size
+from offloadprobe.report.documents import document
 from offloadprobe.report.output import check_writable, write_json
-from offloadprobe.report.repro_table import render_repro
+from offloadprobe.report.reporters import render
 from offloadprobe.scenarios import load_scenario
 from offloadprobe.scenarios.catalog import resolve
 
@@ -27,7 +28,7 @@ def repro_command(
             "see offloadprobe scenarios."
         ),
     ],
-    device: opt.Device = "auto",
+    device: Annotated[str, typer.Option("--device", help="cuda, cpu or auto.")] = "auto",
     only: Annotated[
         list[str] | None,
         typer.Option("--only", help="Run only this expected strategy (repeatable)."),
@@ -61,7 +62,9 @@ def repro_command(
             help="Enforce the host limit in a real memory cgroup (else judge from VmHWM).",
         ),
     ] = True,
-    json_path: opt.JsonPath = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the whole repro to this JSON file.")
+    ] = None,
 ) -> None:
     """Run each strategy the scenario names at the [repro] scale, in a fresh process each,
     under the scenario's limit scaled by the same factor, and compare with what it expects."""
@@ -83,9 +86,10 @@ def repro_command(
         use_cgroup=cgroup,
         on_start=lambda name: status.print(f"repro: running {name}", highlight=False),
     )
-    render_repro(repro, Console())
+    doc = repro.to_dict()
+    render(document(doc), sys.stdout)  # what show prints of the saved file, by construction
     if json_path is not None:
-        write_json(repro.to_dict(), json_path)
+        write_json(doc, json_path)
     if repro.mismatches:
         raise ExpectationMismatch(
             f"{s.name}: "

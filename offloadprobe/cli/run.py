@@ -9,11 +9,11 @@ itself printed, framed, and exits with the verdict's code.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from offloadprobe.cli import app
 from offloadprobe.cli.budget_report import enforce
@@ -28,8 +28,9 @@ from offloadprobe.core.errors import UsageError
 from offloadprobe.core.world import check_trainable, under_torchrun
 from offloadprobe.isolation.rows import Row, measure
 from offloadprobe.isolation.supervisor import framed_output
+from offloadprobe.report.documents import document
 from offloadprobe.report.output import check_writable, write_json
-from offloadprobe.report.table import render_report
+from offloadprobe.report.reporters import render
 
 EXTRA = [
     parameter(
@@ -109,19 +110,15 @@ def run_command(values: dict[str, Any]) -> None:
     if under_torchrun() and _rank() != 0:  # rank 0 reports for every rank
         sys.stderr.write(framed_output(row.outcome))
         raise SystemExit(row.outcome.exit_code if row.outcome.exit_code >= 0 else 1)
-    report = row.report
-    report = type(report)(**{**_fields(report), "budgets": parsed.budget_words})
-    render_report(report, Console())
+    report = replace(row.report, budgets=parsed.budget_words)
+    doc = report.to_dict()
+    render(document(doc), sys.stdout)  # what show prints of the saved file, by construction
     sys.stderr.write(framed_output(row.outcome))
     if json_path is not None:
-        write_json(report.to_dict(), json_path)
+        write_json(doc, json_path)
     if outputs.wanted and row.outcome.timeline is not None:
         outputs.write_run(report, row.outcome.timeline)
     enforce([(row.label, row.verdict, row.breaches)])
-
-
-def _fields(report: Any) -> dict[str, Any]:
-    return {name: getattr(report, name) for name in report.__dataclass_fields__}
 
 
 def _rank() -> int:

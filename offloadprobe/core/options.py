@@ -24,8 +24,9 @@ from offloadprobe.core.config import (
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.units import parse_size
 
-RUN, COMPARE, PLUGIN, SCENARIO = "run", "compare", "plugin", "scenario"
+RUN, COMPARE, PLUGIN, SCENARIO, PLAN = "run", "compare", "plugin", "scenario", "plan"
 EVERYWHERE = frozenset({RUN, COMPARE, PLUGIN})
+WITH_PLAN = EVERYWHERE | {PLAN}
 DEFAULT_MODEL = ModelConfig()
 
 
@@ -71,16 +72,16 @@ OPTIONS: tuple[Option, ...] = (
     # the model
     _o("payload", "Size the model to about this many bytes of bf16 parameters, e.g. 512MiB "
        "or 5GiB (overrides --hidden and --vocab).", unit="size", group="model",
-       verbs=EVERYWHERE | {SCENARIO}),
+       verbs=WITH_PLAN | {SCENARIO}),
     _o("layers", "Transformer layers.", _M.num_layers, int, target="model.num_layers",
-       group="model"),
-    _o("hidden", "Hidden size.", _M.hidden_size, int, target="model.hidden_size", group="model"),
+       group="model", verbs=WITH_PLAN),
+    _o("hidden", "Hidden size.", _M.hidden_size, int, target="model.hidden_size", group="model", verbs=WITH_PLAN),
     _o("heads", "Attention heads (must divide --hidden).", _M.num_attention_heads, int,
-       target="model.num_attention_heads", group="model"),
+       target="model.num_attention_heads", group="model", verbs=WITH_PLAN),
     _o("vocab", "Vocabulary size.", _M.vocab_size, int, target="model.vocab_size",
-       group="model"),
+       group="model", verbs=WITH_PLAN),
     _o("seq_length", "Tokens per sample.", _M.seq_length, int, target="model.seq_length",
-       group="model"),
+       group="model", verbs=WITH_PLAN),
     _o("micro_batch", "Samples per train step.", _M.micro_batch_size, int,
        target="model.micro_batch_size", group="model"),
     _o("num_experts", "Routed experts per layer (MoE); 0 for dense.", 0, int,
@@ -89,10 +90,11 @@ OPTIONS: tuple[Option, ...] = (
        target="model.moe_router_topk", group="model"),
     # the run
     _o("cycles", "Offload/load cycles.", 3, int, target="cycles",
-       verbs=EVERYWHERE | {SCENARIO}),
+       verbs=WITH_PLAN | {SCENARIO}),
     _o("train_steps", "Train steps before the first offload and between.", 1, int,
        target="train_steps", verbs=EVERYWHERE | {SCENARIO}),
-    _o("device", "cuda, cpu or auto (CUDA where present).", "auto", target="device"),
+    _o("device", "cuda, cpu or auto (CUDA where present).", "auto", target="device",
+       verbs=WITH_PLAN),
     _o("seed", "Seed for weights and data.", 1234, int, target="seed",
        verbs=EVERYWHERE | {SCENARIO}),
     _o("rollout_claim", "Between offload and load, claim this much device memory, as a "

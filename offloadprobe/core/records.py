@@ -296,7 +296,7 @@ def judged(entry: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
     return entry
 
 
-def _build(cls: type, data: Any) -> Any:
+def build_record(cls: type, data: Any) -> Any:
     """Rebuild a (nested) record dataclass from its ``asdict`` form."""
     import dataclasses
     import typing
@@ -314,7 +314,7 @@ def _build(cls: type, data: Any) -> Any:
             hint if dataclasses.is_dataclass(hint) else None,
         )
         if target is not None and value is not None:
-            value = _build(target, value)
+            value = build_record(target, value)
         kwargs[f.name] = value
     return cls(**kwargs)
 
@@ -374,10 +374,10 @@ def world_from_dict(data: dict[str, Any] | None) -> WorldRun | None:
 
 def run_from_dict(entry: dict[str, Any]) -> RunRecord:
     """Rebuild a ``RunRecord`` from one entry of a report's ``runs`` list."""
-    phases = [_build(PhaseRecord, p) for c in entry["cycles"] for p in c["phases"]]
+    phases = [build_record(PhaseRecord, p) for c in entry["cycles"] for p in c["phases"]]
     fields = {k: v for k, v in entry.items() if k not in ("cycles", "phases")}
     fields["phases"] = phases
-    fields["summary"] = _build(RunSummary, entry.get("summary"))
+    fields["summary"] = build_record(RunSummary, entry.get("summary"))
     fields["place"] = RankPlace(**entry["place"]) if entry.get("place") else None
     fields["world"] = world_from_dict(entry.get("world"))
     fields["failure"] = failure_from_dict(entry)

@@ -42,10 +42,19 @@ def _origin(ep: Any) -> str:
 class Registry(Generic[T]):
     """Named descriptors of one kind; built-ins by module path, third parties by entry point."""
 
-    def __init__(self, kind: str, entry_point_group: str, adapt: Callable[[str, Any], T]) -> None:
+    def __init__(
+        self,
+        kind: str,
+        entry_point_group: str,
+        adapt: Callable[[str, Any], T],
+        *,
+        attribute: str = DESCRIPTOR_ATTRIBUTE,
+    ) -> None:
         self.kind = kind
         self.entry_point_group = entry_point_group
         self._adapt = adapt
+        self.attribute = attribute
+        """The name under which a built-in module exports its plug-in."""
         self._modules: dict[str, str] = {}
         self._entry_points: dict[str, Any] = {}
         self._loaded: dict[str, T] = {}
@@ -126,7 +135,7 @@ class Registry(Generic[T]):
             return self._loaded[name]
         if name in self._modules:
             module = importlib.import_module(self._modules[name])
-            found = self._adapt(name, getattr(module, DESCRIPTOR_ATTRIBUTE))
+            found = self._adapt(name, getattr(module, self.attribute))
         elif name in self._entry_points:
             ep = self._entry_points[name]
             try:

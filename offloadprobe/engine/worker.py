@@ -21,6 +21,7 @@ import contextlib
 import os
 import sys
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ def _single(job: Job) -> Report:
             job.config,
             Hooks(
                 on_start=log.start,
-                on_phase=lambda rec: log.end(rec.cycle, rec.phase),
+                on_phase=lambda rec: log.end(rec.cycle, rec.phase, asdict(rec)),
                 sampler=sampler,
             ),
         )

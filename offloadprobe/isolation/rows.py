@@ -43,16 +43,23 @@ class Row:
         return self.verdict.ok
 
 
-def failed_report(cfg: RunConfig, failure: Failure, *, device: str) -> Report:
-    """A report with one row that says only how and where it failed."""
+def failed_report(
+    cfg: RunConfig, failure: Failure, *, device: str, phases: Sequence[dict[str, Any]] = ()
+) -> Report:
+    """A report with one row that says how and where it failed, with every phase its worker
+    recorded before it ended."""
+    from offloadprobe.core.records import PhaseRecord, build_record
+
+    recorded = [build_record(PhaseRecord, p) for p in phases]
+    offloads = [p for p in recorded if p.phase.startswith("offload")]
     row = RunRecord(
         strategy=cfg.strategy,
         description="",
-        payload_bytes=0,
+        payload_bytes=max((p.bytes_moved for p in offloads), default=0),
         grad_bytes=0,
-        baseline_host_bytes=0,
+        baseline_host_bytes=offloads[0].host.host_rss_before if offloads else 0,
         gpu_baseline_bytes=None,
-        phases=[],
+        phases=recorded,
         summary=None,
         failure=failure,
         optimizer_strategy=cfg.optimizer_strategy,
@@ -144,7 +151,7 @@ def judge_outcome(
             outcome = replace(outcome, failure=failure)
     if report is None or not report.runs:
         failure = outcome.failure or Failure(kind="crashed", message="no record was produced")
-        report = failed_report(cfg, failure, device=device)
+        report = failed_report(cfg, failure, device=device, phases=outcome.phases)
         verdict, breaches = failure.verdict, []
     else:
         verdict, breaches = judge(report.runs[0], list(budgets), failure=outcome.failure)

@@ -33,7 +33,7 @@ from offloadprobe.core.job import Job, WorkerResult
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.verdicts import ended
 from offloadprobe.isolation import signals
-from offloadprobe.measure.phase_log import last_started
+from offloadprobe.measure.phase_log import last_started, recorded_phases
 
 OUTPUT_LINES = 30
 """Lines of the worker's own output shown after the verdict (the rest is counted)."""
@@ -68,6 +68,9 @@ class WorkerOutcome:
     """What the worker printed (stdout, then stderr), for the framed block after a verdict."""
     timeline: dict[str, Any] | None = None
     pid: int = 0
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    """Every phase record the worker's phase log holds: what it measured even if it never
+    wrote its result (rank 0's, over several ranks)."""
 
     @property
     def report(self) -> dict[str, Any] | None:
@@ -238,7 +241,8 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
                 kind="timed out", message=str(exc), cycle=where[0] if where else None,
                 phase=where[1] if where else None, exit_code=124,
             )  # fmt: skip
-            return WorkerOutcome(exit_code=124, result=None, failure=failure)
+            return WorkerOutcome(exit_code=124, result=None, failure=failure,
+                                 phases=recorded_phases(job.phase_log(0)))  # fmt: skip
         result = WorkerResult.read(job.result_path(None))
         oom = (oom_before, spec.cgroup.oom_kills() if spec.cgroup is not None else None)
         failure = ended(
@@ -256,6 +260,7 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
         return WorkerOutcome(
             exit_code=code, result=result, failure=failure, output=output, timeline=timeline,
             pid=result.pid if result is not None else 0,
+            phases=recorded_phases(job.phase_log(0)),
         )  # fmt: skip
 
 

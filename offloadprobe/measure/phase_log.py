@@ -35,8 +35,11 @@ class PhaseLog:
             gate.mkdir(parents=True, exist_ok=True)
         self._gates_passed = 0
 
-    def _write(self, event: str, cycle: int, phase: str) -> None:
-        line = json.dumps({"event": event, "cycle": cycle, "phase": phase, "t": time.time()})
+    def _write(self, event: str, cycle: int, phase: str, record: dict | None = None) -> None:
+        entry = {"event": event, "cycle": cycle, "phase": phase, "t": time.time()}
+        if record is not None:
+            entry["record"] = record
+        line = json.dumps(entry)
         with self.path.open("a") as fh:
             fh.write(line + "\n")
 
@@ -50,8 +53,10 @@ class PhaseLog:
         self._write("start", cycle, phase)
         self._pause("start", cycle, phase)
 
-    def end(self, cycle: int, phase: str) -> None:
-        self._write("end", cycle, phase)
+    def end(self, cycle: int, phase: str, record: dict | None = None) -> None:
+        """A phase ended; ``record`` is its ``PhaseRecord`` as a dict, so that a parent
+        keeps every phase a worker measured even if the worker never writes its result."""
+        self._write("end", cycle, phase, record)
         self._pause("end", cycle, phase)
 
 
@@ -75,6 +80,23 @@ def wait_at_gate(
     return True
 
 
+def recorded_phases(path: Path) -> list[dict]:
+    """Every phase record the log holds (each ended phase's), in order."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # the last line of a killed writer may be cut short
+        if entry.get("record") is not None:
+            found.append(entry["record"])
+    return found
+
+
 def last_started(path: Path) -> tuple[int, str] | None:
     """The phase that had started but not ended when the log stopped, if any."""
     open_phase = None
@@ -83,7 +105,10 @@ def last_started(path: Path) -> tuple[int, str] | None:
     except OSError:
         return None
     for line in lines:
-        entry = json.loads(line)
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
         key = (entry["cycle"], entry["phase"])
         open_phase = key if entry["event"] == "start" else None
     return open_phase

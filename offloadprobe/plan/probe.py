@@ -134,6 +134,6 @@ class ProbePlan:
     strategies: tuple[RankHost, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        doc = asdict(self)
+        doc = {"kind": "probe plan", **asdict(self)}
         doc["strategies"] = list(doc["strategies"])
         return doc

@@ -314,12 +314,13 @@ def gpu_left_per_device(s: Scenario, optimizer: str) -> int:
     return max(left) + s.limit.gpu_reserved_per_device
 
 
-def predicted(s: Scenario, strategy: str) -> Outcome:
-    """``oom`` or ``ok`` for ``strategy`` (model strategies pair with
+def predicted(s: Scenario, strategy: str, kind: str | None = None) -> Outcome:
+    """``oom`` or ``ok`` for ``strategy`` of ``kind`` (model strategies pair with
     ``PAIRED_OPTIMIZER_STRATEGY``, optimizer strategies with ``PAIRED_MODEL_STRATEGY``)."""
+    kind = kind or strategy_kind(strategy)
     params, optimizer = (
         (strategy, PAIRED_OPTIMIZER_STRATEGY)
-        if strategy_kind(strategy) == "params"
+        if kind == "params"
         else (PAIRED_MODEL_STRATEGY, strategy)
     )
     cycles = s.repro.cycles if s.repro else 3

@@ -58,7 +58,7 @@ class ScenarioPlan:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"kind": "plan", **asdict(self)}
 
 
 def _node_terms(
@@ -121,8 +121,8 @@ def _param_plan(s: Scenario, layout: ModelLayout, strategy: str, cycles: int) ->
         host_limit=s.limit.host_memory_per_node,
         gpu_per_device=gpu,
         gpu_limit=s.limit.gpu_memory_per_device,
-        outcome=predicted(s, strategy),
-        expected=s.expected(strategy),
+        outcome=predicted(s, strategy, "params"),
+        expected=s.expected(strategy, "params"),
         terms=tuple(terms),
     )
 
@@ -179,8 +179,8 @@ def _optimizer_plan(s: Scenario, layout: ModelLayout, strategy: str, cycles: int
         host_limit=s.limit.host_memory_per_node,
         gpu_per_device=gpu,
         gpu_limit=s.limit.gpu_memory_per_device,
-        outcome=predicted(s, strategy),
-        expected=s.expected(strategy),
+        outcome=predicted(s, strategy, "optimizer"),
+        expected=s.expected(strategy, "optimizer"),
         terms=tuple(terms),
     )
 

@@ -6,6 +6,8 @@ table with the figures behind it; each fits 80 columns.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.text import Text
 
@@ -112,6 +114,22 @@ PROBE_COLUMNS: list[Column[RankHost]] = [
     Column("steady host", lambda r: format_bytes(r.steady)),
     Column("pinned", lambda r: format_bytes(r.pinned)),
 ]
+
+
+def probe_title(plan: Any) -> str:
+    """``plan --probe``'s heading, from its record."""
+    m = plan.model
+    where = "CPU emulation" if plan.device == "cpu" else "CUDA"
+    return (
+        f"probe model: {m.num_layers} layers, hidden {m.hidden_size}, vocab {m.vocab_size}; "
+        f"payload {format_bytes(plan.payload_bytes)}; {where}, {plan.cycles} cycles; host "
+        "figures over the host RSS before the first offload"
+    )
+
+
+def render_probe_plan(plan: Any, console: Console, *, terms: bool = False) -> None:
+    """``plan --probe``: projected host figures of each strategy on the probe model."""
+    render_probe(list(plan.strategies), console, title=probe_title(plan), terms=terms)
 
 
 def render_probe(rows: list[RankHost], console: Console, *, title: str, terms: bool = True) -> None:

@@ -63,7 +63,7 @@ class Repro:
         return [o for o in self.outcomes if not o.matches]
 
     def to_dict(self) -> dict[str, Any]:
-        doc = asdict(self)
+        doc = {"kind": "repro", **asdict(self)}
         for entry, outcome in zip(doc["outcomes"], self.outcomes, strict=True):
             entry["matches"] = outcome.matches
         return doc

@@ -29,14 +29,17 @@ def probe_model(s: Scenario) -> ModelConfig:
 
 def selected(s: Scenario, only: Sequence[str]) -> list[Expectation]:
     """The scenario's expectations, restricted to ``only`` when given."""
-    known = [e.strategy for e in s.expect]
+    known = [e.strategy for e in s.expect] + [f"{e.kind}.{e.strategy}" for e in s.expect]
     unknown = [name for name in only if name not in known]
     if unknown:
         raise UsageError(
             f"--only {unknown[0]}: {s.path.name} expects nothing of it; choose from "
-            + ", ".join(known)
+            + ", ".join(e.strategy for e in s.expect)
         )
-    return [e for e in s.expect if not only or e.strategy in only]
+    return [
+        e for e in s.expect
+        if not only or e.strategy in only or f"{e.kind}.{e.strategy}" in only
+    ]  # fmt: skip
 
 
 def reproduce(

@@ -50,15 +50,49 @@ def optimizer_strategies() -> tuple[str, ...]:
 
 def param_strategies() -> tuple[str, ...]:
     """How the model's DDP buffers may reach the host: every registered model strategy
-    whose name does not also name an optimizer strategy (``none`` is the optimizer's)."""
+    (``none`` among them: the parameters stay on the device)."""
     from offloadprobe.engine.strategies import MODEL_STRATEGIES
 
-    taken = set(optimizer_strategies())
-    return tuple(n for n in MODEL_STRATEGIES.names() if n not in taken)
+    return tuple(MODEL_STRATEGIES.names())
+
+
+PARTS = ("params", "optimizer")
+
+
+def strategy_part(name: str, where: str = "strategy") -> tuple[Literal["params", "optimizer"], str]:
+    """``(part, name)`` of an expectation's key: ``params.mcore`` and ``optimizer.mcore``
+    say the part; a bare name says it where only one registry has the name; the user's own
+    ``package.module:...`` is a parameter strategy unless prefixed ``optimizer.``."""
+    from offloadprobe.core.registry import is_user_spec
+
+    for part in PARTS:
+        if name.startswith(part + "."):
+            rest = name[len(part) + 1 :]
+            known = param_strategies() if part == "params" else optimizer_strategies()
+            if rest not in known and not is_user_spec(rest):
+                choices = ", ".join(known)
+                raise UsageError(f"{where}: {part} strategy {rest!r} is not one of {choices}")
+            return part, rest  # type: ignore[return-value]
+    if is_user_spec(name):
+        return "params", name
+    model, optimizer = name in param_strategies(), name in optimizer_strategies()
+    if model and optimizer:
+        raise UsageError(
+            f"{where}: {name!r} names both a parameter and an optimizer strategy: write "
+            f"params.{name} or optimizer.{name}"
+        )
+    if not model and not optimizer:
+        near = difflib.get_close_matches(name, [*param_strategies(), *optimizer_strategies()], 1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise UsageError(
+            f"{where}: unknown key (strategy) {name!r}{hint}: a registered name, params.NAME, "
+            "optimizer.NAME, or your own package.module:object"
+        )
+    return ("params" if model else "optimizer"), name
 
 
 def strategy_kind(strategy: str) -> Literal["params", "optimizer"]:
-    """Which registry a scenario's strategy name belongs to."""
+    """Which registry a name belongs to (a name in both: the parameters')."""
     return "params" if strategy in param_strategies() else "optimizer"
 
 
@@ -173,8 +207,12 @@ class Scenario:
     def layout(self) -> ModelLayout:
         return lay_out_model(self.model.spec, self.parallelism, self.ddp)
 
-    def expected(self, strategy: str) -> Outcome | None:
-        return next((e.outcome for e in self.expect if e.strategy == strategy), None)
+    def expected(self, strategy: str, kind: str | None = None) -> Outcome | None:
+        return next(
+            (e.outcome for e in self.expect
+             if e.strategy == strategy and (kind is None or e.kind == kind)),
+            None,
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------- loading
@@ -354,19 +392,26 @@ class _Reader:
 
     def expect(self, raw: Any) -> tuple[Expectation, ...]:
         if isinstance(raw, Mapping):
-            self.known("expect", raw, (*param_strategies(), *optimizer_strategies()))
-            items = [(f"expect.{k}", k, v, None) for k, v in raw.items()]
+            items = []
+            for k, v in raw.items():
+                if k in PARTS and isinstance(v, Mapping):  # [expect.params] mcore = "ok"
+                    items += [(f"expect.{k}.{n}",) * 2 + (f"{k}.{n}", o, None)
+                              for n, o in v.items()]  # fmt: skip
+                else:
+                    items.append((f"expect.{k}", f"expect.{k}", k, v, None))
         elif isinstance(raw, list) and all(isinstance(e, Mapping) for e in raw):
             items = []
             for i, entry in enumerate(raw):
                 where = f"expect[{i}]"
-                self.known(where, entry, ("strategy", "outcome", "note"))
+                self.known(where, entry, ("strategy", "part", "outcome", "note"))
                 strategy = self.get(entry, where, "strategy", str)
-                self.choice(
-                    f"{where}.strategy", strategy, (*param_strategies(), *optimizer_strategies())
-                )
+                part = self.opt(entry, where, "part", str)
+                if part is not None:
+                    self.choice(f"{where}.part", part, PARTS)
+                    strategy = f"{part}.{strategy}"
                 items.append(
                     (
+                        f"{where}.strategy",
                         f"{where}.outcome",
                         strategy,
                         self.get(entry, where, "outcome", str),
@@ -378,12 +423,15 @@ class _Reader:
         if not items:
             raise self.fail("expect", 'expect at least one outcome, e.g. naive = "oom"')
         out, seen = [], set()
-        for key, strategy, outcome, note in items:
-            if strategy in seen:
+        for name_key, key, given, outcome, note in items:
+            try:
+                kind, strategy = strategy_part(given, where="")
+            except UsageError as exc:
+                raise ScenarioError(self.path, name_key, str(exc).removeprefix(": ")) from None
+            if (kind, strategy) in seen:
                 raise self.fail(key, f"{strategy} is expected twice; keep one")
-            seen.add(strategy)
+            seen.add((kind, strategy))
             self.choice(key, outcome, ("oom", "ok"))
-            kind = strategy_kind(strategy)
             out.append(Expectation(strategy=strategy, outcome=outcome, kind=kind, note=note))
         return tuple(out)
 

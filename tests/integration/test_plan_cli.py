@@ -17,7 +17,7 @@ def verl_6193_plan(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("plan") / "plan.json"
     scenario = ROOT / "scenarios/verl-6193-pinned-peak.toml"
-    result = invoke_cli("plan", str(scenario), "--json", str(out))
+    result = invoke_cli("plan", str(scenario), "--terms", "--json", str(out))
     return result, json.loads(out.read_text())
 
 

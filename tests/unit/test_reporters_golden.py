@@ -126,3 +126,69 @@ def test_a_strategy_that_did_not_offload_is_not_excused_as_kept() -> None:
     params = next(ln for ln in lines if ln.startswith("parameters"))
     assert params.endswith("LEFT") and "(kept)" not in params
     assert "keeps left on the device: param_data" in lines
+
+
+# -- saved records: what ``offloadprobe show`` renders of a verb's --json ----------------
+
+SAVED: dict[str, Callable[[], dict]] = {
+    "run-cpu": lambda: fake.report(fake.cpu_run(), emulated=True).to_dict(),
+    "run-stopped": lambda: fake.report(fake.stopped_run(), emulated=True).to_dict(),
+    "run-not-offloaded": lambda: fake.report(fake.not_offloaded_run(), emulated=True).to_dict(),
+    "run-gpu": lambda: fake.report(fake.gpu_run(), emulated=False).to_dict(),
+    "run-parts": lambda: fake.report(fake.parts_run(), emulated=False).to_dict(),
+    "run-world": lambda: fake.report(fake.world_run(), emulated=True).to_dict(),
+    "compare": lambda: fake.comparison().to_dict(),
+    "compare-cpu": lambda: fake.cpu_comparison().to_dict(),
+    "compare-parts": lambda: fake.parts_comparison().to_dict(),
+    "plan": lambda: {**fake.scenario_plan().to_dict(), "printed": {"terms": True}},
+    "repro": lambda: fake.repro().to_dict(),
+}
+
+
+def _show(doc: dict, width: int, format: str = "table") -> str:
+    """``offloadprobe show`` of ``doc`` written to a file and read back, at ``width``."""
+    import json
+
+    from offloadprobe.report.documents import document
+    from offloadprobe.report.reporters import REPORTERS
+
+    saved = document(json.loads(json.dumps(doc)))  # exactly what the file holds
+    out = io.StringIO()
+    reporter = REPORTERS.get(format)
+    if format == "table":
+        from rich.console import Console as _Console
+
+        real = _Console.__init__
+
+        def narrow(self, *args, **kwargs):  # the log's width, colourless, as render() has
+            kwargs.update(width=width, color_system=None, force_terminal=False)
+            real(self, *args, **kwargs)
+
+        _Console.__init__ = narrow
+        try:
+            reporter.render(saved, out)
+        finally:
+            _Console.__init__ = real
+    else:
+        reporter.render(saved, out)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("name", sorted(SAVED))
+def test_a_saved_record_renders_exactly_as_it_was_printed(name: str, width: int) -> None:
+    """The table reporter over the record read back from its JSON prints the golden file
+    the record itself printed: nothing a reporter shows is lost in the file."""
+    assert _show(SAVED[name](), width) == (GOLDEN / f"{name}-{width}.txt").read_text()
+
+
+@pytest.mark.parametrize("name", ["run-cpu", "run-not-offloaded", "repro", "plan"])
+def test_markdown_of_every_kind_is_pinned(name: str) -> None:
+    check(_show(SAVED[name](), 80, "markdown"), GOLDEN / f"{name}.md")
+
+
+def test_the_json_reporter_gives_back_the_file() -> None:
+    import json
+
+    doc = json.loads(json.dumps(SAVED["compare"]()))
+    assert json.loads(_show(doc, 80, "json")) == doc

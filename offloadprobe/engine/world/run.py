@@ -83,7 +83,10 @@ def run_rank(job: Job, log: PhaseLog, *, on_abort: Callable[[Failure], None]) ->
         fence = PhaseFence(
             group, leader=leader, node_cgroup=node.group is not None, on_abort=on_abort
         )
-        hooks = Hooks(on_start=log.start, on_phase=lambda r: log.end(r.cycle, r.phase))
+        hooks = Hooks(
+            on_start=log.start,
+            on_phase=lambda r: log.end(r.cycle, r.phase, dataclasses.asdict(r)),
+        )
         try:
             record = run_cycles(cfg, runtime, dataclasses.replace(hooks, fence=fence))
         finally:

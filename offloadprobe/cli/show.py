@@ -1,0 +1,34 @@
+"""``offloadprobe show RESULT.json``: a saved result, rendered exactly as it was printed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from offloadprobe.cli import app
+
+
+def _formats() -> str:
+    from offloadprobe.report.reporters import REPORTERS
+
+    return ", ".join(REPORTERS.names())
+
+
+@app.command("show")
+def show_command(
+    result: Annotated[
+        Path, typer.Argument(help="A file a verb's --json wrote (run, compare, plan, repro).")
+    ],
+    format: Annotated[
+        str, typer.Option("--format", "-f", help=f"How to render it: {_formats()}.")
+    ] = "table",
+) -> None:
+    """Render a saved run, comparison, plan or repro (no torch, nothing runs)."""
+    from offloadprobe.report.documents import load
+    from offloadprobe.report.reporters import REPORTERS, render
+
+    REPORTERS.check(format)  # a misspelt format fails before the file is read
+    render(load(result), sys.stdout, format=format)

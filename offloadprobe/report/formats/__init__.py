@@ -1,0 +1,1 @@
+"""Built-in reporters, one module each (see ``report.reporters``)."""

@@ -43,7 +43,7 @@ def offload_like(src: bytearray, dst: bytearray) -> None:
 
 
 def _node_files() -> dict[str, str] | None:
-    from offloadprobe.measure.probes.cgroup import locate
+    from offloadprobe.measure.cgroup import locate
 
     files = locate()
     if files is None:

@@ -105,7 +105,7 @@ class _Group:
 
 def _job_group(job_id: str) -> tuple[_Group | None, str | None]:
     """A memory cgroup for the job, or None and why not (said in the output)."""
-    from offloadprobe.measure.memory_cgroup import CgroupUnavailable, create_group
+    from offloadprobe.measure.cgroup import CgroupUnavailable, create_group
 
     try:
         group = create_group(f"offloadprobe-attach-{job_id}")
@@ -124,7 +124,7 @@ def _job_group(job_id: str) -> tuple[_Group | None, str | None]:
 def _close_group(group: _Group, notes: list[str]) -> int | None:
     """The group's peak, then the group removed (processes left in it are moved out first,
     and said in the notes)."""
-    from offloadprobe.measure.memory_cgroup import home_procs
+    from offloadprobe.measure.cgroup import home_procs
 
     peak = group.group.peak()
     deadline = time.monotonic() + 5.0

@@ -8,30 +8,20 @@ import psutil
 from offloadprobe.core.config import ModelConfig, OptimizerChoice
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.units import format_bytes
-from offloadprobe.measure.probes.cgroup import locate
+from offloadprobe.measure.cgroup import own_group
 from offloadprobe.plan.footprint import Footprint, estimate
-
-_NO_LIMIT = 1 << 60
 
 
 def _cgroup_limit() -> tuple[int, int] | None:
     """(limit, usage) of this process's memory cgroup, or None without a limit."""
-    files = locate()
-    if files is None:
+    group = own_group()
+    limit = group.limit() if group is not None else None
+    if group is None or limit is None:
         return None
-    base = files.current.parent
-    for name in ("memory.max", "memory.limit_in_bytes"):
-        try:
-            text = (base / name).read_text().strip()
-        except OSError:
-            continue
-        if text == "max" or int(text) >= _NO_LIMIT:
-            return None
-        try:
-            return int(text), int(files.current.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-    return None
+    try:
+        return limit, group.usage()
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def available_host_bytes() -> tuple[int, str]:

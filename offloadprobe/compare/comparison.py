@@ -14,6 +14,7 @@ from typing import Any
 
 from offloadprobe.core.budgets import Breach
 from offloadprobe.core.config import RunConfig
+from offloadprobe.core.outcomes import Verdict
 from offloadprobe.core.records import (
     SCHEMA_VERSION,
     RunRecord,
@@ -23,7 +24,6 @@ from offloadprobe.core.records import (
     run_to_dict,
     verdict_from_dict,
 )
-from offloadprobe.core.outcomes import Verdict
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

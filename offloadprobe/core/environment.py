@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import sys
 from importlib import metadata
 from typing import Any
-
-import sys
 
 import psutil
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from offloadprobe.core import environment
 from offloadprobe.core.config import RunConfig
-from offloadprobe.engine.descriptors import notes_of
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.records import Report, RunRecord
-from offloadprobe.core import environment
+from offloadprobe.engine.descriptors import notes_of
 from offloadprobe.measure.summary import LOADS, OFFLOADS, summarise
 
 

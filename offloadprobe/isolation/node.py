@@ -6,7 +6,7 @@ import hashlib
 import uuid
 from typing import Any
 
-from offloadprobe.measure.memory_cgroup import CgroupUnavailable, create_group, node_group_name
+from offloadprobe.measure.cgroup import CgroupUnavailable, create_group, node_group_name
 
 
 def run_id_for(endpoint: str | None) -> str:

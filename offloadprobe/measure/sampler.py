@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from offloadprobe.measure.probes.cgroup import locate
+from offloadprobe.measure.cgroup import locate
 from offloadprobe.measure.sidecar import PRIORITIES, RECORD
 from offloadprobe.measure.timeline import GAP_NS, SAMPLED_NOTE, Gap, PhaseSpan, Series, Timeline
 

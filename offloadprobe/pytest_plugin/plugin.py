@@ -35,7 +35,8 @@ PLUGIN_DEFAULTS = {"cycles": 2}
 
 def keywords() -> frozenset[str]:
     """Every keyword the marker takes: the option model's plugin options and the names."""
-    from offloadprobe.core.options import PLUGIN, keywords as option_keywords
+    from offloadprobe.core.options import PLUGIN
+    from offloadprobe.core.options import keywords as option_keywords
 
     return option_keywords(PLUGIN) | {"strategy", "optimizer_strategy"}
 

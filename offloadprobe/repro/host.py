@@ -28,7 +28,7 @@ from offloadprobe.core.records import RunRecord
 from offloadprobe.core.units import format_bytes
 from offloadprobe.isolation.node import run_id_for
 from offloadprobe.layout.terms import Term
-from offloadprobe.measure.memory_cgroup import CgroupUnavailable, MemoryGroup, create_group
+from offloadprobe.measure.cgroup import CgroupUnavailable, MemoryGroup, create_group
 from offloadprobe.repro.children import Child, GateKeeper, run_child
 from offloadprobe.repro.records import ReproOutcome
 

@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from offloadprobe.core.config import ModelConfig, size_for_payload
-from offloadprobe.core.errors import UsageError
 from offloadprobe.core import environment
+from offloadprobe.core.config import ModelConfig, size_for_payload
 from offloadprobe.core.devices import guess_device
+from offloadprobe.core.errors import UsageError
 from offloadprobe.layout.terms import Term
 from offloadprobe.repro.children import base_config
 from offloadprobe.repro.gpu import calibrate, optimizer_choice, run_gpu_job

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from offloadprobe.measure.memory_cgroup import CgroupUnavailable, create_group
+from offloadprobe.measure.cgroup import CgroupUnavailable, create_group
 from tests.conftest import ROOT
 from tests.fakes import InProcessChild, install_child
 

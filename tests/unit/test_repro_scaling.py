@@ -10,7 +10,7 @@ import pytest
 from offloadprobe.core.config import ModelConfig, size_for_payload
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.records import HostReading, PhaseRecord, RunRecord
-from offloadprobe.measure.memory_cgroup import CgroupUnavailable, create_group
+from offloadprobe.measure.cgroup import CgroupUnavailable, create_group
 from offloadprobe.measure.phase_log import PhaseLog, last_started
 from offloadprobe.repro.children import GateKeeper
 from offloadprobe.repro.host import over_limit

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from offloadprobe.engine.optimizer.holdings import megatron_optimizers, storage_key
 from offloadprobe.engine.model.buffers import ddp_buffers
+from offloadprobe.engine.optimizer.holdings import megatron_optimizers, storage_key
 
 OPTIMIZER_SHARDS = (
     ("model_float16_groups", "shard_float16_groups"),

@@ -18,8 +18,8 @@ from typing import Any
 import torch.distributed as dist
 
 from offloadprobe.core.outcomes import Failure
+from offloadprobe.measure.cgroup import PeakCounter, locate
 from offloadprobe.measure.node import NodeReading
-from offloadprobe.measure.probes.cgroup import PeakCounter, locate
 
 
 class PhaseFence:

@@ -15,14 +15,13 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from offloadprobe.core import collector
 from offloadprobe.core.job import Job, WorkerResult
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.verdicts import signal_message
-from offloadprobe.measure.memory_cgroup import MemoryGroup
+from offloadprobe.measure.cgroup import MemoryGroup
 from offloadprobe.measure.phase_log import last_started
 
 
@@ -43,8 +42,7 @@ def free_endpoint() -> str:
 def _group(job: Job) -> MemoryGroup | None:
     if not job.node_cgroup:
         return None
-    path = Path(job.node_cgroup)
-    return MemoryGroup(2 if (path / "memory.current").exists() else 1, path)
+    return MemoryGroup.at(job.node_cgroup)
 
 
 def _first_failure(

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from offloadprobe.measure.memory_cgroup import CgroupUnavailable, MemoryGroup, create_group
+from offloadprobe.measure.cgroup import CgroupUnavailable, MemoryGroup, create_group
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,14 +33,10 @@ class NodeGroup:
         return f"cgroup v{self.group.version} {self.group.path}{note}"
 
 
-def _version(path: Path) -> int:
-    return 2 if (path / "memory.current").exists() else 1
-
-
 def join(path: Path) -> MemoryGroup:
     """Move this process into the memory cgroup at ``path``."""
-    group = MemoryGroup(_version(path), path)
-    group.procs.write_text(str(os.getpid()))
+    group = MemoryGroup.at(path)
+    group.join()
     return group
 
 

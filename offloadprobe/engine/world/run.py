@@ -25,7 +25,7 @@ from offloadprobe.engine.runner import Hooks, run_cycles
 from offloadprobe.engine.runtime import open_runtime
 from offloadprobe.engine.world import nodegroup
 from offloadprobe.engine.world.fence import PhaseFence
-from offloadprobe.measure.memory_cgroup import home_procs
+from offloadprobe.measure.cgroup import home_procs
 from offloadprobe.measure.node import NodeReading, NodeSource, node_records
 from offloadprobe.measure.phase_log import PhaseLog
 

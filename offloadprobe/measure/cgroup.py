@@ -1,5 +1,8 @@
-"""A memory cgroup of our own: created, limited, read, removed (repro's scaled node, the
-node group of a run over several ranks).
+"""Memory cgroups, the one module that knows them: find this process's group, make a
+group of our own, limit, read, reset the peak of and remove it, on cgroup v1 and v2.
+
+Used by the per-worker groups, the node group of a run over several ranks, ``repro``'s
+limited groups, ``attach``'s job group, and the probes that read a group around a phase.
 
 The group is made under this process's own memory cgroup (found in ``/proc/self/cgroup``),
 so it needs a writable hierarchy there: root, or a delegated subtree.
@@ -24,7 +27,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from offloadprobe.measure.probes.cgroup import CGROUP_ROOT
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+NO_LIMIT = 1 << 60
+"""v1 reports no limit as a huge number near 2**63."""
+
+
+def version_at(path: Path) -> int:
+    """1 or 2: which hierarchy the group at ``path`` belongs to, from its files."""
+    return 2 if (path / "memory.current").exists() else 1
 
 
 class CgroupUnavailable(Exception):
@@ -40,10 +52,67 @@ class MemoryGroup:
     note: str | None = None
     """What had to be done to make the group (said in the output), if anything."""
 
+    @classmethod
+    def at(cls, path: Path | str) -> MemoryGroup:
+        """The group at ``path``, its version read from the files there."""
+        path = Path(path)
+        return cls(version_at(path), path)
+
     @property
     def procs(self) -> Path:
         """Write a pid here to move that process into the group."""
         return self.path / "cgroup.procs"
+
+    def join(self, pid: int | None = None) -> None:
+        """Move ``pid`` (this process by default) into the group."""
+        self.procs.write_text(str(pid if pid is not None else os.getpid()))
+
+    def pids(self) -> list[int]:
+        """The processes in the group now (v2: this group's own, not its children's)."""
+        try:
+            return [int(p) for p in self.procs.read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def limit(self) -> int | None:
+        """The group's memory limit, or None where it has none."""
+        try:
+            text = self._file("memory.limit_in_bytes", "memory.max").read_text().strip()
+        except OSError:
+            return None
+        if text == "max" or int(text) >= NO_LIMIT:
+            return None
+        return int(text)
+
+    def stat(self) -> dict[str, int]:
+        """The ``memory.stat`` counters, bytes (v1's ``total_*`` hierarchy figures where it
+        has them: the group and every group below it)."""
+        found: dict[str, int] = {}
+        try:
+            lines = (self.path / "memory.stat").read_text().splitlines()
+        except OSError:
+            return found
+        for line in lines:
+            key, _, value = line.partition(" ")
+            if value.strip().isdigit():
+                found[key] = int(value)
+        if self.version == 1:
+            found.update({k.removeprefix("total_"): v for k, v in found.items()
+                          if k.startswith("total_")})  # fmt: skip
+        return found
+
+    def peak_counter(self) -> PeakCounter:
+        """The group's high-water mark, resettable where the kernel allows it."""
+        return PeakCounter(self.files)
+
+    @property
+    def files(self) -> CgroupFiles:
+        if self.version == 1:
+            return CgroupFiles(
+                1, self.path / "memory.usage_in_bytes", self.path / "memory.max_usage_in_bytes"
+            )
+        peak = self.path / "memory.peak"
+        return CgroupFiles(2, self.path / "memory.current", peak if peak.exists() else None)
 
     def _file(self, v1: str, v2: str) -> Path:
         return self.path / (v1 if self.version == 1 else v2)
@@ -279,26 +348,95 @@ def node_group_name(run_id: str) -> str:
     return f"offloadprobe-{run_id}-node"
 
 
-def kill_node_group(run_id: str) -> bool:
-    """Kill and remove run ``run_id``'s node group under our own group, if it exists (its
-    launcher was killed and its ranks, in sessions of their own, live on)."""
+# ---------------------------------------------------------------- this process's group
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupFiles:
+    version: int
+    current: Path
+    peak: Path | None
+
+
+def locate(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = CGROUP_ROOT
+) -> CgroupFiles | None:
+    """Find this process's memory cgroup files, or None where none is readable."""
+    group = own_group(proc_cgroup, root)
+    return group.files if group is not None else None
+
+
+def own_group(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = CGROUP_ROOT
+) -> MemoryGroup | None:
+    """The memory cgroup this process is in, or None where none is readable."""
     try:
-        v1_path, v2_path = _own_paths(Path("/proc/self/cgroup"))
+        lines = proc_cgroup.read_text().splitlines()
     except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base = root / "memory" / path.lstrip("/")
+            if (base / "memory.usage_in_bytes").exists():
+                return MemoryGroup(1, base)
+    for line in lines:
+        hierarchy, _, path = line.split(":", 2)
+        if hierarchy == "0":
+            for base in (root / path.lstrip("/"), root / "unified" / path.lstrip("/")):
+                if (base / "memory.current").exists():
+                    return MemoryGroup(2, base)
+    return None
+
+
+def read_int(path: Path | None) -> int | None:
+    if path is None:
+        return None
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class PeakCounter:
+    """A cgroup's usage high-water mark that can be reset at a phase start where the kernel
+    allows it: v1 by writing 0; v2 (Linux >= 6.12) by writing through a kept-open file,
+    after which reads through that same file give the peak since the write."""
+
+    def __init__(self, files: CgroupFiles) -> None:
+        self.files = files
+        self._fd: int | None = None
+        if files.version == 2 and files.peak is not None:
+            try:
+                self._fd = os.open(files.peak, os.O_RDWR)
+            except OSError:
+                self._fd = None
+
+    def reset(self) -> bool:
+        """Reset the peak to the current usage; False where this kernel or group refuses."""
+        try:
+            if self._fd is not None:
+                os.write(self._fd, b"reset\n")
+                return True
+            if self.files.version == 1 and self.files.peak is not None:
+                self.files.peak.write_text("0")
+                return True
+        except OSError:
+            return False
         return False
-    bases = []
-    if v1_path is not None:
-        bases.append(CGROUP_ROOT / "memory" / v1_path.lstrip("/"))
-    if v2_path is not None:
-        base = _v2_base(CGROUP_ROOT, v2_path)
-        if base is not None:
-            bases += [base, base.parent] if base.name == REST else [base]
-    for base in bases:
-        path = base / node_group_name(run_id)
-        if path.is_dir():
-            group = MemoryGroup(2 if (path / "memory.current").exists() else 1, path)
-            group.kill()
-            with contextlib.suppress(OSError):
-                group.remove()
-            return True
-    return False
+
+    def peak(self) -> int | None:
+        if self._fd is not None:
+            try:
+                return int(os.pread(self._fd, 64, 0).split()[0])
+            except (OSError, ValueError, IndexError):
+                return None
+        return read_int(self.files.peak)
+
+    def usage(self) -> int | None:
+        return read_int(self.files.current)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -3,13 +3,14 @@ overrides)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import psutil
 
 from offloadprobe.core.config import ModelConfig, OptimizerChoice
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.units import format_bytes
 from offloadprobe.measure.cgroup import own_group
-from offloadprobe.plan.footprint import Footprint, estimate
 
 
 def _cgroup_limit() -> tuple[int, int] | None:
@@ -48,9 +49,11 @@ def check_fits(
     force: bool,
     ranks: int = 1,
     model_parallel: int = 1,
-) -> Footprint:
+) -> Any:
     """The largest footprint of the (strategy, optimizer strategy) pairs; ``UsageError``
     when it exceeds what this process may use, unless ``force``."""
+    from offloadprobe.plan.footprint import estimate
+
     worst = max(
         (estimate(model, strategy=s, optimizer_strategy=o, optimizer=optimizer, device=device)
          for s, o in strategies),

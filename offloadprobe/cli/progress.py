@@ -7,9 +7,6 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from offloadprobe.core.config import RunConfig
 
 
@@ -31,6 +28,15 @@ def phase_progress(
     if not show:
         yield None
         return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     console = Console(file=sys.stderr)
     with Progress(
         TextColumn("[bold]{task.description}"),

@@ -34,12 +34,13 @@ def repro_command(
         typer.Option("--only", help="Run only this expected strategy (repeatable)."),
     ] = None,
     train_steps: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--train-steps",
-            help="Train steps per cycle in host-limit children (optimizer children: at least 1).",
+            help="Train steps per cycle in host-limit children (optimizer children: at least 1); "
+            "default: the scenario's [repro] train_steps, else 0.",
         ),
-    ] = 0,
+    ] = None,
     cycles: Annotated[
         int | None,
         typer.Option("--cycles", help="Offload cycles (default: the scenario's [repro] cycles)."),

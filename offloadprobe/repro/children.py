@@ -14,15 +14,23 @@ from offloadprobe.core.records import RunRecord
 from offloadprobe.isolation.rows import Row, measure
 
 
-def base_config(model: ModelConfig, *, device: str, cycles: int, train_steps: int) -> RunConfig:
-    """The configuration every child of one repro shares (strategies filled in per child)."""
-    return RunConfig(
-        model=model,
-        device=device,
-        cycles=cycles,
-        train_steps=train_steps,
-        reference_check=False,
-    )
+def base_config(
+    model: ModelConfig,
+    *,
+    device: str,
+    cycles: int,
+    train_steps: int,
+    options: dict[str, Any] | None = None,
+) -> RunConfig:
+    """The configuration every child of one repro shares (strategies filled in per child):
+    the scenario's own ``[repro]`` options (``seed``...), then these."""
+    from dataclasses import replace
+
+    from offloadprobe.core.options import build_config
+
+    base = build_config(dict(options or {}))
+    return replace(base, model=model, device=device, cycles=cycles, train_steps=train_steps,
+                   reference_check=False)  # fmt: skip
 
 
 class GateKeeper(threading.Thread):

@@ -47,7 +47,7 @@ def reproduce(
     *,
     device: str = "auto",
     only: Sequence[str] = (),
-    train_steps: int = 0,
+    train_steps: int | None = None,
     cycles: int | None = None,
     gpu_limit_floor: int = 0,
     timeout_s: float | None = None,
@@ -63,6 +63,11 @@ def reproduce(
         cycles = s.repro.cycles if s.repro else 3
     if cycles < 1:
         raise UsageError(f"--cycles must be at least 1, got {cycles}")
+    options = dict(s.repro.options) if s.repro else {}
+    if train_steps is None:
+        train_steps = int(options.pop("train_steps", 0))
+    else:
+        options.pop("train_steps", None)
     outcomes: list[ReproOutcome] = []
     host_terms, gpu_terms, scale = (), (), ""
     params = [e for e in expectations if e.kind == "params"]
@@ -82,7 +87,8 @@ def reproduce(
                         value=ranks * scaling.limit,
                     ),
                 )
-            config = base_config(model, device=resolved, cycles=cycles, train_steps=train_steps)
+            config = base_config(model, device=resolved, cycles=cycles, train_steps=train_steps,
+                                 options=options)  # fmt: skip
             for e in params:
                 if on_start is not None:
                     on_start(e.strategy)
@@ -100,7 +106,8 @@ def reproduce(
             gscaling = gpu_scaling(s, model)
             scale = scale or gscaling.scale.describe()
             config = replace(
-                base_config(model, device=resolved, cycles=cycles, train_steps=max(1, train_steps)),
+                base_config(model, device=resolved, cycles=cycles,
+                            train_steps=max(1, train_steps), options=options),  # fmt: skip
                 optimizer=optimizer_choice(s),
             )
             if on_start is not None:

@@ -186,6 +186,9 @@ class Repro:
     cycles: int = 3
     ranks_per_node: int = 1
     """Scaled ranks run together in one node cgroup under the scaled node limit."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Any other ``offloadprobe run`` option the scenario sets for its children (the option
+    model's scenario keys: ``train_steps``, ``seed``...), by its Python name."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -444,7 +447,14 @@ class _Reader:
         )
 
     def repro(self, t: Mapping[str, Any]) -> Repro:
-        self.known("repro", t, ("payload", "cycles", "ranks_per_node"))
+        from offloadprobe.core.options import BY_NAME, SCENARIO, keywords
+
+        scenario_keys = keywords(SCENARIO)
+        self.known("repro", t, (*sorted(scenario_keys), "ranks_per_node"))
+        options = {}
+        for key in sorted(scenario_keys - {"payload", "cycles"}):
+            if key in t:
+                options[key] = self.get(t, "repro", key, BY_NAME[key].type)
         if "payload" not in t:
             raise self.fail("repro.payload", 'missing; add payload = "64MiB"')
         cycles = self.opt(t, "repro", "cycles", int)
@@ -457,6 +467,7 @@ class _Reader:
             payload=self.size("repro.payload", t["payload"]),
             cycles=3 if cycles is None else cycles,
             ranks_per_node=1 if ranks is None else ranks,
+            options=options,
         )
 
     # ---- primitives

@@ -51,7 +51,7 @@ OPTIMIZER_ROWS = {
     "verl post-#6635": f"{VERL}:offload_megatron_optimizer,load_megatron_optimizer@each",
     "megatron-core": "mcore",
     "complete": "complete",
-}  # fmt: skip
+}
 ALLOC_STRATEGIES = ["naive", "lazy", "registered"]
 ALLOC_SETTINGS = {
     "cuda_host_register": "pinned_use_cuda_host_register:True",
@@ -95,29 +95,80 @@ def jobs(payload: str, opt_payload: str, device: str, available: set[str]) -> di
     )
     opt_common = ["--device", device, "--payload", opt_payload, "--cycles", "2"]
     optimizer = [
-        Job("optimizer", {label("registered", v): k for k, v in OPTIMIZER_ROWS.items()},
-            ["registered", *[a for v in OPTIMIZER_ROWS.values() for a in (OPT, v)],
-             "--precision-aware", *opt_common]),
-        Job("optimizer", {label("none", "mcore"): "megatron-core, parameters left on the GPU"},
-            ["none", "--optimizer-strategy", "mcore", "--precision-aware", *opt_common]),
-        Job("optimizer", {label("mcore", "mcore"): "megatron-core both, classic Adam"},
-            ["mcore", "--optimizer-strategy", "mcore", "--classic", *opt_common]),
-    ]  # fmt: skip
+        Job(
+            "optimizer",
+            {label("registered", v): k for k, v in OPTIMIZER_ROWS.items()},
+            [
+                "registered",
+                *[a for v in OPTIMIZER_ROWS.values() for a in (OPT, v)],
+                "--precision-aware",
+                *opt_common,
+            ],
+        ),
+        Job(
+            "optimizer",
+            {label("none", "mcore"): "megatron-core, parameters left on the GPU"},
+            ["none", "--optimizer-strategy", "mcore", "--precision-aware", *opt_common],
+        ),
+        Job(
+            "optimizer",
+            {label("mcore", "mcore"): "megatron-core both, classic Adam"},
+            ["mcore", "--optimizer-strategy", "mcore", "--classic", *opt_common],
+        ),
+    ]
     alloc = []
     for name, conf in ALLOC_SETTINGS.items():
         if not all(k.split(":")[0] in available for k in conf.split(",")):
             continue
         labels = {label(s, alloc_conf=conf): f"{s}, {name}" for s in ALLOC_STRATEGIES}
-        alloc.append(Job("alloc", labels, [*ALLOC_STRATEGIES, "--alloc-conf", conf, *common,
-                                           "--payload", payload, "--cycles", "2"]))  # fmt: skip
+        alloc.append(
+            Job(
+                "alloc",
+                labels,
+                [
+                    *ALLOC_STRATEGIES,
+                    "--alloc-conf",
+                    conf,
+                    *common,
+                    "--payload",
+                    payload,
+                    "--cycles",
+                    "2",
+                ],
+            )
+        )
     sweep = [
-        Job("pipelined", {label("pipelined"): f"pipelined, {t} threads"},
-            ["pipelined", *common, "--payload", payload, "--cycles", "2",
-             "--strategy-option", f"threads={t}"])
+        Job(
+            "pipelined",
+            {label("pipelined"): f"pipelined, {t} threads"},
+            [
+                "pipelined",
+                *common,
+                "--payload",
+                payload,
+                "--cycles",
+                "2",
+                "--strategy-option",
+                f"threads={t}",
+            ],
+        )
         for t in PIPELINE_THREADS
-    ] + [Job("pipelined", {label("pipelined"): "pipelined, 8 threads, huge pages"},
-             ["pipelined", *common, "--payload", payload, "--cycles", "2",
-              "--strategy-option", "huge_pages=1"])]  # fmt: skip
+    ] + [
+        Job(
+            "pipelined",
+            {label("pipelined"): "pipelined, 8 threads, huge pages"},
+            [
+                "pipelined",
+                *common,
+                "--payload",
+                payload,
+                "--cycles",
+                "2",
+                "--strategy-option",
+                "huge_pages=1",
+            ],
+        )
+    ]
     return {"params": [params], "optimizer": optimizer, "alloc": alloc, "pipelined": sweep}
 
 
@@ -139,24 +190,33 @@ def row(label: str, run: dict) -> dict:
         after_load = host["rss_after"] - host.get("device_in_host_after", 0)
         after_load -= run["baseline_host_bytes"]
     return {
-        "row": label, "strategy": run.get("strategy"),
+        "row": label,
+        "strategy": run.get("strategy"),
         "optimizer_strategy": run.get("optimizer_strategy"),
-        "alloc_conf": run.get("alloc_conf"), "verdict": run.get("verdict"),
-        "exit_code": run.get("exit_code"), "payload_bytes": payload,
+        "alloc_conf": run.get("alloc_conf"),
+        "verdict": run.get("verdict"),
+        "exit_code": run.get("exit_code"),
+        "payload_bytes": payload,
         "optimizer_state_bytes": s.get("optimizer_state_bytes"),
-        "host_peak_bytes": s.get("host_peak_bytes"), "host_peak_x": s.get("host_peak_x"),
-        "steady_host_bytes": s.get("steady_host_bytes"), "steady_host_x": s.get("steady_host_x"),
+        "host_peak_bytes": s.get("host_peak_bytes"),
+        "host_peak_x": s.get("host_peak_x"),
+        "steady_host_bytes": s.get("steady_host_bytes"),
+        "steady_host_x": s.get("steady_host_x"),
         "host_after_load_bytes": after_load,
         "pinned_reserved_bytes": s.get("pinned_reserved_bytes"),
         "gpu_left_bytes": s.get("gpu_left_after_offload_bytes"),
         "gpu_released_by_driver_bytes": released,
         "left_after_offload_bytes_by_key": s.get("left_after_offload_bytes_by_key"),
-        "first_offload_gbps": s.get("first_offload_gbps"), "offload_gbps": s.get("offload_gbps"),
-        "first_load_gbps": s.get("first_load_gbps"), "load_gbps": s.get("load_gbps"),
-        "params": s.get("params"), "optimizer": s.get("optimizer"),
-        "integrity_ok": s.get("integrity_ok"), "integrity": run.get("integrity"),
+        "first_offload_gbps": s.get("first_offload_gbps"),
+        "offload_gbps": s.get("offload_gbps"),
+        "first_load_gbps": s.get("first_load_gbps"),
+        "load_gbps": s.get("load_gbps"),
+        "params": s.get("params"),
+        "optimizer": s.get("optimizer"),
+        "integrity_ok": s.get("integrity_ok"),
+        "integrity": run.get("integrity"),
         "failure": run.get("failure"),
-    }  # fmt: skip
+    }
 
 
 def command(job: Job, out: Path) -> list[str]:
@@ -195,11 +255,19 @@ def main() -> None:
 
     from offloadprobe.core import environment
 
-    result: dict = {"benchmark": "field_strategies", "date": day, "parts": parts,
-                    "payload": args.payload, "optimizer_payload": args.optimizer_payload,
-                    "pinned_settings_accepted": sorted(available), "torch": torch.__version__,
-                    "versions": environment.versions(), "machine": environment.machine(),
-                    "commit": os.environ.get("GIT_COMMIT"), "rows": []}  # fmt: skip
+    result: dict = {
+        "benchmark": "field_strategies",
+        "date": day,
+        "parts": parts,
+        "payload": args.payload,
+        "optimizer_payload": args.optimizer_payload,
+        "pinned_settings_accepted": sorted(available),
+        "torch": torch.__version__,
+        "versions": environment.versions(),
+        "machine": environment.machine(),
+        "commit": os.environ.get("GIT_COMMIT"),
+        "rows": [],
+    }
     suffix = "" if len(parts) == 4 else "-" + "-".join(parts)
     path = args.out / f"{args.machine}-{day}-field-strategies{suffix}.json"
     for index, job in enumerate(todo):
@@ -213,25 +281,34 @@ def main() -> None:
         proc = subprocess.run(cmd, env=env, cwd=HERE.parent, check=False)
         seconds = round(time.perf_counter() - start, 1)
         if not out.exists():
-            result["rows"].append({"part": job.part, "error": f"compare exited {proc.returncode}",
-                                   "args": job.args, "seconds": seconds})  # fmt: skip
+            result["rows"].append(
+                {
+                    "part": job.part,
+                    "error": f"compare exited {proc.returncode}",
+                    "args": job.args,
+                    "seconds": seconds,
+                }
+            )
             continue
         doc = json.loads(out.read_text())
         for run in doc["runs"]:
             label = job.labels.get(run["label"], run["label"])
-            result["rows"].append({"part": job.part, **row(label, run), "env": job.env,
-                                   "compare_seconds": seconds})  # fmt: skip
+            result["rows"].append(
+                {"part": job.part, **row(label, run), "env": job.env, "compare_seconds": seconds}
+            )
         out.unlink()
         path.write_text(json.dumps(result, indent=2) + "\n")  # partial results survive a kill
     path.write_text(json.dumps(result, indent=2) + "\n")
     for r in result["rows"]:
         gib = lambda b: "-" if b is None else f"{b / 2**30:.2f}"  # noqa: E731
-        print(f"{r.get('part'):9} {r.get('row', '?'):40} {r.get('verdict')!s:10} "
-              f"peak {r.get('host_peak_x')} steady {r.get('steady_host_x')} "
-              f"pinned {gib(r.get('pinned_reserved_bytes'))} GiB "
-              f"released {gib(r.get('gpu_released_by_driver_bytes'))} GiB "
-              f"off {r.get('first_offload_gbps')}/{r.get('offload_gbps')} "
-              f"load {r.get('first_load_gbps')}/{r.get('load_gbps')}")  # fmt: skip
+        print(
+            f"{r.get('part'):9} {r.get('row', '?'):40} {r.get('verdict')!s:10} "
+            f"peak {r.get('host_peak_x')} steady {r.get('steady_host_x')} "
+            f"pinned {gib(r.get('pinned_reserved_bytes'))} GiB "
+            f"released {gib(r.get('gpu_released_by_driver_bytes'))} GiB "
+            f"off {r.get('first_offload_gbps')}/{r.get('offload_gbps')} "
+            f"load {r.get('first_load_gbps')}/{r.get('load_gbps')}"
+        )
     print("wrote", path)
 
 

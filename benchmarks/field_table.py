@@ -37,23 +37,50 @@ def rows() -> list[list[str]]:
             continue  # measured on its own below (this run predates the driver check)
         peak = part["host_peak_x"] if part else None
         steady = part["steady_host_x"] if part else None
-        out.append([r["part"], r["row"], _x(peak), _x(steady), _gib(r["pinned_reserved_bytes"]),
-                    _gib(r["gpu_left_bytes"]),
-                    _rate(r["first_offload_gbps"], r["offload_gbps"]),
-                    _rate(r["first_load_gbps"], r["load_gbps"]), r["verdict"]])  # fmt: skip
+        out.append(
+            [
+                r["part"],
+                r["row"],
+                _x(peak),
+                _x(steady),
+                _gib(r["pinned_reserved_bytes"]),
+                _gib(r["gpu_left_bytes"]),
+                _rate(r["first_offload_gbps"], r["offload_gbps"]),
+                _rate(r["first_load_gbps"], r["load_gbps"]),
+                r["verdict"],
+            ]
+        )
     tms = json.loads(TMS.read_text())["runs"][0]
     s = tms["summary"]
-    out.insert(3, ["params", "torch_memory_saver (tms)", _x(s["host_peak_x"]),
-                   _x(s["steady_host_x"]), "0 (own cudaMallocHost)",
-                   _gib(s["gpu_left_after_offload_bytes"]) + " (paused, still counted)",
-                   _rate(s["first_offload_gbps"], s["offload_gbps"]),
-                   _rate(s["first_load_gbps"], s["load_gbps"]), tms["verdict"]])  # fmt: skip
+    out.insert(
+        3,
+        [
+            "params",
+            "torch_memory_saver (tms)",
+            _x(s["host_peak_x"]),
+            _x(s["steady_host_x"]),
+            "0 (own cudaMallocHost)",
+            _gib(s["gpu_left_after_offload_bytes"]) + " (paused, still counted)",
+            _rate(s["first_offload_gbps"], s["offload_gbps"]),
+            _rate(s["first_load_gbps"], s["load_gbps"]),
+            tms["verdict"],
+        ],
+    )
     return out
 
 
 def main() -> None:
-    head = ["part", "row", "host peak", "steady host", "pinned reserved", "GPU left",
-            "offload GB/s first / steady", "load GB/s first / steady", "verdict"]  # fmt: skip
+    head = [
+        "part",
+        "row",
+        "host peak",
+        "steady host",
+        "pinned reserved",
+        "GPU left",
+        "offload GB/s first / steady",
+        "load GB/s first / steady",
+        "verdict",
+    ]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows():

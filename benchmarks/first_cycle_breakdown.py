@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from offloadprobe.core.units import parse_size
 from offloadprobe.core import environment
+from offloadprobe.core.units import parse_size
 
 _PORTABLE = 1
 

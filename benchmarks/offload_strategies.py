@@ -36,14 +36,17 @@ def per_cycle(run: dict) -> list[dict]:
             if phase["phase"] != "offload":
                 continue
             host = phase["host"]
-            rows.append({
-                "cycle": cycle["cycle"],
-                "host_peak_over_baseline_x": round((host["peak"] - base) / payload, 3),
-                "host_peak_over_phase_start_x": round(
-                    (host["peak"] - host["rss_before"]) / payload, 3),
-                "pinned_reserved_bytes": (phase["pinned"] or {}).get("reserved_after"),
-                "offload_gbps": phase["gbps"],
-            })  # fmt: skip
+            rows.append(
+                {
+                    "cycle": cycle["cycle"],
+                    "host_peak_over_baseline_x": round((host["peak"] - base) / payload, 3),
+                    "host_peak_over_phase_start_x": round(
+                        (host["peak"] - host["rss_before"]) / payload, 3
+                    ),
+                    "pinned_reserved_bytes": (phase["pinned"] or {}).get("reserved_after"),
+                    "offload_gbps": phase["gbps"],
+                }
+            )
     return rows
 
 
@@ -56,15 +59,33 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     day = dt.date.today().isoformat()
-    result: dict = {"benchmark": "offload_strategies", "date": day, "payload": args.payload,
-                    "commit": os.environ.get("GIT_COMMIT"),
-                    "copy_bandwidth_2GiB": measure(), "compares": {}}  # fmt: skip
+    result: dict = {
+        "benchmark": "offload_strategies",
+        "date": day,
+        "payload": args.payload,
+        "commit": os.environ.get("GIT_COMMIT"),
+        "copy_bandwidth_2GiB": measure(),
+        "compares": {},
+    }
     for name, conf in ALLOC_CONFS.items():
         stem = f"{args.machine}-{day}-compare-{name}"
-        cmd = [sys.executable, "-m", "offloadprobe", "compare", *STRATEGIES, "--device", "cuda",
-               "--payload", args.payload, "--cycles", args.cycles,
-               "--json", str(args.out / f"{stem}.json"),
-               "--markdown", str(args.out / f"{stem}.md")]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "offloadprobe",
+            "compare",
+            *STRATEGIES,
+            "--device",
+            "cuda",
+            "--payload",
+            args.payload,
+            "--cycles",
+            args.cycles,
+            "--json",
+            str(args.out / f"{stem}.json"),
+            "--markdown",
+            str(args.out / f"{stem}.md"),
+        ]
         if conf:
             cmd += ["--alloc-conf", conf]
         print("+", " ".join(cmd), flush=True)

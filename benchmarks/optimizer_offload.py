@@ -28,13 +28,34 @@ STRATEGIES = ["legacy", "fixed", "complete"]
 
 def one(mode: str, strategy: str, payload: str, tmp: Path, device: str = "cuda") -> dict:
     out = tmp / f"{mode}-{strategy}.json"
-    cmd = [sys.executable, "-m", "offloadprobe", "run", "--device", device, "--strategy",
-           "registered", "--optimizer-strategy", strategy, *MODES[mode], "--payload", payload,
-           "--cycles", "3", "--no-progress", "--json", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "offloadprobe",
+        "run",
+        "--device",
+        device,
+        "--strategy",
+        "registered",
+        "--optimizer-strategy",
+        strategy,
+        *MODES[mode],
+        "--payload",
+        payload,
+        "--cycles",
+        "3",
+        "--no-progress",
+        "--json",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if not out.exists():
-        return {"mode": mode, "strategy": strategy, "exit_code": proc.returncode,
-                "stderr": proc.stderr[-2000:]}  # fmt: skip
+        return {
+            "mode": mode,
+            "strategy": strategy,
+            "exit_code": proc.returncode,
+            "stderr": proc.stderr[-2000:],
+        }
     doc = json.loads(out.read_text())
     run = doc["runs"][0]
     s = run["summary"]
@@ -47,28 +68,36 @@ def one(mode: str, strategy: str, payload: str, tmp: Path, device: str = "cuda")
         off, audited = offs[-1], next(p for p in offs if p["phase"] == "offload")
         host = off["host"]["rss_after"] - off["host"]["device_in_host_after"]
         host -= run["baseline_host_bytes"]
-        per_cycle.append({
-            "cycle": cycle["cycle"],
-            "host_after_offload_bytes": host,
-            "optimizer_host_bytes": host - run["payload_bytes"],
-            "optimizer_host_x": round((host - run["payload_bytes"]) / opt_bytes, 4),
-            "gpu_allocated_after_offload_bytes": (off["gpu"] or {}).get("allocated_after"),
-            "left_on_gpu_by_key": audited["left_on_device"],
-            "pinned_reserved_bytes": (off["pinned"] or {}).get("reserved_after"),
-            "offload_gbps": off["gbps"],
-            "optimizer_part": s.get("optimizer"),
-        })  # fmt: skip
+        per_cycle.append(
+            {
+                "cycle": cycle["cycle"],
+                "host_after_offload_bytes": host,
+                "optimizer_host_bytes": host - run["payload_bytes"],
+                "optimizer_host_x": round((host - run["payload_bytes"]) / opt_bytes, 4),
+                "gpu_allocated_after_offload_bytes": (off["gpu"] or {}).get("allocated_after"),
+                "left_on_gpu_by_key": audited["left_on_device"],
+                "pinned_reserved_bytes": (off["pinned"] or {}).get("reserved_after"),
+                "offload_gbps": off["gbps"],
+                "optimizer_part": s.get("optimizer"),
+            }
+        )
     return {
-        "mode": mode, "strategy": strategy, "exit_code": proc.returncode,
-        "optimizer": run["optimizer"], "payload_bytes": run["payload_bytes"],
+        "mode": mode,
+        "strategy": strategy,
+        "exit_code": proc.returncode,
+        "optimizer": run["optimizer"],
+        "payload_bytes": run["payload_bytes"],
         "param_count_approx": run["payload_bytes"] // 2,
         "optimizer_state_bytes": opt_bytes,
         "gpu_baseline_before_model_bytes": run["gpu_baseline_bytes"],
         "gpu_left_after_offload_bytes": s["gpu_left_after_offload_bytes"],
         "left_after_offload_bytes_by_key": s["left_after_offload_bytes_by_key"],
-        "integrity_ok": s["integrity_ok"], "integrity": run["integrity"],
-        "per_cycle": per_cycle, "versions": doc["versions"], "machine": doc["machine"],
-    }  # fmt: skip
+        "integrity_ok": s["integrity_ok"],
+        "integrity": run["integrity"],
+        "per_cycle": per_cycle,
+        "versions": doc["versions"],
+        "machine": doc["machine"],
+    }
 
 
 def main() -> None:
@@ -84,15 +113,26 @@ def main() -> None:
     jobs = [(m, s) for m in MODES for s in STRATEGIES]
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.parallel) as pool:
         results = list(pool.map(lambda job: one(*job, args.payload, Path(tmp), args.device), jobs))
-    doc = {"benchmark": "optimizer_offload", "date": day, "payload": args.payload,
-           "commit": os.environ.get("GIT_COMMIT"), "runs": results}  # fmt: skip
+    doc = {
+        "benchmark": "optimizer_offload",
+        "date": day,
+        "payload": args.payload,
+        "commit": os.environ.get("GIT_COMMIT"),
+        "runs": results,
+    }
     path = args.out / f"{args.machine}-{day}-optimizer-offload.json"
     path.write_text(json.dumps(doc, indent=2) + "\n")
     for r in results:
         left = r.get("left_after_offload_bytes_by_key")
-        print(r["mode"], r["strategy"], r["exit_code"], r.get("gpu_left_after_offload_bytes"),
-              left, [c["optimizer_host_x"] for c in r.get("per_cycle", [])],
-              r.get("stderr", "")[-300:])  # fmt: skip
+        print(
+            r["mode"],
+            r["strategy"],
+            r["exit_code"],
+            r.get("gpu_left_after_offload_bytes"),
+            left,
+            [c["optimizer_host_x"] for c in r.get("per_cycle", [])],
+            r.get("stderr", "")[-300:],
+        )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from offloadprobe.core.config import ModelConfig, RunConfig, size_for_payload  # noqa: E402
-from offloadprobe.core.units import parse_size  # noqa: E402
 from offloadprobe.core.devices import guess_device  # noqa: E402
+from offloadprobe.core.units import parse_size  # noqa: E402
 from offloadprobe.isolation.rows import measure  # noqa: E402
 from offloadprobe.plan.probe import probe_payload, project_probe  # noqa: E402
 
@@ -83,8 +83,9 @@ def run_child(
     )
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     start = time.perf_counter()
-    row = measure(config, device=guess_device(device), env={"PYTHONPATH": path},
-                  timeout_s=timeout_s)  # fmt: skip
+    row = measure(
+        config, device=guess_device(device), env={"PYTHONPATH": path}, timeout_s=timeout_s
+    )
     outcome = row.outcome
     tail = outcome.stderr_tail or ("" if row.verdict.ok else row.verdict.line())
     report = row.report.to_dict() if outcome.report is not None else None

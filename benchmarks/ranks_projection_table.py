@@ -66,9 +66,18 @@ def rows(doc: dict[str, Any]) -> list[list[str]]:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     doc = json.loads(Path(args[0] if args else DEFAULT).read_text())
-    head = ["layout", "params + optimizer", "payload MiB (= plan)", "params peak",
-            "optimizer peak", "rank peak", "node peak MiB: measured / plan",
-            "node raw peak, train left MiB", "node, peaks added", "verdict"]  # fmt: skip
+    head = [
+        "layout",
+        "params + optimizer",
+        "payload MiB (= plan)",
+        "params peak",
+        "optimizer peak",
+        "rank peak",
+        "node peak MiB: measured / plan",
+        "node raw peak, train left MiB",
+        "node, peaks added",
+        "verdict",
+    ]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows(doc):

@@ -68,8 +68,8 @@ from offloadprobe.core.config import (  # noqa: E402
     RunConfig,
     size_for_payload,
 )
-from offloadprobe.core.units import parse_size  # noqa: E402
 from offloadprobe.core.devices import guess_device  # noqa: E402
+from offloadprobe.core.units import parse_size  # noqa: E402
 from offloadprobe.isolation.rows import measure  # noqa: E402
 from offloadprobe.plan.probe_world import ProbeLayout, WorldProjection, project_world  # noqa: E402
 
@@ -425,8 +425,13 @@ def run_case(
     case.model = asdict(config.model)
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     started = time.perf_counter()
-    row = measure(config, device=guess_device(args.device), env={"PYTHONPATH": path},
-                  timeout_s=args.timeout, nproc_per_node=layout.nproc)  # fmt: skip
+    row = measure(
+        config,
+        device=guess_device(args.device),
+        env={"PYTHONPATH": path},
+        timeout_s=args.timeout,
+        nproc_per_node=layout.nproc,
+    )
     case.wall_s = round(time.perf_counter() - started, 1)
     case.exit_code = row.verdict.exit_code
     report = row.report.to_dict() if row.outcome.report is not None else None

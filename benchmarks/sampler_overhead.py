@@ -33,9 +33,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from offloadprobe.core import environment  # noqa: E402
 from offloadprobe.core.config import ModelConfig, size_for_payload  # noqa: E402
 from offloadprobe.core.units import parse_size  # noqa: E402
-from offloadprobe.core import environment  # noqa: E402
 from offloadprobe.engine.model.builder import build_probe_model  # noqa: E402
 from offloadprobe.engine.model.train import train_step  # noqa: E402
 from offloadprobe.engine.runtime import open_runtime  # noqa: E402
@@ -210,8 +210,10 @@ def main() -> None:
         # The measured process's own CPU seconds: work the sampler adds inside it (the
         # CUDA thread), apart from any wait for a CPU.
         own = paired(cpu["off"][phase], cpu["on"][phase], args.seed)
-        phases[phase]["process_cpu"] = {k: own[k] for k in (
-            "median_off_s", "median_on_s", "overhead_median", "overhead_median_ci95")}  # fmt: skip
+        phases[phase]["process_cpu"] = {
+            k: own[k]
+            for k in ("median_off_s", "median_on_s", "overhead_median", "overhead_median_ci95")
+        }
         phases[phase]["sampler_gap_share_median"] = statistics.median(gaps[phase])
     low, high = total["overhead_median_ci95"]
     result = {
@@ -251,14 +253,22 @@ def main() -> None:
         lo, hi = p["overhead_median_ci95"]
         extra = ""
         if name in phases:
-            extra = (f"  own CPU {phases[name]['process_cpu']['overhead_median']:+.1%}, "
-                     f"sampler gaps {phases[name]['sampler_gap_share_median']:.0%}")  # fmt: skip
-        print(f"{name:8s} off {p['median_off_s']:.3f} s  on {p['median_on_s']:.3f} s  "
-              f"overhead {p['overhead_median']:+.2%} [{lo:+.2%}, {hi:+.2%}]{extra}")  # fmt: skip
-    print(f"total overhead {result['overhead']:+.2%}, 95% CI [{low:+.2%}, {high:+.2%}] "
-          f"against the {BUDGET:.0%} budget: {result['verdict']}")  # fmt: skip
-    print(f"{result['runtime_s']:.0f} s; load average {loads[0][0]:.1f} before, "
-          f"{loads[-1][0]:.1f} after")  # fmt: skip
+            extra = (
+                f"  own CPU {phases[name]['process_cpu']['overhead_median']:+.1%}, "
+                f"sampler gaps {phases[name]['sampler_gap_share_median']:.0%}"
+            )
+        print(
+            f"{name:8s} off {p['median_off_s']:.3f} s  on {p['median_on_s']:.3f} s  "
+            f"overhead {p['overhead_median']:+.2%} [{lo:+.2%}, {hi:+.2%}]{extra}"
+        )
+    print(
+        f"total overhead {result['overhead']:+.2%}, 95% CI [{low:+.2%}, {high:+.2%}] "
+        f"against the {BUDGET:.0%} budget: {result['verdict']}"
+    )
+    print(
+        f"{result['runtime_s']:.0f} s; load average {loads[0][0]:.1f} before, "
+        f"{loads[-1][0]:.1f} after"
+    )
 
 
 if __name__ == "__main__":

@@ -29,18 +29,34 @@ def _one(strategy: str, extra: list[str], folder: Path, index: int) -> dict:
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path}
     proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-m", "offloadprobe", "run", "--strategy", strategy,
-         "--no-progress", "--json", str(out), *extra],
-        capture_output=True, text=True, env=env, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-W",
+            "ignore",
+            "-m",
+            "offloadprobe",
+            "run",
+            "--strategy",
+            strategy,
+            "--no-progress",
+            "--json",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"{strategy} run {index} failed ({proc.returncode}): {proc.stderr}")
     doc = json.loads(out.read_text())
     run = doc["runs"][0]
     phases = [
         {k: p[k] for k in ("phase", "bytes_moved")} | {"cycle": c["cycle"]} | p["host"]
-        for c in run["cycles"] for p in c["phases"]
-    ]  # fmt: skip
+        for c in run["cycles"]
+        for p in c["phases"]
+    ]
     return {
         "host_peak_x": run["summary"]["host_peak_x"],
         "steady_host_x": run["summary"]["steady_host_x"],
@@ -69,16 +85,27 @@ def main() -> None:
             results[strategy] = [_one(strategy, extra, Path(tmp), i) for i in range(args.repeats)]
             print(f"{strategy}: done", file=sys.stderr, flush=True)
     rows = []
-    print(f"{'strategy':<11} {'host_peak_x mean':>16} {'spread':>7} {'steady_x mean':>14} "
-          f"{'spread':>7}  runs")  # fmt: skip
+    print(
+        f"{'strategy':<11} {'host_peak_x mean':>16} {'spread':>7} {'steady_x mean':>14} "
+        f"{'spread':>7}  runs"
+    )
     for strategy, runs in results.items():
         peak, peak_dev = _spread([r["host_peak_x"] for r in runs])
         steady, steady_dev = _spread([r["steady_host_x"] for r in runs])
-        rows.append({"strategy": strategy, "host_peak_x_mean": peak, "host_peak_x_spread": peak_dev,
-                     "steady_host_x_mean": steady, "steady_host_x_spread": steady_dev})  # fmt: skip
+        rows.append(
+            {
+                "strategy": strategy,
+                "host_peak_x_mean": peak,
+                "host_peak_x_spread": peak_dev,
+                "steady_host_x_mean": steady,
+                "steady_host_x_spread": steady_dev,
+            }
+        )
         values = " ".join(f"{r['host_peak_x']:.3f}/{r['steady_host_x']:.3f}" for r in runs)
-        print(f"{strategy:<11} {peak:>16.3f} {peak_dev:>6.2%} {steady:>14.3f} {steady_dev:>6.2%}"
-              f"  {values}")  # fmt: skip
+        print(
+            f"{strategy:<11} {peak:>16.3f} {peak_dev:>6.2%} {steady:>14.3f} {steady_dev:>6.2%}"
+            f"  {values}"
+        )
     if args.out is not None:
         import torch
 

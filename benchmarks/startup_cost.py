@@ -26,8 +26,19 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ["run", "--strategy", "lazy", "--payload", "4MiB", "--cycles", "1", "--no-progress",
-       "--no-reference-check", "--device", "cpu"]  # fmt: skip
+RUN = [
+    "run",
+    "--strategy",
+    "lazy",
+    "--payload",
+    "4MiB",
+    "--cycles",
+    "1",
+    "--no-progress",
+    "--no-reference-check",
+    "--device",
+    "cpu",
+]
 SHIPPED = "from offloadprobe.cli import main; main()"
 UNPAUSED = (
     "from offloadprobe.core import collector; collector.pause_for_imports = lambda: None; "
@@ -39,8 +50,13 @@ RESAMPLES = 10_000
 def cpu_of(code: str, args: list[str]) -> float:
     """User+system CPU seconds of one fresh ``python -c code args...``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, check=False,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=ROOT,
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 

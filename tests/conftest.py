@@ -36,15 +36,43 @@ from tests.fakes import FakeRunner, install_runner
 ROOT = Path(__file__).resolve().parents[1]
 
 # A tiny model (2.5 MiB of parameters) for in-process tests of verdicts and exit codes.
-TINY = ["--device", "cpu", "--layers", "1", "--hidden", "256", "--heads", "4", "--vocab",
-        "1024", "--seq-length", "32", "--micro-batch", "1", "--cycles", "1",
-        "--no-reference-check"]  # fmt: skip
+TINY = [
+    "--device",
+    "cpu",
+    "--layers",
+    "1",
+    "--hidden",
+    "256",
+    "--heads",
+    "4",
+    "--vocab",
+    "1024",
+    "--seq-length",
+    "32",
+    "--micro-batch",
+    "1",
+    "--cycles",
+    "1",
+    "--no-reference-check",
+]
 # A small model that still moves tens of MiB, so host effects stand far above noise.
 SMALL_MODEL = ["--layers", "2", "--payload", "48MiB", "--seq-length", "32", "--micro-batch", "1"]
 # The smallest model that still builds megatron's real objects: for tests of wiring,
 # integrity and exit codes, not of host-memory magnitudes.
-TINY_MODEL = ["--layers", "1", "--hidden", "128", "--heads", "4", "--vocab", "1024",
-              "--seq-length", "32", "--micro-batch", "1"]  # fmt: skip
+TINY_MODEL = [
+    "--layers",
+    "1",
+    "--hidden",
+    "128",
+    "--heads",
+    "4",
+    "--vocab",
+    "1024",
+    "--seq-length",
+    "32",
+    "--micro-batch",
+    "1",
+]
 
 SUBPROCESS_TIMEOUT = 600
 """Seconds a child ``offloadprobe`` may take: generous, the 2-core CI host is shared."""
@@ -61,15 +89,21 @@ _SPENT: list[tuple[float, str]] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
-                     help="show the N tests that used the most CPU seconds (0: all)")  # fmt: skip
+    parser.addoption(
+        "--cpu-durations",
+        type=int,
+        default=None,
+        metavar="N",
+        help="show the N tests that used the most CPU seconds (0: all)",
+    )
 
 
 def _cpu_seconds() -> float:
     import resource
 
-    own, children = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
-                                                     resource.RUSAGE_CHILDREN))  # fmt: skip
+    own, children = (
+        resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
@@ -255,8 +289,9 @@ def fake_runner(monkeypatch) -> FakeRunner:
 # ------------------------------------------------------------------ fresh processes
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
-            timeout: int = SUBPROCESS_TIMEOUT):  # fmt: skip
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = SUBPROCESS_TIMEOUT
+):
     """Run ``python -m offloadprobe ARGS`` in a fresh process, as a user would."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     full_env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "120", **(env or {})}
@@ -283,8 +318,9 @@ def run_each(tmp_dir: Path, specs, *args: str, timeout: int = SUBPROCESS_TIMEOUT
     out = {}
     for index, spec in enumerate(specs):
         path = tmp_dir / f"run-{index}.json"
-        proc = run_cli("run", "--strategy", spec, "--no-progress", "--json", str(path), *args,
-                       timeout=timeout)  # fmt: skip
+        proc = run_cli(
+            "run", "--strategy", spec, "--no-progress", "--json", str(path), *args, timeout=timeout
+        )
         assert proc.returncode == 0, proc.stderr + proc.stdout
         out[spec] = (json.loads(path.read_text()), proc.stdout)
     return out

@@ -181,8 +181,9 @@ class FakeRunner:
                 hooks.on_start(rec.cycle, rec.phase)
             if hooks is not None and hooks.on_phase is not None:
                 hooks.on_phase(rec)
-        return fake_report(record, device=cfg.device if cfg.device != "auto" else "cpu",
-                           model=asdict(cfg.model))  # fmt: skip
+        return fake_report(
+            record, device=cfg.device if cfg.device != "auto" else "cpu", model=asdict(cfg.model)
+        )
 
     @property
     def last(self) -> RunConfig:

@@ -52,6 +52,9 @@ def alloc_conf_command(
             note = "CPU build, no pinned allocator: " + note
     console.print(f"{note}; pass them as `compare --alloc-conf KEY:VALUE`")
     if json_path is not None:
-        doc = {"torch": torch.__version__, "cuda": torch.version.cuda,
-               "settings": [asdict(s) for s in settings]}  # fmt: skip
+        doc = {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "settings": [asdict(s) for s in settings],
+        }
         write_text(json.dumps(doc, indent=2) + "\n", json_path, "--json")

@@ -30,24 +30,63 @@ from offloadprobe.report.reporters import render
 EXTRA = [
     parameter(
         "strategies",
-        Annotated[list[str], typer.Argument(help="Strategies to compare, e.g. naive lazy "
-                  "registered. " + model_help())],  # fmt: skip
+        Annotated[
+            list[str],
+            typer.Argument(
+                help="Strategies to compare, e.g. naive lazy registered. " + model_help()
+            ),
+        ],
     ),
-    parameter("baseline", Annotated[str | None, typer.Option("--baseline", help="Row the "
-              "ratios are taken against.")], None),  # fmt: skip
-    parameter("alloc_conf", Annotated[list[str] | None, typer.Option("--alloc-conf",
-              help="PyTorch allocator settings for the workers (PYTORCH_ALLOC_CONF), e.g. "
-              "pinned_use_background_threads:True; see offloadprobe alloc-conf for the keys "
-              "this torch has. Repeat to compare settings.")], None),  # fmt: skip
-    parameter("optimizer_strategy", Annotated[list[str] | None, typer.Option(
-              "--optimizer-strategy", help="Repeat to compare each with every strategy. "
-              + optimizer_help())], None),  # fmt: skip
-    parameter("json_path", Annotated[Path | None, typer.Option("--json", help="Write every "
-              "reading, the budgets and each row's verdict to this JSON file.")], None),  # fmt: skip
-    parameter("markdown", Annotated[Path | None, typer.Option("--markdown", help="Write a "
-              "Markdown table for a PR.")], None),  # fmt: skip
-    parameter("progress", Annotated[bool, typer.Option("--progress/--no-progress",
-              help="Say which row runs.")], True),  # fmt: skip
+    parameter(
+        "baseline",
+        Annotated[str | None, typer.Option("--baseline", help="Row the ratios are taken against.")],
+        None,
+    ),
+    parameter(
+        "alloc_conf",
+        Annotated[
+            list[str] | None,
+            typer.Option(
+                "--alloc-conf",
+                help="PyTorch allocator settings for the workers (PYTORCH_ALLOC_CONF), e.g. "
+                "pinned_use_background_threads:True; see offloadprobe alloc-conf for the keys "
+                "this torch has. Repeat to compare settings.",
+            ),
+        ],
+        None,
+    ),
+    parameter(
+        "optimizer_strategy",
+        Annotated[
+            list[str] | None,
+            typer.Option(
+                "--optimizer-strategy",
+                help="Repeat to compare each with every strategy. " + optimizer_help(),
+            ),
+        ],
+        None,
+    ),
+    parameter(
+        "json_path",
+        Annotated[
+            Path | None,
+            typer.Option(
+                "--json",
+                help="Write every reading, the budgets and each row's verdict to this JSON file.",
+            ),
+        ],
+        None,
+    ),
+    parameter(
+        "markdown",
+        Annotated[Path | None, typer.Option("--markdown", help="Write a Markdown table for a PR.")],
+        None,
+    ),
+    parameter(
+        "progress",
+        Annotated[bool, typer.Option("--progress/--no-progress", help="Say which row runs.")],
+        True,
+    ),
     *output_parameters(),
 ]
 
@@ -71,9 +110,7 @@ def compare_command(values: dict[str, Any]) -> None:
     optimizer_names = values.pop("optimizer_strategy") or []
     alloc_confs = values.pop("alloc_conf") or []
     baseline = values.pop("baseline")
-    nproc, timeout, force = values.pop("nproc_per_node"), values.pop("timeout"), values.pop(
-        "force"
-    )
+    nproc, timeout, force = values.pop("nproc_per_node"), values.pop("timeout"), values.pop("force")
     if int(os.environ.get("WORLD_SIZE", "1") or "1") > 1:
         raise UsageError(
             "compare starts its own workers: run it outside torchrun, with --nproc-per-node "
@@ -97,24 +134,46 @@ def compare_command(values: dict[str, Any]) -> None:
     items = candidates(specs, optimizer_names, alloc_confs)
     _unique(items)
     pairs = [(c.strategy, c.optimizer_strategy or "none") for c in items]
-    check_fits(base.model, strategies=pairs, optimizer=base.optimizer, device=device,
-               force=force, ranks=nproc,
-               model_parallel=base.parallel.model_parallel)  # fmt: skip
+    check_fits(
+        base.model,
+        strategies=pairs,
+        optimizer=base.optimizer,
+        device=device,
+        force=force,
+        ranks=nproc,
+        model_parallel=base.parallel.model_parallel,
+    )
     chosen = _baseline(baseline, items)
     err = Console(file=sys.stderr)
 
     def started(index: int, item: Candidate) -> None:
         if show:
-            err.print(f"({index + 1}/{len(items)}) {item.label}: running in a fresh process",
-                      markup=False, highlight=False)  # fmt: skip
+            err.print(
+                f"({index + 1}/{len(items)}) {item.label}: running in a fresh process",
+                markup=False,
+                highlight=False,
+            )
 
     def one(index: int, item: Candidate, config: Any, env: dict[str, str]) -> Any:
-        return _row(config, env, device=device, budgets=parsed.budgets, nproc=nproc,
-                    timeout=timeout, timeline=outputs.wanted)  # fmt: skip
+        return _row(
+            config,
+            env,
+            device=device,
+            budgets=parsed.budgets,
+            nproc=nproc,
+            timeout=timeout,
+            timeline=outputs.wanted,
+        )
 
-    comparison = compare(items, base, baseline=chosen, measure=one,
-                         environment=_environment(base, device), budgets=parsed.budget_words,
-                         on_start=started)  # fmt: skip
+    comparison = compare(
+        items,
+        base,
+        baseline=chosen,
+        measure=one,
+        environment=_environment(base, device),
+        budgets=parsed.budget_words,
+        on_start=started,
+    )
     doc = comparison.to_dict()
     render(document(doc), sys.stdout)  # what show prints of the saved file, by construction
     if outputs.wanted:
@@ -129,12 +188,27 @@ def compare_command(values: dict[str, Any]) -> None:
     enforce([(r.candidate.label, r.verdict, r.breaches) for r in comparison.rows])
 
 
-def _row(config: Any, env: dict[str, str], *, device: str, budgets: list[Any], nproc: int,
-         timeout: float | None, timeline: bool) -> Any:  # fmt: skip
+def _row(
+    config: Any,
+    env: dict[str, str],
+    *,
+    device: str,
+    budgets: list[Any],
+    nproc: int,
+    timeout: float | None,
+    timeline: bool,
+) -> Any:
     from offloadprobe.isolation.rows import measure
 
-    return measure(config, device=device, budgets=budgets, env=env, timeout_s=timeout,
-                   timeline=timeline, nproc_per_node=nproc)  # fmt: skip
+    return measure(
+        config,
+        device=device,
+        budgets=budgets,
+        env=env,
+        timeout_s=timeout,
+        timeline=timeline,
+        nproc_per_node=nproc,
+    )
 
 
 def _unique(items: list[Candidate]) -> None:

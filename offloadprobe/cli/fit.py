@@ -55,10 +55,12 @@ def check_fits(
     from offloadprobe.plan.footprint import estimate
 
     worst = max(
-        (estimate(model, strategy=s, optimizer_strategy=o, optimizer=optimizer, device=device)
-         for s, o in strategies),
+        (
+            estimate(model, strategy=s, optimizer_strategy=o, optimizer=optimizer, device=device)
+            for s, o in strategies
+        ),
         key=lambda f: f.total_bytes,
-    )  # fmt: skip
+    )
     if force:
         return worst
     available, source = available_host_bytes()

@@ -31,8 +31,9 @@ def _annotation(option: Option) -> Any:
 
 
 def parameter(name: str, annotation: Any, default: Any = inspect.Parameter.empty) -> Any:
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                             annotation=annotation)  # fmt: skip
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+    )
 
 
 def with_options(

@@ -23,16 +23,46 @@ from offloadprobe.report.reporters import render
 EXTRA = [
     parameter(
         "scenario",
-        Annotated[str | None, typer.Argument(help="A scenario file, or a packaged scenario's "
-                  "name (verl-6193); leave out with --probe. See offloadprobe scenarios.")],
+        Annotated[
+            str | None,
+            typer.Argument(
+                help="A scenario file, or a packaged scenario's "
+                "name (verl-6193); leave out with --probe. See offloadprobe scenarios."
+            ),
+        ],
         None,
-    ),  # fmt: skip
-    parameter("probe", Annotated[bool, typer.Option("--probe", help="Project offloadprobe's "
-              "own probe model (see run's flags).")], False),  # fmt: skip
-    parameter("terms", Annotated[bool, typer.Option("--terms/--no-terms", help="Print the "
-              "arithmetic of every figure (term tables) after the verdicts.")], False),  # fmt: skip
-    parameter("json_path", Annotated[Path | None, typer.Option("--json", help="Write the "
-              "whole projection, every term included, to this JSON file.")], None),  # fmt: skip
+    ),
+    parameter(
+        "probe",
+        Annotated[
+            bool,
+            typer.Option(
+                "--probe", help="Project offloadprobe's own probe model (see run's flags)."
+            ),
+        ],
+        False,
+    ),
+    parameter(
+        "terms",
+        Annotated[
+            bool,
+            typer.Option(
+                "--terms/--no-terms",
+                help="Print the arithmetic of every figure (term tables) after the verdicts.",
+            ),
+        ],
+        False,
+    ),
+    parameter(
+        "json_path",
+        Annotated[
+            Path | None,
+            typer.Option(
+                "--json", help="Write the whole projection, every term included, to this JSON file."
+            ),
+        ],
+        None,
+    ),
 ]
 
 
@@ -86,5 +116,10 @@ def _probe_plan(values: dict[str, Any]) -> Any:
         probe_projection(model, name, emulated=device == "cpu", cycles=cycles)
         for name in param_strategies()
     ]
-    return ProbePlan(model=model, device=device, cycles=cycles,
-                     payload_bytes=probe_payload(model), strategies=tuple(rows))  # fmt: skip
+    return ProbePlan(
+        model=model,
+        device=device,
+        cycles=cycles,
+        payload_bytes=probe_payload(model),
+        strategies=tuple(rows),
+    )

@@ -43,10 +43,21 @@ EXTRA = [
         Annotated[str, typer.Option("--optimizer-strategy", help=optimizer_help())],
         "none",
     ),
-    parameter("json_path", Annotated[Path | None, typer.Option("--json", help="Write every "
-              "reading, the budgets and the verdict to this JSON file.")], None),  # fmt: skip
-    parameter("progress", Annotated[bool, typer.Option("--progress/--no-progress",
-              help="Show a progress bar.")], True),  # fmt: skip
+    parameter(
+        "json_path",
+        Annotated[
+            Path | None,
+            typer.Option(
+                "--json", help="Write every reading, the budgets and the verdict to this JSON file."
+            ),
+        ],
+        None,
+    ),
+    parameter(
+        "progress",
+        Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")],
+        True,
+    ),
     *output_parameters(),
 ]
 
@@ -68,8 +79,10 @@ def run_command(values: dict[str, Any]) -> None:
     MODEL_STRATEGIES.check(strategy)  # a misspelt name fails before anything starts
     OPTIMIZER_STRATEGIES.check(optimizer_strategy)
     nproc, nnodes = values.pop("nproc_per_node"), values.pop("nnodes")
-    endpoint, timeout, force = values.pop("rdzv_endpoint"), values.pop("timeout"), values.pop(
-        "force"
+    endpoint, timeout, force = (
+        values.pop("rdzv_endpoint"),
+        values.pop("timeout"),
+        values.pop("force"),
     )
     parsed = opts.budgets({k: values.pop(k) for k in opts.BUDGET_NAMES})
     cfg = opts.build_config(
@@ -101,12 +114,26 @@ def run_command(values: dict[str, Any]) -> None:
             "(or start offloadprobe under torchrun)"
         )
     if not under_torchrun():
-        check_fits(cfg.model, strategies=[(strategy, optimizer_strategy)], optimizer=cfg.optimizer,
-                   device=device, force=force, ranks=nproc,
-                   model_parallel=cfg.parallel.model_parallel)  # fmt: skip
-    row = _measure(cfg, device=device, budgets=parsed.budgets, nproc=nproc, nnodes=nnodes,
-                   endpoint=endpoint, timeout=timeout, show=show,
-                   timeline=outputs.wanted)  # fmt: skip
+        check_fits(
+            cfg.model,
+            strategies=[(strategy, optimizer_strategy)],
+            optimizer=cfg.optimizer,
+            device=device,
+            force=force,
+            ranks=nproc,
+            model_parallel=cfg.parallel.model_parallel,
+        )
+    row = _measure(
+        cfg,
+        device=device,
+        budgets=parsed.budgets,
+        nproc=nproc,
+        nnodes=nnodes,
+        endpoint=endpoint,
+        timeout=timeout,
+        show=show,
+        timeline=outputs.wanted,
+    )
     if under_torchrun() and _rank() != 0:  # rank 0 reports for every rank
         sys.stderr.write(framed_output(row.outcome))
         raise SystemExit(row.outcome.exit_code if row.outcome.exit_code >= 0 else 1)
@@ -127,14 +154,34 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0") or "0")
 
 
-def _measure(cfg: Any, *, device: str, budgets: list[Any], nproc: int, nnodes: int,
-             endpoint: str | None, timeout: float | None, show: bool, timeline: bool) -> Row:  # fmt: skip
+def _measure(
+    cfg: Any,
+    *,
+    device: str,
+    budgets: list[Any],
+    nproc: int,
+    nnodes: int,
+    endpoint: str | None,
+    timeout: float | None,
+    show: bool,
+    timeline: bool,
+) -> Row:
     """The row: one worker, or torchrun's launcher with the node's ranks in one cgroup."""
     if show and (nproc > 1 or nnodes > 1):
-        print(f"offloadprobe: starting {nproc} rank(s) on this node through torchrun's "
-              "launcher", file=sys.stderr)  # fmt: skip
+        print(
+            f"offloadprobe: starting {nproc} rank(s) on this node through torchrun's launcher",
+            file=sys.stderr,
+        )
     label = cfg.label or f"{cfg.strategy} + {cfg.optimizer_strategy}"
     with phase_progress(label, cfg, show=show) as on_phase:
-        return measure(cfg, device=device, budgets=budgets, timeout_s=timeout,
-                       nproc_per_node=nproc, nnodes=nnodes, rdzv_endpoint=endpoint,
-                       on_phase=on_phase, timeline=timeline)  # fmt: skip
+        return measure(
+            cfg,
+            device=device,
+            budgets=budgets,
+            timeout_s=timeout,
+            nproc_per_node=nproc,
+            nnodes=nnodes,
+            rdzv_endpoint=endpoint,
+            on_phase=on_phase,
+            timeline=timeline,
+        )

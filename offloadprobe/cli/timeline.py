@@ -65,15 +65,21 @@ class TimelineOutputs:
             return
         timeline = Timeline.from_dict(drawn)
         run = report.runs[0] if report.runs else None
-        row = TraceRow(pid=timeline.rank, label=_run_label(report, timeline),
-                       run=run, timeline=timeline, emulated=report.emulated)  # fmt: skip
+        row = TraceRow(
+            pid=timeline.rank,
+            label=_run_label(report, timeline),
+            run=run,
+            timeline=timeline,
+            emulated=report.emulated,
+        )
         if self.trace is not None:
             write_trace(trace_document([row], context=_context(report)), self.trace)
         if self.plot is not None:
             from offloadprobe.report.plot import plot_phases
 
-            plot_phases([row], self.plot, title=_title(report, [row.label]),
-                        payload=report.payload_bytes)  # fmt: skip
+            plot_phases(
+                [row], self.plot, title=_title(report, [row.label]), payload=report.payload_bytes
+            )
 
     def write_rows(self, rows: list[TraceRow], doc: dict[str, Any]) -> None:
         """``compare``: one process track (and plot overlay) per row."""
@@ -83,8 +89,12 @@ class TimelineOutputs:
         if self.plot is not None:
             from offloadprobe.report.plot import plot_phases
 
-            plot_phases(rows, self.plot, title=_title(report_like, [r.label for r in rows]),
-                         payload=report_like.payload_bytes or 1)  # fmt: skip
+            plot_phases(
+                rows,
+                self.plot,
+                title=_title(report_like, [r.label for r in rows]),
+                payload=report_like.payload_bytes or 1,
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,14 +147,22 @@ def _context(report: Any) -> dict[str, Any]:
 
 
 def compare_rows(
-    labels: list[str], runs: list[RunRecord | None], drawn: list[dict[str, Any] | None],
+    labels: list[str],
+    runs: list[RunRecord | None],
+    drawn: list[dict[str, Any] | None],
     doc: dict[str, Any],
 ) -> list[TraceRow]:
     """Each row's timeline (None where its worker died before writing one)."""
     rows = []
     for index, (label, run, data) in enumerate(zip(labels, runs, drawn, strict=True)):
         timeline = Timeline.from_dict(data) if data is not None else None
-        rows.append(TraceRow(pid=index, label=label, run=run, timeline=timeline,
-                             emulated=bool(doc.get("emulated"))))  # fmt: skip
+        rows.append(
+            TraceRow(
+                pid=index,
+                label=label,
+                run=run,
+                timeline=timeline,
+                emulated=bool(doc.get("emulated")),
+            )
+        )
     return rows
-

@@ -83,9 +83,15 @@ class Comparison:
         doc.update(self.environment)
         runs = []
         for row in self.rows:
-            entry = run_to_dict(row.run) if row.run is not None else {
-                "strategy": row.candidate.strategy, "summary": None, "cycles": [],
-            }  # fmt: skip
+            entry = (
+                run_to_dict(row.run)
+                if row.run is not None
+                else {
+                    "strategy": row.candidate.strategy,
+                    "summary": None,
+                    "cycles": [],
+                }
+            )
             judged(entry, row.verdict)
             entry.update(
                 label=row.candidate.label,
@@ -128,8 +134,12 @@ class Comparison:
         environment["settings"] = {
             k: v for k, v in (doc.get("settings") or {}).items() if k != "labels"
         }
-        return cls(rows=rows, baseline=doc["baseline"], environment=environment,
-                   budgets=list(doc.get("budgets") or []))  # fmt: skip
+        return cls(
+            rows=rows,
+            baseline=doc["baseline"],
+            environment=environment,
+            budgets=list(doc.get("budgets") or []),
+        )
 
 
 def candidates(
@@ -191,8 +201,7 @@ def compare(
                 timeline=row.outcome.timeline,
             )
         )
-    return Comparison(rows=rows, baseline=baseline, environment=environment,
-                      budgets=list(budgets))  # fmt: skip
+    return Comparison(rows=rows, baseline=baseline, environment=environment, budgets=list(budgets))
 
 
 def _environment_of(report: Any) -> dict[str, Any]:

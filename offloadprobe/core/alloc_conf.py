@@ -24,14 +24,18 @@ from offloadprobe.core.errors import UsageError
 
 PINNED_KEYS: dict[str, tuple[str, str]] = {
     "pinned_use_cuda_host_register": (
-        "True", "malloc + cudaHostRegister instead of cudaHostAlloc; the size is still rounded"),
+        "True",
+        "malloc + cudaHostRegister instead of cudaHostAlloc; the size is still rounded",
+    ),
     "pinned_num_register_threads": ("8", "threads page-locking one registered block"),
     "pinned_use_background_threads": ("True", "pinned-block events processed on a thread"),
     "pinned_reserve_segment_size_mb": (
-        "64", "one pinned segment reserved up front; small requests bump-allocated from it"),
+        "64",
+        "one pinned segment reserved up front; small requests bump-allocated from it",
+    ),
     "pinned_max_round_threshold_mb": ("64", "no power-of-two rounding above this size"),
     "pinned_max_cached_size_mb": ("64", "freed blocks above this size are released, not cached"),
-}  # fmt: skip
+}
 """Pinned-allocator keys torch has had (key -> a valid value, what it changes)."""
 
 _KEY = rb"(?<![A-Za-z0-9_])([a-z][a-z0-9_]*[a-z0-9])(?![A-Za-z0-9_])"
@@ -93,8 +97,10 @@ def _parser_verdicts(confs: list[str]) -> list[str] | None:
     None where the parser accepts a key that cannot exist (it does not validate keys)."""
     proc = subprocess.run(
         [sys.executable, "-c", _PROBE, *confs, _NO_SUCH_KEY],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = proc.stdout.splitlines()
     if proc.returncode != 0 or len(lines) != len(confs) + 1:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -138,8 +144,10 @@ def validate_alloc_conf(conf: str, *, flag: str = "--alloc-conf") -> None:
         (verdict,) = verdicts
         if verdict != "ok":
             reason = verdict.removeprefix("rejected ").strip()
-            raise UsageError(f"{flag} {conf!r}: torch {version} rejects it ({reason}); "
-                             "see `offloadprobe alloc-conf` for its pinned settings")  # fmt: skip
+            raise UsageError(
+                f"{flag} {conf!r}: torch {version} rejects it ({reason}); "
+                "see `offloadprobe alloc-conf` for its pinned settings"
+            )
         return
     words = _library_words()
     unknown = [k for k in keys if k not in words]

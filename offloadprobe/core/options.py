@@ -70,87 +70,258 @@ def _o(name: str, help: str, default: Any = None, kind: type = str, **kw: Any) -
 _M = DEFAULT_MODEL
 OPTIONS: tuple[Option, ...] = (
     # the model
-    _o("payload", "Size the model to about this many bytes of bf16 parameters, e.g. 512MiB "
-       "or 5GiB (overrides --hidden and --vocab).", unit="size", group="model",
-       verbs=WITH_PLAN | {SCENARIO}),
-    _o("layers", "Transformer layers.", _M.num_layers, int, target="model.num_layers",
-       group="model", verbs=WITH_PLAN),
-    _o("hidden", "Hidden size.", _M.hidden_size, int, target="model.hidden_size", group="model", verbs=WITH_PLAN),
-    _o("heads", "Attention heads (must divide --hidden).", _M.num_attention_heads, int,
-       target="model.num_attention_heads", group="model", verbs=WITH_PLAN),
-    _o("vocab", "Vocabulary size.", _M.vocab_size, int, target="model.vocab_size",
-       group="model", verbs=WITH_PLAN),
-    _o("seq_length", "Tokens per sample.", _M.seq_length, int, target="model.seq_length",
-       group="model", verbs=WITH_PLAN),
-    _o("micro_batch", "Samples per train step.", _M.micro_batch_size, int,
-       target="model.micro_batch_size", group="model"),
-    _o("num_experts", "Routed experts per layer (MoE); 0 for dense.", 0, int,
-       target="model.num_experts", group="model"),
-    _o("moe_router_topk", "Experts per token (MoE).", _M.moe_router_topk, int,
-       target="model.moe_router_topk", group="model"),
+    _o(
+        "payload",
+        "Size the model to about this many bytes of bf16 parameters, e.g. 512MiB "
+        "or 5GiB (overrides --hidden and --vocab).",
+        unit="size",
+        group="model",
+        verbs=WITH_PLAN | {SCENARIO},
+    ),
+    _o(
+        "layers",
+        "Transformer layers.",
+        _M.num_layers,
+        int,
+        target="model.num_layers",
+        group="model",
+        verbs=WITH_PLAN,
+    ),
+    _o(
+        "hidden",
+        "Hidden size.",
+        _M.hidden_size,
+        int,
+        target="model.hidden_size",
+        group="model",
+        verbs=WITH_PLAN,
+    ),
+    _o(
+        "heads",
+        "Attention heads (must divide --hidden).",
+        _M.num_attention_heads,
+        int,
+        target="model.num_attention_heads",
+        group="model",
+        verbs=WITH_PLAN,
+    ),
+    _o(
+        "vocab",
+        "Vocabulary size.",
+        _M.vocab_size,
+        int,
+        target="model.vocab_size",
+        group="model",
+        verbs=WITH_PLAN,
+    ),
+    _o(
+        "seq_length",
+        "Tokens per sample.",
+        _M.seq_length,
+        int,
+        target="model.seq_length",
+        group="model",
+        verbs=WITH_PLAN,
+    ),
+    _o(
+        "micro_batch",
+        "Samples per train step.",
+        _M.micro_batch_size,
+        int,
+        target="model.micro_batch_size",
+        group="model",
+    ),
+    _o(
+        "num_experts",
+        "Routed experts per layer (MoE); 0 for dense.",
+        0,
+        int,
+        target="model.num_experts",
+        group="model",
+    ),
+    _o(
+        "moe_router_topk",
+        "Experts per token (MoE).",
+        _M.moe_router_topk,
+        int,
+        target="model.moe_router_topk",
+        group="model",
+    ),
     # the run
-    _o("cycles", "Offload/load cycles.", 3, int, target="cycles",
-       verbs=WITH_PLAN | {SCENARIO}),
-    _o("train_steps", "Train steps before the first offload and between.", 1, int,
-       target="train_steps", verbs=EVERYWHERE | {SCENARIO}),
-    _o("device", "cuda, cpu or auto (CUDA where present).", "auto", target="device",
-       verbs=WITH_PLAN),
-    _o("seed", "Seed for weights and data.", 1234, int, target="seed",
-       verbs=EVERYWHERE | {SCENARIO}),
-    _o("rollout_claim", "Between offload and load, claim this much device memory, as a "
-       "rollout engine would (e.g. 60GiB).", unit="size", target="rollout_claim_bytes"),
-    _o("gpu_limit", "Cap the device memory the run may allocate (a scaled-down GPU).",
-       unit="size", target="gpu_limit_bytes"),
-    _o("reference_check", "Compare each train step after a load bit for bit with a run "
-       "that never offloaded.", True, bool, target="reference_check"),
-    _o("optimizer_first", "Order of the moves within a cycle: optimizer state before "
-       "parameters in both offload and load (megatron-core's own optimizer offload needs it "
-       "under --precision-aware), or parameters first (verl's order, the default).", False,
-       bool, off_flag="--params-first", target="optimizer_first"),
-    _o("strategy_option", "An option for the strategy, key=value (repeatable), e.g. "
-       "threads=16 for pipelined.", (), repeatable=True, target="strategy_options"),
+    _o("cycles", "Offload/load cycles.", 3, int, target="cycles", verbs=WITH_PLAN | {SCENARIO}),
+    _o(
+        "train_steps",
+        "Train steps before the first offload and between.",
+        1,
+        int,
+        target="train_steps",
+        verbs=EVERYWHERE | {SCENARIO},
+    ),
+    _o(
+        "device",
+        "cuda, cpu or auto (CUDA where present).",
+        "auto",
+        target="device",
+        verbs=WITH_PLAN,
+    ),
+    _o(
+        "seed",
+        "Seed for weights and data.",
+        1234,
+        int,
+        target="seed",
+        verbs=EVERYWHERE | {SCENARIO},
+    ),
+    _o(
+        "rollout_claim",
+        "Between offload and load, claim this much device memory, as a "
+        "rollout engine would (e.g. 60GiB).",
+        unit="size",
+        target="rollout_claim_bytes",
+    ),
+    _o(
+        "gpu_limit",
+        "Cap the device memory the run may allocate (a scaled-down GPU).",
+        unit="size",
+        target="gpu_limit_bytes",
+    ),
+    _o(
+        "reference_check",
+        "Compare each train step after a load bit for bit with a run that never offloaded.",
+        True,
+        bool,
+        target="reference_check",
+    ),
+    _o(
+        "optimizer_first",
+        "Order of the moves within a cycle: optimizer state before "
+        "parameters in both offload and load (megatron-core's own optimizer offload needs it "
+        "under --precision-aware), or parameters first (verl's order, the default).",
+        False,
+        bool,
+        off_flag="--params-first",
+        target="optimizer_first",
+    ),
+    _o(
+        "strategy_option",
+        "An option for the strategy, key=value (repeatable), e.g. threads=16 for pipelined.",
+        (),
+        repeatable=True,
+        target="strategy_options",
+    ),
     # the optimizer
-    _o("precision_aware", "megatron's precision-aware optimizer (master weights in the "
-       "optimizer state).", False, bool, off_flag="--classic",
-       target="optimizer.precision_aware", group="optimizer"),
-    _o("exp_avg_dtype", "fp32, bf16, fp16 or uint8 (precision-aware only).", "fp32",
-       target="optimizer.exp_avg_dtype", group="optimizer"),
-    _o("exp_avg_sq_dtype", "fp32, bf16, fp16 or uint8 (precision-aware only).", "fp32",
-       target="optimizer.exp_avg_sq_dtype", group="optimizer"),
-    _o("store_param_remainders", "Precision-aware: keep int16 remainders of the fp32 master "
-       "weights.", False, bool, target="optimizer.store_param_remainders", group="optimizer"),
+    _o(
+        "precision_aware",
+        "megatron's precision-aware optimizer (master weights in the optimizer state).",
+        False,
+        bool,
+        off_flag="--classic",
+        target="optimizer.precision_aware",
+        group="optimizer",
+    ),
+    _o(
+        "exp_avg_dtype",
+        "fp32, bf16, fp16 or uint8 (precision-aware only).",
+        "fp32",
+        target="optimizer.exp_avg_dtype",
+        group="optimizer",
+    ),
+    _o(
+        "exp_avg_sq_dtype",
+        "fp32, bf16, fp16 or uint8 (precision-aware only).",
+        "fp32",
+        target="optimizer.exp_avg_sq_dtype",
+        group="optimizer",
+    ),
+    _o(
+        "store_param_remainders",
+        "Precision-aware: keep int16 remainders of the fp32 master weights.",
+        False,
+        bool,
+        target="optimizer.store_param_remainders",
+        group="optimizer",
+    ),
     # parallel sizes and ranks
     _o("tp", "Tensor-parallel size.", 1, int, target="parallel.tp", group="ranks"),
     _o("pp", "Pipeline-parallel size.", 1, int, target="parallel.pp", group="ranks"),
     _o("ep", "Expert-parallel size (MoE).", 1, int, target="parallel.ep", group="ranks"),
     _o("cp", "Context-parallel size.", 1, int, target="parallel.cp", group="ranks"),
-    _o("vpp", "Virtual pipeline stages per pipeline rank.", None, int, target="parallel.vpp",
-       group="ranks"),
-    _o("nproc_per_node", "Ranks on this node, started through torchrun's launcher inside one "
-       "node memory cgroup (NCCL on CUDA, gloo on CPU).", 1, int, group="ranks"),
-    _o("nnodes", "Nodes (torchrun agents); start one run per node.", 1, int, group="ranks",
-       verbs=frozenset({RUN})),
-    _o("rdzv_endpoint", "host:port of the c10d rendezvous (with --nnodes).", group="ranks",
-       verbs=frozenset({RUN})),
+    _o(
+        "vpp",
+        "Virtual pipeline stages per pipeline rank.",
+        None,
+        int,
+        target="parallel.vpp",
+        group="ranks",
+    ),
+    _o(
+        "nproc_per_node",
+        "Ranks on this node, started through torchrun's launcher inside one "
+        "node memory cgroup (NCCL on CUDA, gloo on CPU).",
+        1,
+        int,
+        group="ranks",
+    ),
+    _o(
+        "nnodes",
+        "Nodes (torchrun agents); start one run per node.",
+        1,
+        int,
+        group="ranks",
+        verbs=frozenset({RUN}),
+    ),
+    _o(
+        "rdzv_endpoint",
+        "host:port of the c10d rendezvous (with --nnodes).",
+        group="ranks",
+        verbs=frozenset({RUN}),
+    ),
     # budgets
-    _o("max_host_peak", "Budget: worst host peak over the pre-offload baseline, as a multiple "
-       "of the bytes moved (1.1x) or a size (6GiB).", unit="budget", group="budgets"),
-    _o("max_gpu_residual", "Budget: device bytes left after offload (a size, 0 for none).",
-       unit="budget", group="budgets"),
-    _o("min_offload_bandwidth", "Budget: steady offload rate in GB/s.", unit="budget",
-       group="budgets"),
+    _o(
+        "max_host_peak",
+        "Budget: worst host peak over the pre-offload baseline, as a multiple "
+        "of the bytes moved (1.1x) or a size (6GiB).",
+        unit="budget",
+        group="budgets",
+    ),
+    _o(
+        "max_gpu_residual",
+        "Budget: device bytes left after offload (a size, 0 for none).",
+        unit="budget",
+        group="budgets",
+    ),
+    _o(
+        "min_offload_bandwidth",
+        "Budget: steady offload rate in GB/s.",
+        unit="budget",
+        group="budgets",
+    ),
     # how the verb runs
-    _o("timeout", "Seconds each measured process may run.", None, float, group="output",
-       flag="--child-timeout"),
-    _o("force", "Run even when the estimated host memory exceeds what this process may use.",
-       False, bool, flag="--force", off_flag="--no-force", group="output",
-       verbs=frozenset({RUN, COMPARE})),
+    _o(
+        "timeout",
+        "Seconds each measured process may run.",
+        None,
+        float,
+        group="output",
+        flag="--child-timeout",
+    ),
+    _o(
+        "force",
+        "Run even when the estimated host memory exceeds what this process may use.",
+        False,
+        bool,
+        flag="--force",
+        off_flag="--no-force",
+        group="output",
+        verbs=frozenset({RUN, COMPARE}),
+    ),
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 BUDGET_NAMES = tuple(o.name for o in OPTIONS if o.unit == "budget")
-NOT_OPTIONS = frozenset({"model", "strategy", "optimizer_strategy", "optimizer", "parallel",
-                         "label"})  # fmt: skip
+NOT_OPTIONS = frozenset(
+    {"model", "strategy", "optimizer_strategy", "optimizer", "parallel", "label"}
+)
 """``RunConfig`` fields a verb sets itself (the strategy names, the row's label) or that
 group options (``model``, ``optimizer``, ``parallel``)."""
 
@@ -216,8 +387,9 @@ def build_config(
             run[head] = value if value is not None or head != "rollout_claim_bytes" else 0
     config_model = ModelConfig(**model)
     if merged.get("payload") is not None:
-        config_model = size_for_payload(config_model, parse_size(str(merged["payload"]),
-                                                                 what="--payload"))  # fmt: skip
+        config_model = size_for_payload(
+            config_model, parse_size(str(merged["payload"]), what="--payload")
+        )
     fields = dict(
         model=config_model,
         optimizer=OptimizerChoice(**optimizer),

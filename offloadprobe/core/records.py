@@ -20,6 +20,7 @@ several ranks: every rank's record and the node rows). 4 added: top-level ``kind
 ``budgets``; per run ``failure_record``, ``residency`` (the facts behind "not offloaded")
 and ``exit_code``. Keys are only ever added."""
 
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ResidencyFact:
     """What one cycle's offload left on the device and gave back, as measured: the facts

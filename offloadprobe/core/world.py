@@ -12,9 +12,14 @@ from offloadprobe.core.config import ModelConfig, ParallelConfig
 from offloadprobe.core.errors import UsageError
 
 LAUNCH_VARIABLES = (
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
     "MASTER_PORT",
-)  # fmt: skip
+)
 """What torchrun sets for every rank; ``GROUP_RANK`` (the node) groups ranks into nodes, so
 a launcher that does not set it (srun, mpirun) is refused rather than guessed at."""
 

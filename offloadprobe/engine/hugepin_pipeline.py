@@ -110,8 +110,13 @@ class Settings:
                 f"--strategy-option touch={touch!r}: choose one of {hostmem.TOUCH_METHODS}"
             )
         huge = options.get("huge_pages", "1") not in ("0", "false", "no")
-        return cls(threads=max(1, threads), chunk_bytes=chunk, huge_pages=huge, touch=touch,
-                   stages=options.get("stages") or None)  # fmt: skip
+        return cls(
+            threads=max(1, threads),
+            chunk_bytes=chunk,
+            huge_pages=huge,
+            touch=touch,
+            stages=options.get("stages") or None,
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -35,9 +35,7 @@ def driver_delta(strategy: Any, previous: PhaseRecord | None, rec: PhaseRecord) 
     return max(0, change if rec.phase in OFFLOADS else -change)
 
 
-def measured_transfer(
-    rec: PhaseRecord, grads: int, driver: int | None
-) -> tuple[PhaseRecord, int]:
+def measured_transfer(rec: PhaseRecord, grads: int, driver: int | None) -> tuple[PhaseRecord, int]:
     """``rec`` with its bytes moved and rate; ``grads`` is the ``grad_data`` bytes the
     phase freed (offloads) or restored (loads)."""
     device = rec.device_freed_bytes if rec.phase in OFFLOADS else rec.device_allocated_bytes

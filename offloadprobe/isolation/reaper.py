@@ -13,6 +13,7 @@ it starts in milliseconds and imports nothing of offloadprobe.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -52,10 +53,8 @@ def _wait_for_exit(pid: int, folder: str) -> bool:
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _kill_cgroup(path: str) -> None:
@@ -67,10 +66,8 @@ def _kill_cgroup(path: str) -> None:
         else:
             with open(os.path.join(path, "cgroup.procs")) as fh:
                 for pid in fh.read().split():
-                    try:
+                    with contextlib.suppress(ProcessLookupError, ValueError):
                         os.kill(int(pid), signal.SIGKILL)
-                    except (ProcessLookupError, ValueError):
-                        pass
     except OSError:
         return
     deadline = time.monotonic() + 5

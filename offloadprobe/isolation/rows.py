@@ -73,8 +73,11 @@ def failed_report(
         versions=environment.versions(),
         machine=environment.machine(),
         model=asdict(cfg.model),
-        settings={"strategy": cfg.strategy, "optimizer_strategy": cfg.optimizer_strategy,
-                  "cycles": cfg.cycles},  # fmt: skip
+        settings={
+            "strategy": cfg.strategy,
+            "optimizer_strategy": cfg.optimizer_strategy,
+            "cycles": cfg.cycles,
+        },
         runs=[row],
     )
 
@@ -108,9 +111,12 @@ def measure(
     from offloadprobe.isolation.node import node_group, run_id_for
 
     if launch is None and (nproc_per_node > 1 or nnodes > 1):
-        launch = LaunchSpec(nproc_per_node=nproc_per_node, nnodes=nnodes,
-                            rdzv_endpoint=rdzv_endpoint,
-                            run_id=run_id_for(rdzv_endpoint if nnodes > 1 else None))  # fmt: skip
+        launch = LaunchSpec(
+            nproc_per_node=nproc_per_node,
+            nnodes=nnodes,
+            rdzv_endpoint=rdzv_endpoint,
+            run_id=run_id_for(rdzv_endpoint if nnodes > 1 else None),
+        )
     made = None
     if launch is not None and cgroup is None:
         made, node_cgroup_missing = node_group(launch.run_id)
@@ -126,8 +132,14 @@ def measure(
         node_cgroup_missing=node_cgroup_missing,
         dynamo_disabled_by_user="TORCHDYNAMO_DISABLE" in os.environ and not set_here(),
     )
-    spec = WorkerSpec(job=job, env=dict(env or {}), timeout_s=timeout_s, cgroup=cgroup,
-                      on_phase=on_phase, on_started=on_started)  # fmt: skip
+    spec = WorkerSpec(
+        job=job,
+        env=dict(env or {}),
+        timeout_s=timeout_s,
+        cgroup=cgroup,
+        on_phase=on_phase,
+        on_started=on_started,
+    )
     try:
         outcome = run_worker(spec)
     finally:
@@ -157,5 +169,6 @@ def judge_outcome(
         verdict, breaches = judge(report.runs[0], list(budgets), failure=outcome.failure)
     report = replace(report, verdicts=[verdict])
     label = cfg.label or report.runs[0].label
-    return Row(label=label, config=cfg, outcome=outcome, report=report, verdict=verdict,
-               breaches=breaches)  # fmt: skip
+    return Row(
+        label=label, config=cfg, outcome=outcome, report=report, verdict=verdict, breaches=breaches
+    )

@@ -112,9 +112,12 @@ def _reaper(folder: Path, pgid: int, cgroup: Any) -> subprocess.Popen[bytes] | N
         args.append(str(cgroup.path))
     try:
         return subprocess.Popen(
-            args, start_new_session=True, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            args,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     except OSError:
         return None
 
@@ -141,9 +144,14 @@ def subprocess_spawner(job: Job, spec: WorkerSpec) -> tuple[int, str]:
     env = worker_environment(spec.env)
     with out_path.open("wb") as out, err_path.open("wb") as err:
         proc = subprocess.Popen(
-            cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            start_new_session=True, preexec_fn=_preexec(spec.cgroup),
-        )  # fmt: skip
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            preexec_fn=_preexec(spec.cgroup),
+        )
     signals.track(proc, spec.cgroup)
     reaper = _reaper(folder, proc.pid, spec.cgroup)
     keeper = spec.on_started(job) if spec.on_started is not None else None
@@ -238,11 +246,18 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
         except WorkerTimedOut as exc:
             where = last_started(job.phase_log(0))
             failure = Failure(
-                kind="timed out", message=str(exc), cycle=where[0] if where else None,
-                phase=where[1] if where else None, exit_code=124,
-            )  # fmt: skip
-            return WorkerOutcome(exit_code=124, result=None, failure=failure,
-                                 phases=recorded_phases(job.phase_log(0)))  # fmt: skip
+                kind="timed out",
+                message=str(exc),
+                cycle=where[0] if where else None,
+                phase=where[1] if where else None,
+                exit_code=124,
+            )
+            return WorkerOutcome(
+                exit_code=124,
+                result=None,
+                failure=failure,
+                phases=recorded_phases(job.phase_log(0)),
+            )
         result = WorkerResult.read(job.result_path(None))
         oom = (oom_before, spec.cgroup.oom_kills() if spec.cgroup is not None else None)
         failure = ended(
@@ -258,10 +273,14 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
             with contextlib.suppress(OSError, ValueError):
                 timeline = json.loads(job.timeline_path.read_text())
         return WorkerOutcome(
-            exit_code=code, result=result, failure=failure, output=output, timeline=timeline,
+            exit_code=code,
+            result=result,
+            failure=failure,
+            output=output,
+            timeline=timeline,
             pid=result.pid if result is not None else 0,
             phases=recorded_phases(job.phase_log(0)),
-        )  # fmt: skip
+        )
 
 
 def framed_output(outcome: WorkerOutcome, limit: int = OUTPUT_LINES) -> str:

@@ -97,8 +97,9 @@ class MemoryGroup:
             if value.strip().isdigit():
                 found[key] = int(value)
         if self.version == 1:
-            found.update({k.removeprefix("total_"): v for k, v in found.items()
-                          if k.startswith("total_")})  # fmt: skip
+            found.update(
+                {k.removeprefix("total_"): v for k, v in found.items() if k.startswith("total_")}
+            )
         return found
 
     def peak_counter(self) -> PeakCounter:

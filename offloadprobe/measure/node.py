@@ -56,9 +56,12 @@ def spread(values: Iterable[float | int | None]) -> Spread | None:
     if not present:
         return None
     return Spread(
-        min=min(present), mean=fmean(present), max=max(present), sum=sum(present),
+        min=min(present),
+        mean=fmean(present),
+        max=max(present),
+        sum=sum(present),
         ranks=len(present),
-    )  # fmt: skip
+    )
 
 
 def _minus(value: int | None, constant: int) -> int | None:

@@ -149,8 +149,10 @@ def cuda_sources(device: int = 0) -> list[CallSource]:
         stats = cuda.memory_stats_as_nested_dict(device)
         if not stats:
             return None
-        return (stats["allocated_bytes"]["all"]["current"],
-                stats["reserved_bytes"]["all"]["current"])  # fmt: skip
+        return (
+            stats["allocated_bytes"]["all"]["current"],
+            stats["reserved_bytes"]["all"]["current"],
+        )
 
     def pinned() -> Sequence[int] | None:
         if not cuda.is_initialized():
@@ -219,8 +221,16 @@ class Sidecar:
         fd, self.path = tempfile.mkstemp(prefix="offloadprobe-samples-", suffix=".bin")
         os.close(fd)
         script = str(Path(__file__).with_name("sidecar.py"))
-        args = [sys.executable, "-I", "-S", script, str(os.getpid()), self.path,
-                str(self.interval_ns), *([self.cgroup] if self.cgroup else [])]  # fmt: skip
+        args = [
+            sys.executable,
+            "-I",
+            "-S",
+            script,
+            str(os.getpid()),
+            self.path,
+            str(self.interval_ns),
+            *([self.cgroup] if self.cgroup else []),
+        ]
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
         # Wait for the first sample, so that the samples cover what follows and the
         # interpreter's start-up is over before the caller's first phase.
@@ -390,8 +400,9 @@ class Sampler:
         if self.sources:
             self.calibrate()
             self.tick(0)
-            self._thread = threading.Thread(target=self._loop, name="offloadprobe-sampler",
-                                            daemon=True)  # fmt: skip
+            self._thread = threading.Thread(
+                target=self._loop, name="offloadprobe-sampler", daemon=True
+            )
             self._thread.start()
         self._started = True
         return self

@@ -88,26 +88,43 @@ def estimate(
     copies = _strategy_peak(model, strategy, emulated=emulated, payload=payload)
     factor = STATE_COPY_X_EMULATED if emulated else 2.0
     state_copies = int(state * factor) if _moves_state(optimizer_strategy, optimizer) else 0
-    terms = [Term(label="process", formula="interpreter, torch, megatron-core",
-                  value=PROCESS_BYTES[device])]  # fmt: skip
+    terms = [
+        Term(
+            label="process",
+            formula="interpreter, torch, megatron-core",
+            value=PROCESS_BYTES[device],
+        )
+    ]
     if emulated:
         device_bytes = payload + grads + state
         train = int(TRAIN_TRANSIENT_X * payload)
         terms += [
-            Term(label="emulated device", value=device_bytes,
-                 formula="bf16 params + fp32 grads + optimizer state, in host memory"),
-            Term(label="train step", value=train,
-                 formula=f"{TRAIN_TRANSIENT_X} x payload of transients (measured)"),
-        ]  # fmt: skip
+            Term(
+                label="emulated device",
+                value=device_bytes,
+                formula="bf16 params + fp32 grads + optimizer state, in host memory",
+            ),
+            Term(
+                label="train step",
+                value=train,
+                formula=f"{TRAIN_TRANSIENT_X} x payload of transients (measured)",
+            ),
+        ]
         need = device_bytes + max(train, copies + state_copies)
     else:
         need = copies + state_copies
     terms += [
-        Term(label=f"{strategy} host copies", value=copies,
-             formula="projected host peak of the parameter strategy"),
-        Term(label=f"{optimizer_strategy} host copies", value=state_copies,
-             formula="optimizer state x1.5 (x2 on CUDA: pinned rounding)"),
-    ]  # fmt: skip
+        Term(
+            label=f"{strategy} host copies",
+            value=copies,
+            formula="projected host peak of the parameter strategy",
+        ),
+        Term(
+            label=f"{optimizer_strategy} host copies",
+            value=state_copies,
+            formula="optimizer state x1.5 (x2 on CUDA: pinned rounding)",
+        ),
+    ]
     total = PROCESS_BYTES[device] + need
     terms.append(Term(label="total", formula="sum, overlapping terms taken once", value=total))
     return Footprint(payload_bytes=payload, total_bytes=total, terms=tuple(terms))

@@ -124,13 +124,16 @@ def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
     except UsageError as exc:
         raise pytest.UsageError(f"{MARKER}: {exc}") from None
     label = f"{config.strategy} + {config.optimizer_strategy}"
-    row = measure(config, device=guess_device(config.device), budgets=budgets,
-                  timeout_s=options.get("timeout"))  # fmt: skip
+    row = measure(
+        config,
+        device=guess_device(config.device),
+        budgets=budgets,
+        timeout_s=options.get("timeout"),
+    )
     run = row.run if row.outcome.report is not None else None
     if run is None or row.verdict.ok:
         if not row.verdict.ok:
-            pytest.fail(f"{label}: {row.verdict.line()}\n{row.outcome.stderr_tail}",
-                        pytrace=False)  # fmt: skip
+            pytest.fail(f"{label}: {row.verdict.line()}\n{row.outcome.stderr_tail}", pytrace=False)
         return run, None
     table = _render(run, row.report.emulated)
     return run, OffloadBudgetFailure(run, f"{label}: {row.verdict.line()}", table)

@@ -86,7 +86,9 @@ def plan_markdown(plan: Any) -> str:
 def probe_plan_markdown(plan: Any) -> str:
     from offloadprobe.report.plan_table import PROBE_COLUMNS, probe_title
 
-    return "\n".join([f"**{probe_title(plan)}**", "", *table(PROBE_COLUMNS, plan.strategies)]) + "\n"
+    return (
+        "\n".join([f"**{probe_title(plan)}**", "", *table(PROBE_COLUMNS, plan.strategies)]) + "\n"
+    )
 
 
 def render(document: Any) -> str:

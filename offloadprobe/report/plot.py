@@ -107,8 +107,15 @@ def _panels(rows: Sequence[TraceRow], relative: bool, payload: int) -> list[_Pan
         names = tuple(n for n in names if any(r.timeline.get(n) for r in rows))
         if not names:
             continue
-        top = max((max(s.values) for r in rows for n in names
-                   if (s := r.timeline.get(n)) is not None and s.values), default=0)  # fmt: skip
+        top = max(
+            (
+                max(s.values)
+                for r in rows
+                for n in names
+                if (s := r.timeline.get(n)) is not None and s.values
+            ),
+            default=0,
+        )
         unit = GiB if top >= GiB else MiB
         if relative:
             names, heading = names[:1], COMPARE_HEADINGS[key]
@@ -198,16 +205,33 @@ def _draw(ax: Any, cell: _Cell, panel: _Panel, rows: Sequence[TraceRow], colours
             ax.step(xs, ys, where="post", alpha=0.3, **style)
             end = (span.end_ns - span.start_ns) / 1e6
             inside = [(x, y) for x, y in zip(xs, ys, strict=True) if x <= end]
-            ax.step([max(0.0, x) for x, _ in inside] + [end], [y for _, y in inside] +
-                    [inside[-1][1]], where="post", label=label, **style)  # fmt: skip
-        rec = next((p for p in (row.run.phases if row.run else [])
-                    if p.cycle == cell.cycle and p.phase == cell.phase), None)  # fmt: skip
+            ax.step(
+                [max(0.0, x) for x, _ in inside] + [end],
+                [y for _, y in inside] + [inside[-1][1]],
+                where="post",
+                label=label,
+                **style,
+            )
+        rec = next(
+            (
+                p
+                for p in (row.run.phases if row.run else [])
+                if p.cycle == cell.cycle and p.phase == cell.phase
+            ),
+            None,
+        )
         peak = _exact_peak(rec, panel.key) if rec else None
         if peak is None:
             continue
         exact = (peak - offset) / panel.unit
-        ax.hlines(exact, 0, (span.end_ns - span.start_ns) / 1e6, color=colour, lw=3.5,
-                  label=None if relative else "exact phase peak")  # fmt: skip
+        ax.hlines(
+            exact,
+            0,
+            (span.end_ns - span.start_ns) / 1e6,
+            color=colour,
+            lw=3.5,
+            label=None if relative else "exact phase peak",
+        )
         ax.axvline((span.end_ns - span.start_ns) / 1e6, color=colour, lw=0.8, ls=":")
         if relative and panel.key == "host":
             texts.append((f"{row.label} {exact:+.2f}x", colour))
@@ -224,16 +248,29 @@ def _hatch_gaps(ax: Any, row: TraceRow, panel: _Panel, span: Any, pad: int) -> N
     for gap in row.timeline.gaps:
         if gap.sampler != sampler or gap.end_ns <= lo or gap.start_ns >= hi:
             continue
-        ax.axvspan((max(gap.start_ns, lo) - span.start_ns) / 1e6,
-                   (min(gap.end_ns, hi) - span.start_ns) / 1e6,
-                   fc="none", ec="#999999", hatch="////", lw=0)  # fmt: skip
+        ax.axvspan(
+            (max(gap.start_ns, lo) - span.start_ns) / 1e6,
+            (min(gap.end_ns, hi) - span.start_ns) / 1e6,
+            fc="none",
+            ec="#999999",
+            hatch="////",
+            lw=0,
+        )
 
 
 def _print_peaks(ax: Any, texts: list) -> None:
     for k, (text, colour) in enumerate([("exact peak", "black"), *texts]):
-        ax.text(0.04, 0.96 - 0.09 * k, text, transform=ax.transAxes, color=colour,
-                fontsize=7.5, va="top", fontweight="bold",
-                bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})  # fmt: skip
+        ax.text(
+            0.04,
+            0.96 - 0.09 * k,
+            text,
+            transform=ax.transAxes,
+            color=colour,
+            fontsize=7.5,
+            va="top",
+            fontweight="bold",
+            bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1},
+        )
 
 
 def _cells(rows: Sequence[TraceRow]) -> list[_Cell]:
@@ -242,8 +279,15 @@ def _cells(rows: Sequence[TraceRow]) -> list[_Cell]:
     for cycle, phase in slots:
         spans = {i: r.timeline.span(cycle, phase) for i, r in enumerate(rows)}
         longest = max((s.end_ns - s.start_ns for s in spans.values() if s), default=1)
-        cells.append(_Cell(cycle=cycle, phase=phase, spans=spans, longest=longest,
-                           pad=max(longest // 4, 2_000_000)))  # fmt: skip
+        cells.append(
+            _Cell(
+                cycle=cycle,
+                phase=phase,
+                spans=spans,
+                longest=longest,
+                pad=max(longest // 4, 2_000_000),
+            )
+        )
     return cells
 
 
@@ -257,14 +301,21 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
     cells, panels = _cells(rows), _panels(rows, relative, payload)
     colours = plt.get_cmap("tab10").colors
     fig, axes = plt.subplots(
-        len(panels), len(cells), figsize=(max(12, 1.9 * len(cells)), 1.7 + 2.6 * len(panels)),
-        squeeze=False, gridspec_kw={"width_ratios": [0.7 if c.phase == "train" else 1.0
-                                                     for c in cells]},
-    )  # fmt: skip
+        len(panels),
+        len(cells),
+        figsize=(max(12, 1.9 * len(cells)), 1.7 + 2.6 * len(panels)),
+        squeeze=False,
+        gridspec_kw={"width_ratios": [0.7 if c.phase == "train" else 1.0 for c in cells]},
+    )
     for col, cell in enumerate(cells):
         for panel, ax in zip(panels, axes[:, col], strict=True):
-            ax.axvspan(0, cell.longest / 1e6, color=PHASE_COLOURS.get(cell.phase, "#eeeeee"),
-                       alpha=0.6, lw=0)  # fmt: skip
+            ax.axvspan(
+                0,
+                cell.longest / 1e6,
+                color=PHASE_COLOURS.get(cell.phase, "#eeeeee"),
+                alpha=0.6,
+                lw=0,
+            )
             texts = _draw(ax, cell, panel, rows, colours)
             if cell.phase != "train" and texts:
                 _print_peaks(ax, texts)
@@ -274,8 +325,11 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
         axes[0, col].set_title(f"cycle {cell.cycle} · {cell.phase}", fontsize=9)
         axes[-1, col].set_xlabel("ms from phase start", fontsize=7)
     for panel, ax in zip(panels, axes[:, 0], strict=True):
-        what = "x payload" if relative and panel.key == "host" else (
-            "GiB" if panel.unit == GiB else "MiB")  # fmt: skip
+        what = (
+            "x payload"
+            if relative and panel.key == "host"
+            else ("GiB" if panel.unit == GiB else "MiB")
+        )
         ax.set_ylabel(f"{panel.heading}\n({what})", fontsize=8)
     _share_y(axes, [c.phase != "train" for c in cells])
     handles, labels = [], []

@@ -61,13 +61,28 @@ def _phase_args(rec: PhaseRecord | None) -> dict[str, Any]:
 def _process_events(row: TraceRow) -> list[dict[str, Any]]:
     pid = row.pid
     events: list[dict[str, Any]] = [
-        {"name": "process_name", "ph": "M", "pid": pid, "tid": PHASE_THREAD,
-         "args": {"name": row.label}},
-        {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": PHASE_THREAD,
-         "args": {"sort_index": pid}},
-        {"name": "thread_name", "ph": "M", "pid": pid, "tid": PHASE_THREAD,
-         "args": {"name": "phases (exact readings in args)"}},
-    ]  # fmt: skip
+        {
+            "name": "process_name",
+            "ph": "M",
+            "pid": pid,
+            "tid": PHASE_THREAD,
+            "args": {"name": row.label},
+        },
+        {
+            "name": "process_sort_index",
+            "ph": "M",
+            "pid": pid,
+            "tid": PHASE_THREAD,
+            "args": {"sort_index": pid},
+        },
+        {
+            "name": "thread_name",
+            "ph": "M",
+            "pid": pid,
+            "tid": PHASE_THREAD,
+            "args": {"name": "phases (exact readings in args)"},
+        },
+    ]
     timeline = row.timeline
     if timeline is None:
         return events
@@ -75,23 +90,45 @@ def _process_events(row: TraceRow) -> list[dict[str, Any]]:
     for span in timeline.spans:
         args = _phase_args(records.get((span.cycle, span.phase)))
         args["cycle"] = span.cycle
-        events.append({
-            "name": span.phase, "cat": "phase", "ph": "X", "pid": pid, "tid": PHASE_THREAD,
-            "ts": _us(span.start_ns), "dur": _us(max(0, span.end_ns - span.start_ns)),
-            "args": args,
-        })  # fmt: skip
+        events.append(
+            {
+                "name": span.phase,
+                "cat": "phase",
+                "ph": "X",
+                "pid": pid,
+                "tid": PHASE_THREAD,
+                "ts": _us(span.start_ns),
+                "dur": _us(max(0, span.end_ns - span.start_ns)),
+                "args": args,
+            }
+        )
     for sampler, tid in GAP_THREADS.items():
         gaps = [g for g in timeline.gaps if g.sampler == sampler]
         if not gaps:
             continue
-        events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
-                       "args": {"name": f"no samples from the sampling {sampler}"}})  # fmt: skip
-        events += [{
-            "name": "no samples (every CPU busy)", "cat": "sampling", "ph": "X", "pid": pid,
-            # Whole microseconds: two gaps around one sample touch without overlapping.
-            "tid": tid, "ts": g.start_ns // 1000, "dur": g.end_ns // 1000 - g.start_ns // 1000,
-            "args": {"note": "counter values across this stretch were not read"},
-        } for g in gaps]  # fmt: skip
+        events.append(
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": pid,
+                "tid": tid,
+                "args": {"name": f"no samples from the sampling {sampler}"},
+            }
+        )
+        events += [
+            {
+                "name": "no samples (every CPU busy)",
+                "cat": "sampling",
+                "ph": "X",
+                "pid": pid,
+                # Whole microseconds: two gaps around one sample touch without overlapping.
+                "tid": tid,
+                "ts": g.start_ns // 1000,
+                "dur": g.end_ns // 1000 - g.start_ns // 1000,
+                "args": {"note": "counter values across this stretch were not read"},
+            }
+            for g in gaps
+        ]
     for series in timeline.series:
         name = f"{series.label} (sampled)"
         times, values = list(series.times_ns), list(series.values)
@@ -99,16 +136,21 @@ def _process_events(row: TraceRow) -> list[dict[str, Any]]:
             times.append(timeline.end_ns)
             values.append(values[-1])
         # Whole microseconds: ample for 1 kHz samples, and a third smaller a file.
-        events += [{"name": name, "ph": "C", "pid": pid, "ts": t // 1000, "args": {"bytes": v}}
-                   for t, v in zip(times, values, strict=True)]  # fmt: skip
+        events += [
+            {"name": name, "ph": "C", "pid": pid, "ts": t // 1000, "args": {"bytes": v}}
+            for t, v in zip(times, values, strict=True)
+        ]
     return events
 
 
 def trace_document(rows: list[TraceRow], *, context: dict[str, Any] | None = None) -> dict:
     """The whole trace: every row's process track, metadata in ``otherData``."""
     events = [e for row in rows for e in _process_events(row)]
-    notes = {row.label: [n for n in row.timeline.notes if n != SAMPLED_NOTE]
-             for row in rows if row.timeline is not None}  # fmt: skip
+    notes = {
+        row.label: [n for n in row.timeline.notes if n != SAMPLED_NOTE]
+        for row in rows
+        if row.timeline is not None
+    }
     missing = [row.label for row in rows if row.timeline is None]
     other: dict[str, Any] = {"offloadprobe": SAMPLED_NOTE, "sampler notes": notes}
     if missing:

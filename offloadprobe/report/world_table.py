@@ -54,9 +54,14 @@ def _rank_row(run: RunRecord, section: int) -> _Row:
     if s is None:
         return _Row(f"{who}: no summary", None, None, None, None, None, section)
     return _Row(
-        who, s.host_peak_bytes, s.steady_host_bytes, s.gpu_left_after_offload_bytes,
-        s.offload_gbps, s.load_gbps, section,
-    )  # fmt: skip
+        who,
+        s.host_peak_bytes,
+        s.steady_host_bytes,
+        s.gpu_left_after_offload_bytes,
+        s.offload_gbps,
+        s.load_gbps,
+        section,
+    )
 
 
 def _stat(node: NodeRecord, name: str, stat: str) -> float | None:

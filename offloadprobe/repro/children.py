@@ -29,8 +29,14 @@ def base_config(
     from offloadprobe.core.options import build_config
 
     base = build_config(dict(options or {}))
-    return replace(base, model=model, device=device, cycles=cycles, train_steps=train_steps,
-                   reference_check=False)  # fmt: skip
+    return replace(
+        base,
+        model=model,
+        device=device,
+        cycles=cycles,
+        train_steps=train_steps,
+        reference_check=False,
+    )
 
 
 class GateKeeper(threading.Thread):

@@ -1,7 +1,8 @@
 """Host-limit reproduction: each model strategy in a fresh child under a real memory cgroup.
 
-The child (a worker whose job has ``gate`` set) runs in a cgroup created for it, with no limit while it imports, builds and trains. At the
-start of its first offload it stops; the parent reads the group's usage then (the
+The child (a worker whose job has ``gate`` set) runs in a cgroup created for it, with no
+limit while it imports, builds and trains. At the start of its first offload it stops;
+the parent reads the group's usage then (the
 child's whole pre-offload footprint: interpreter, torch, megatron, model, emulated
 device buffers) and sets::
 
@@ -74,8 +75,7 @@ def _child(job: HostJob, **extra: object) -> Child:
     launch = None
     if job.ranks > 1:
         launch = LaunchSpec(nproc_per_node=job.ranks, run_id=run_id_for(None))
-    return run_child(config, device=job.device, timeout_s=job.timeout_s, launch=launch,
-                     **extra)  # type: ignore[arg-type]
+    return run_child(config, device=job.device, timeout_s=job.timeout_s, launch=launch, **extra)  # type: ignore[arg-type]
 
 
 class _LimitWindow:

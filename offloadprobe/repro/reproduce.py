@@ -37,9 +37,8 @@ def selected(s: Scenario, only: Sequence[str]) -> list[Expectation]:
             + ", ".join(e.strategy for e in s.expect)
         )
     return [
-        e for e in s.expect
-        if not only or e.strategy in only or f"{e.kind}.{e.strategy}" in only
-    ]  # fmt: skip
+        e for e in s.expect if not only or e.strategy in only or f"{e.kind}.{e.strategy}" in only
+    ]
 
 
 def reproduce(
@@ -87,8 +86,9 @@ def reproduce(
                         value=ranks * scaling.limit,
                     ),
                 )
-            config = base_config(model, device=resolved, cycles=cycles, train_steps=train_steps,
-                                 options=options)  # fmt: skip
+            config = base_config(
+                model, device=resolved, cycles=cycles, train_steps=train_steps, options=options
+            )
             for e in params:
                 if on_start is not None:
                     on_start(e.strategy)
@@ -106,8 +106,13 @@ def reproduce(
             gscaling = gpu_scaling(s, model)
             scale = scale or gscaling.scale.describe()
             config = replace(
-                base_config(model, device=resolved, cycles=cycles,
-                            train_steps=max(1, train_steps), options=options),  # fmt: skip
+                base_config(
+                    model,
+                    device=resolved,
+                    cycles=cycles,
+                    train_steps=max(1, train_steps),
+                    options=options,
+                ),
                 optimizer=optimizer_choice(s),
             )
             if on_start is not None:

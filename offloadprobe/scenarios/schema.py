@@ -212,10 +212,13 @@ class Scenario:
 
     def expected(self, strategy: str, kind: str | None = None) -> Outcome | None:
         return next(
-            (e.outcome for e in self.expect
-             if e.strategy == strategy and (kind is None or e.kind == kind)),
+            (
+                e.outcome
+                for e in self.expect
+                if e.strategy == strategy and (kind is None or e.kind == kind)
+            ),
             None,
-        )  # fmt: skip
+        )
 
 
 # ---------------------------------------------------------------- loading
@@ -398,8 +401,9 @@ class _Reader:
             items = []
             for k, v in raw.items():
                 if k in PARTS and isinstance(v, Mapping):  # [expect.params] mcore = "ok"
-                    items += [(f"expect.{k}.{n}",) * 2 + (f"{k}.{n}", o, None)
-                              for n, o in v.items()]  # fmt: skip
+                    items += [
+                        (f"expect.{k}.{n}",) * 2 + (f"{k}.{n}", o, None) for n, o in v.items()
+                    ]
                 else:
                     items.append((f"expect.{k}", f"expect.{k}", k, v, None))
         elif isinstance(raw, list) and all(isinstance(e, Mapping) for e in raw):

@@ -19,8 +19,16 @@ STRATEGIES = ("mcore", "pipelined", *(("tms",) if HAS_TMS else ()))
 def runs(tmp_path_factory):
     from tests.conftest import run_each
 
-    found = run_each(tmp_path_factory.mktemp("field"), STRATEGIES, "--device", "cuda",
-                     "--cycles", "3", "--no-reference-check", *MODEL)  # fmt: skip
+    found = run_each(
+        tmp_path_factory.mktemp("field"),
+        STRATEGIES,
+        "--device",
+        "cuda",
+        "--cycles",
+        "3",
+        "--no-reference-check",
+        *MODEL,
+    )
     return {spec: doc["runs"][0] for spec, (doc, _) in found.items()}
 
 

@@ -113,8 +113,8 @@ def test_chunks_are_registered_and_copied_in_process(ephemeral):
     import torch
 
     from offloadprobe.engine import hostmem
-    from offloadprobe.engine.runtime import Runtime
     from offloadprobe.engine.hugepin_pipeline import HugePinStrategy, Settings
+    from offloadprobe.engine.runtime import Runtime
 
     numel = 3 * 2**25 + 5  # 192 MiB of bf16 and a short last chunk
     param = torch.randn(numel, device="cuda").to(torch.bfloat16)

@@ -23,8 +23,19 @@ def _margin(nbytes: float) -> float:
 
 def test_two_nccl_ranks_measure_themselves_and_the_node(cli, tmp_path):
     out = tmp_path / "ranks.json"
-    proc = cli("run", "--device", "cuda", "--nproc-per-node", "2", "--strategy", "naive",
-               "--no-progress", *MODEL, "--json", str(out))  # fmt: skip
+    proc = cli(
+        "run",
+        "--device",
+        "cuda",
+        "--nproc-per-node",
+        "2",
+        "--strategy",
+        "naive",
+        "--no-progress",
+        *MODEL,
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     world = report_from_dict(json.loads(out.read_text())).runs[0].world
     assert [r.place.local_rank for r in world.ranks] == [0, 1]
@@ -38,11 +49,33 @@ def test_two_nccl_ranks_measure_themselves_and_the_node(cli, tmp_path):
 
 def test_moe_expert_parallel_on_two_gpus(cli, tmp_path):
     out = tmp_path / "moe.json"
-    proc = cli("run", "--device", "cuda", "--nproc-per-node", "2", "--ep", "2",
-               "--num-experts", "4", "--strategy", "registered", "--optimizer-strategy",
-               "complete", "--precision-aware", "--no-progress", "--layers", "2",
-               "--payload", "256MiB", "--seq-length", "64", "--cycles", "2",
-               "--json", str(out))  # fmt: skip
+    proc = cli(
+        "run",
+        "--device",
+        "cuda",
+        "--nproc-per-node",
+        "2",
+        "--ep",
+        "2",
+        "--num-experts",
+        "4",
+        "--strategy",
+        "registered",
+        "--optimizer-strategy",
+        "complete",
+        "--precision-aware",
+        "--no-progress",
+        "--layers",
+        "2",
+        "--payload",
+        "256MiB",
+        "--seq-length",
+        "64",
+        "--cycles",
+        "2",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     world = report_from_dict(json.loads(out.read_text())).runs[0].world
     assert world.layout["ep"] == 2

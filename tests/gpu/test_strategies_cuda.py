@@ -16,8 +16,9 @@ STRATEGIES = ("naive", "lazy", "registered", "pageable")
 def runs(tmp_path_factory):
     from tests.conftest import run_each
 
-    found = run_each(tmp_path_factory.mktemp("cuda"), STRATEGIES, "--device", "cuda",
-                     "--cycles", "3", *MODEL)  # fmt: skip
+    found = run_each(
+        tmp_path_factory.mktemp("cuda"), STRATEGIES, "--device", "cuda", "--cycles", "3", *MODEL
+    )
     return {spec: doc["runs"][0] for spec, (doc, _) in found.items()}
 
 

@@ -254,8 +254,9 @@ class KeepsAStagingBuffer(Pageable):
         for buf in _buffers(models):
             flat = buf.param_data.detach().view(-1)
             if self.staging is None:
-                self.staging = torch.empty(max(flat.numel() // 8, 1), dtype=flat.dtype,
-                                           device=flat.device)  # fmt: skip
+                self.staging = torch.empty(
+                    max(flat.numel() // 8, 1), dtype=flat.dtype, device=flat.device
+                )
             host = self._host(buf).view(-1)
             n = self.staging.numel()
             for start in range(0, flat.numel(), n):
@@ -314,5 +315,10 @@ class PaysWithOptimizerState(KeepsADeviceCopy):
 def _adam_states():
     import gc
 
-    return [s for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer)
-            for s in o.state.values() if "exp_avg" in s]  # fmt: skip
+    return [
+        s
+        for o in gc.get_objects()
+        if isinstance(o, torch.optim.Optimizer)
+        for s in o.state.values()
+        if "exp_avg" in s
+    ]

@@ -55,9 +55,13 @@ def _within(value: float, true: float, margin: float = 0.10) -> bool:
 
 @pytest.mark.parametrize(
     ("spec", "peak"),
-    [("Pageable", 1.0), ("TransientAfterFree", 2.0), ("TransientAtLoadStart", 2.0),
-     ("CpuFreePin", 3.0)],
-)  # fmt: skip
+    [
+        ("Pageable", 1.0),
+        ("TransientAfterFree", 2.0),
+        ("TransientAtLoadStart", 2.0),
+        ("CpuFreePin", 3.0),
+    ],
+)
 def test_host_peak_counts_every_host_byte_whenever_it_is_allocated(runs, capsys, spec, peak):
     code, report, err = runs("--strategy", ADV + spec, capsys=capsys)
     assert code == 0, err
@@ -77,8 +81,13 @@ def test_offload_bytes_are_the_device_bytes_really_freed(runs, capsys):
 
 def test_optimizer_state_in_plain_host_tensors_counts_as_host_and_as_moved(runs, capsys):
     # the pageable model copy (1x) + fp32 exp_avg and exp_avg_sq of bf16 params (2x each)
-    code, report, err = runs("--strategy", ADV + "Pageable", "--optimizer-strategy",
-                             ADV + "StateToEmptyHost", capsys=capsys)  # fmt: skip
+    code, report, err = runs(
+        "--strategy",
+        ADV + "Pageable",
+        "--optimizer-strategy",
+        ADV + "StateToEmptyHost",
+        capsys=capsys,
+    )
     assert code == 0, err
     s = _summary(report)
     payload = report["payload_bytes"]
@@ -92,8 +101,13 @@ def test_optimizer_state_in_plain_host_tensors_counts_as_host_and_as_moved(runs,
 
 
 def test_state_copied_but_kept_on_the_device_is_not_called_moved(runs, capsys):
-    code, report, err = runs("--strategy", ADV + "Pageable", "--optimizer-strategy",
-                             ADV + "StateCopiedButKept", capsys=capsys)  # fmt: skip
+    code, report, err = runs(
+        "--strategy",
+        ADV + "Pageable",
+        "--optimizer-strategy",
+        ADV + "StateCopiedButKept",
+        capsys=capsys,
+    )
     assert code == 1
     assert "not offloaded: optimizer state" in err and "none of it left the device" in err
     s = _summary(report)
@@ -130,8 +144,9 @@ def test_two_words_swapped_65521_apart_fail_without_the_reference_run(runs, caps
 
 
 def test_optimizer_exp_avg_zeroed_fails_without_the_reference_run(runs, capsys):
-    code, _, err = runs("--strategy", ADV + "Pageable", "--optimizer-strategy",
-                        ADV + "ZeroesExpAvg", capsys=capsys)  # fmt: skip
+    code, _, err = runs(
+        "--strategy", ADV + "Pageable", "--optimizer-strategy", ADV + "ZeroesExpAvg", capsys=capsys
+    )
     assert code == 1
     assert "optimizer exp_avg differs from before offload" in err
 

@@ -27,13 +27,28 @@ def compared(compare_dir):
 
     out = compare_dir
     result = invoke_cli(
-        "compare", "naive", KILLED, "--device", "cpu", "--cycles", "2", "--train-steps", "0",
-        "--no-reference-check", *MODEL, "--json", str(out / "c.json"),
-        "--markdown", str(out / "c.md"), "--max-host-peak", "1.5x",
-        "--trace", str(out / "t.json"),
+        "compare",
+        "naive",
+        KILLED,
+        "--device",
+        "cpu",
+        "--cycles",
+        "2",
+        "--train-steps",
+        "0",
+        "--no-reference-check",
+        *MODEL,
+        "--json",
+        str(out / "c.json"),
+        "--markdown",
+        str(out / "c.md"),
+        "--max-host-peak",
+        "1.5x",
+        "--trace",
+        str(out / "t.json"),
         env={"PYTHONPATH": str(ROOT)},  # the children import tests.integration
         isolated=True,
-    )  # fmt: skip
+    )
     return result, json.loads((out / "c.json").read_text()), (out / "c.md").read_text()
 
 
@@ -43,13 +58,20 @@ def test_trace_has_one_process_per_row(compared, compare_dir):
     _, doc, _ = compared
     trace = json.loads((compare_dir / "t.json").read_text())
     assert validate(trace) == []
-    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "process_name"}  # fmt: skip
+    names = {
+        e["pid"]: e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
     assert names == {i: r["label"] for i, r in enumerate(doc["runs"])}
-    slices = [(e["args"]["cycle"], e["name"]) for e in trace["traceEvents"]
-              if e["ph"] == "X" and e["pid"] == 0 and e["cat"] == "phase"]  # fmt: skip
-    assert slices == [(c["cycle"], p["phase"]) for c in doc["runs"][0]["cycles"]
-                      for p in c["phases"]]  # fmt: skip
+    slices = [
+        (e["args"]["cycle"], e["name"])
+        for e in trace["traceEvents"]
+        if e["ph"] == "X" and e["pid"] == 0 and e["cat"] == "phase"
+    ]
+    assert slices == [
+        (c["cycle"], p["phase"]) for c in doc["runs"][0]["cycles"] for p in c["phases"]
+    ]
     # The killed child left no timeline: its track is named and the trace says why it is empty.
     assert not [e for e in trace["traceEvents"] if e["pid"] == 1 and e["ph"] != "M"]
     assert trace["otherData"]["no timeline"] == [doc["runs"][1]["label"]]

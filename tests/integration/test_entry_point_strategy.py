@@ -96,8 +96,22 @@ def test_plugin_in_all_four_verbs(plugin, tmp_path, monkeypatch):
 
     # run, in this process
     out = tmp_path / "run.json"
-    code = _main(["run", "--strategy", "swap", "--device", "cpu", "--cycles", "1", *TINY,
-                  "--no-progress", "--no-reference-check", "--json", str(out)])  # fmt: skip
+    code = _main(
+        [
+            "run",
+            "--strategy",
+            "swap",
+            "--device",
+            "cpu",
+            "--cycles",
+            "1",
+            *TINY,
+            "--no-progress",
+            "--no-reference-check",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0
     run = json.loads(out.read_text())["runs"][0]
     assert run["strategy"] == "swap" and run["summary"]["integrity_ok"]
@@ -105,8 +119,20 @@ def test_plugin_in_all_four_verbs(plugin, tmp_path, monkeypatch):
 
     # compare: the child process finds the entry point too
     out = tmp_path / "compare.json"
-    code = _main(["compare", "swap", "--device", "cpu", "--cycles", "1", *TINY,
-                  "--no-reference-check", "--json", str(out)])  # fmt: skip
+    code = _main(
+        [
+            "compare",
+            "swap",
+            "--device",
+            "cpu",
+            "--cycles",
+            "1",
+            *TINY,
+            "--no-reference-check",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0
     assert [r["verdict"] for r in json.loads(out.read_text())["runs"]] == ["ok"]
 
@@ -120,8 +146,19 @@ def test_plugin_in_all_four_verbs(plugin, tmp_path, monkeypatch):
     scenario = tmp_path / "swap.toml"
     scenario.write_text(text[:start] + '[expect]\nswap = "ok"\n\n' + text[end:])
     out = tmp_path / "repro.json"
-    code = _main(["repro", str(scenario), "--device", "cpu", "--no-cgroup", "--cycles", "1",
-                  "--json", str(out)])  # fmt: skip
+    code = _main(
+        [
+            "repro",
+            str(scenario),
+            "--device",
+            "cpu",
+            "--no-cgroup",
+            "--cycles",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0, (tmp_path / "repro.json").read_text() if out.exists() else ""
     outcomes = json.loads(out.read_text())["outcomes"]
     assert [(o["strategy"], o["observed"]) for o in outcomes] == [("swap", "ok")]

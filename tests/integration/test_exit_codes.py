@@ -34,7 +34,7 @@ USER = "tests.integration.user_strategies:"
         (USER + "RaisesInLoad", None, 1, "crashed", "RuntimeError: load lost its host copy"),
         (USER + "OutOfMemoryInOffload", None, 1, "out of memory", "Tried to allocate 2.00 GiB"),
     ],
-)  # fmt: skip
+)
 def test_run_exit_code_and_verdict(invoke, tmp_path, strategy, budget, code, kind, words):
     out = tmp_path / "r.json"
     args = ["run", "--strategy", strategy, *TINY, "--no-progress", "--json", str(out)]
@@ -56,9 +56,19 @@ def test_run_exit_code_and_verdict(invoke, tmp_path, strategy, budget, code, kin
 
 def test_judged_rollout_oom_is_a_verdict(invoke, tmp_path):
     out = tmp_path / "rollout.json"
-    rc, _, stderr = invoke("run", "--strategy", "none", *TINY, "--no-progress",
-                           "--rollout-claim", "1GiB", "--gpu-limit", "1GiB",
-                           "--json", str(out))  # fmt: skip
+    rc, _, stderr = invoke(
+        "run",
+        "--strategy",
+        "none",
+        *TINY,
+        "--no-progress",
+        "--rollout-claim",
+        "1GiB",
+        "--gpu-limit",
+        "1GiB",
+        "--json",
+        str(out),
+    )
     outcome = json.loads(out.read_text())["runs"][0]["outcome"]
     assert rc == 1, stderr
     assert (outcome["kind"], outcome["phase"]) == ("out of memory", "rollout")
@@ -92,9 +102,17 @@ def test_force_runs_anyway(invoke, monkeypatch, fake_runner):
 
 
 def _report(record) -> dict:
-    report = Report(device="cpu", emulated=True, emulation_note="CPU emulation",
-                    payload_bytes=record.payload_bytes, versions={"torch": "x"}, machine={},
-                    model={}, settings={"strategy": record.strategy}, runs=[record])  # fmt: skip
+    report = Report(
+        device="cpu",
+        emulated=True,
+        emulation_note="CPU emulation",
+        payload_bytes=record.payload_bytes,
+        versions={"torch": "x"},
+        machine={},
+        model={},
+        settings={"strategy": record.strategy},
+        runs=[record],
+    )
     return report.to_dict()
 
 
@@ -123,8 +141,13 @@ def _ok(strategy: str, **changes):
 
 COMPARE = ["compare", "--device", "cpu", "--payload", "16MiB", "--force"]
 STUCK = ResidencyFact(
-    cycle=0, param_bytes_to_move=2**30, param_bytes_left=2**30, param_offload_gave_bytes=0,
-    built_on_device_bytes=0, moves_optimizer=False, optimizer_state_bytes=0,
+    cycle=0,
+    param_bytes_to_move=2**30,
+    param_bytes_left=2**30,
+    param_offload_gave_bytes=0,
+    built_on_device_bytes=0,
+    moves_optimizer=False,
+    optimizer_state_bytes=0,
     optimizer_moved_bytes=0,
 )
 
@@ -132,8 +155,7 @@ STUCK = ResidencyFact(
 def test_compare_every_child_killed_exits_1_with_stable_json(invoke, monkeypatch, tmp_path):
     _children(monkeypatch, {s: _killed(s) for s in ("naive", "lazy")})
     out = tmp_path / "c.json"
-    rc, _, stderr = invoke(*COMPARE, "naive", "lazy", "--max-host-peak", "1.7x",
-                           "--json", str(out))  # fmt: skip
+    rc, _, stderr = invoke(*COMPARE, "naive", "lazy", "--max-host-peak", "1.7x", "--json", str(out))
     assert rc == 1
     assert "2 of 2 rows failed: naive + none (killed), lazy + none (killed)" in stderr
     doc = json.loads(out.read_text())
@@ -149,10 +171,18 @@ def test_compare_every_child_killed_exits_1_with_stable_json(invoke, monkeypatch
         ({}, "ok", "ok"),
         ({"integrity": ["cycle 0, buffer 0: param_data differs"]}, "corrupted", "differs"),
         ({"residency": [STUCK]}, "not offloaded", "still on device"),
-        ({"summary": None, "failure": Failure(kind="out of memory", message="CUDA out of "
-          "memory", cycle=1, phase="load")}, "out of memory", "cycle 1, phase load"),
+        (
+            {
+                "summary": None,
+                "failure": Failure(
+                    kind="out of memory", message="CUDA out of memory", cycle=1, phase="load"
+                ),
+            },
+            "out of memory",
+            "cycle 1, phase load",
+        ),
     ],
-)  # fmt: skip
+)
 def test_compare_row_verdicts(invoke, monkeypatch, tmp_path, changes, kind, words):
     _children(monkeypatch, {"lazy": _ok("lazy"), "registered": _ok("registered", **changes)})
     md = tmp_path / "c.md"
@@ -172,8 +202,9 @@ def test_compare_over_budget_names_the_row(invoke, monkeypatch, tmp_path):
 
     _children(monkeypatch, {"naive": over, "lazy": _ok("lazy")})
     md = tmp_path / "c.md"
-    rc, _, stderr = invoke(*COMPARE, "naive", "lazy", "--max-host-peak", "1.7x",
-                           "--markdown", str(md))  # fmt: skip
+    rc, _, stderr = invoke(
+        *COMPARE, "naive", "lazy", "--max-host-peak", "1.7x", "--markdown", str(md)
+    )
     assert rc == 1
     assert "budget exceeded: naive + none: --max-host-peak: host peak 4.20x > 1.70x" in stderr
     assert "| over budget: host peak 4.20x > 1.70x |" in md.read_text()
@@ -213,7 +244,7 @@ def test_dot_instead_of_colon_gets_a_hint(invoke):
 @pytest.mark.parametrize(
     ("observed", "code"),
     [(("oom", "ok"), 0), (("ok", "ok"), 1), (("oom", "error"), 1), (("error", "ok"), 1)],
-)  # fmt: skip
+)
 def test_repro_exit_code(invoke, monkeypatch, observed, code):
     from offloadprobe.repro import reproduce as repro_module
     from offloadprobe.repro.records import Repro, ReproOutcome
@@ -223,8 +254,15 @@ def test_repro_exit_code(invoke, monkeypatch, observed, code):
         ReproOutcome(strategy=s, kind="params", expected=e, observed=o, detail=o, method="fake")
         for s, e, o in zip(("naive", "lazy"), ("oom", "ok"), observed, strict=True)
     ]
-    fake = Repro(scenario="ci-small", path="ci-small.toml", device="cpu", emulated=True,
-                 model={}, scale="1", outcomes=outcomes)  # fmt: skip
+    fake = Repro(
+        scenario="ci-small",
+        path="ci-small.toml",
+        device="cpu",
+        emulated=True,
+        model={},
+        scale="1",
+        outcomes=outcomes,
+    )
     monkeypatch.setattr(repro_module, "reproduce", lambda *a, **k: fake)
     rc, _, stderr = invoke("repro", str(ROOT / "scenarios/ci-small.toml"), "--device", "cpu")
     assert rc == code, stderr
@@ -237,16 +275,27 @@ def test_repro_exit_code(invoke, monkeypatch, observed, code):
     ("outcome", "words"),
     [
         (_killed("lazy"), "lazy + none: killed: SIGKILL"),
-        (_ok("lazy", residency=[STUCK]),
-         "lazy + none: not offloaded: param_data 1.00 GiB still on device"),
+        (
+            _ok("lazy", residency=[STUCK]),
+            "lazy + none: not offloaded: param_data 1.00 GiB still on device",
+        ),
         (_ok("lazy", integrity=["param_data differs"]), "lazy + none: corrupted: param_data"),
-        (_ok("lazy", summary=None, failure=Failure(kind="crashed", message="RuntimeError: boom",
-                                                   cycle=0, phase="load")),
-         "lazy + none: crashed: RuntimeError: boom (cycle 0, phase load)"),
-        (_ok("lazy", summary=fake_run(peak_x=3.0).summary),
-         "lazy + none: over budget: host peak 3.00x > 1.10x"),
+        (
+            _ok(
+                "lazy",
+                summary=None,
+                failure=Failure(
+                    kind="crashed", message="RuntimeError: boom", cycle=0, phase="load"
+                ),
+            ),
+            "lazy + none: crashed: RuntimeError: boom (cycle 0, phase load)",
+        ),
+        (
+            _ok("lazy", summary=fake_run(peak_x=3.0).summary),
+            "lazy + none: over budget: host peak 3.00x > 1.10x",
+        ),
     ],
-)  # fmt: skip
+)
 def test_plugin_fails_on_every_verdict_but_ok(monkeypatch, outcome, words):
     from offloadprobe.pytest_plugin.plugin import probe
 

@@ -9,12 +9,40 @@ import json
 
 import pytest
 
-TINY = ["--layers", "1", "--hidden", "256", "--vocab", "1024", "--seq-length", "32",
-        "--micro-batch", "1", "--cycles", "2", "--no-progress", "--device", "cpu"]  # fmt: skip
+TINY = [
+    "--layers",
+    "1",
+    "--hidden",
+    "256",
+    "--vocab",
+    "1024",
+    "--seq-length",
+    "32",
+    "--micro-batch",
+    "1",
+    "--cycles",
+    "2",
+    "--no-progress",
+    "--device",
+    "cpu",
+]
 
 
-MAGNITUDE = ["--layers", "1", "--payload", "16MiB", "--seq-length", "32", "--micro-batch", "1",
-             "--cycles", "2", "--no-progress", "--device", "cpu"]  # fmt: skip
+MAGNITUDE = [
+    "--layers",
+    "1",
+    "--payload",
+    "16MiB",
+    "--seq-length",
+    "32",
+    "--micro-batch",
+    "1",
+    "--cycles",
+    "2",
+    "--no-progress",
+    "--device",
+    "cpu",
+]
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +50,16 @@ def classic(tmp_path_factory):
     from tests.conftest import invoke_cli
 
     out = tmp_path_factory.mktemp("mcore") / "run.json"
-    result = invoke_cli("run", "--strategy", "mcore", "--optimizer-strategy", "mcore",
-                        "--json", str(out), *MAGNITUDE)  # fmt: skip
+    result = invoke_cli(
+        "run",
+        "--strategy",
+        "mcore",
+        "--optimizer-strategy",
+        "mcore",
+        "--json",
+        str(out),
+        *MAGNITUDE,
+    )
     assert result.exit_code == 0, result.stderr + result.stdout
     return json.loads(out.read_text())["runs"][0], result.stdout
 
@@ -48,7 +84,15 @@ def test_host_holds_parameters_and_optimizer_state(classic):
 def test_precision_aware_after_freed_params_fails_as_on_the_gpu(invoke):
     # megatron's optimizer offload reads the inner params, views into param_data, which
     # the mcore model strategy freed first: CUDA says "invalid argument" (H200, 0.19.2)
-    result = invoke("run", "--strategy", "mcore", "--optimizer-strategy", "mcore",
-                    "--precision-aware", "--no-reference-check", *TINY)  # fmt: skip
+    result = invoke(
+        "run",
+        "--strategy",
+        "mcore",
+        "--optimizer-strategy",
+        "mcore",
+        "--precision-aware",
+        "--no-reference-check",
+        *TINY,
+    )
     assert result.exit_code == 1
     assert "invalid argument" in result.stderr

@@ -27,10 +27,21 @@ def test_node_level_repro_kills_naive_and_keeps_lazy(tmp_path):
 
     out = tmp_path / "repro.json"
     result = invoke_cli(
-        "repro", str(ROOT / "scenarios/ci-node.toml"), "--device", "cpu", "--only", "naive",
-        "--only", "lazy", "--cycles", "2", "--json", str(out), env={"PYTHONPATH": str(ROOT)},
+        "repro",
+        str(ROOT / "scenarios/ci-node.toml"),
+        "--device",
+        "cpu",
+        "--only",
+        "naive",
+        "--only",
+        "lazy",
+        "--cycles",
+        "2",
+        "--json",
+        str(out),
+        env={"PYTHONPATH": str(ROOT)},
         isolated=True,
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.stdout[-3000:] + result.stderr[-2000:]
     doc = json.loads(out.read_text())
     observed = {o["strategy"]: o for o in doc["outcomes"]}

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.processes(1)  # one fresh run
 def run_doc(invoke, tmp_path):
     def go(*args: str) -> tuple[int, dict, str]:
         out = tmp_path / f"r{len(list(tmp_path.iterdir()))}.json"
-        rc, stdout, stderr = invoke("run", *TINY, "--cycles", "2", "--no-progress",
-                                    "--json", str(out), *args)  # fmt: skip
+        rc, stdout, stderr = invoke(
+            "run", *TINY, "--cycles", "2", "--no-progress", "--json", str(out), *args
+        )
         assert rc in (0, 1), stderr
         return rc, json.loads(out.read_text())["runs"][0], stdout
 
@@ -31,8 +32,9 @@ def _phases(run: dict, cycle: int) -> list[str]:
 def test_verl_order_by_default_and_reversed_on_request(run_doc):
     _, run, _ = run_doc("--strategy", "lazy", "--optimizer-strategy", "complete")
     assert _phases(run, 1) == ["train", "offload", "offload optimizer", "load", "load optimizer"]
-    _, run, _ = run_doc("--strategy", "lazy", "--optimizer-strategy", "complete",
-                        "--optimizer-first")  # fmt: skip
+    _, run, _ = run_doc(
+        "--strategy", "lazy", "--optimizer-strategy", "complete", "--optimizer-first"
+    )
     assert _phases(run, 1) == ["train", "offload optimizer", "offload", "load optimizer", "load"]
 
 
@@ -44,9 +46,22 @@ def test_each_part_over_its_own_bytes_and_both_strategies_named(tmp_path):
     from tests.conftest import run_cli
 
     out = tmp_path / "r.json"
-    proc = run_cli("run", *TINY, "--cycles", "2", "--no-progress", "--json", str(out),
-                   "--strategy", "lazy", "--optimizer-strategy", "legacy", "--precision-aware",
-                   "--max-host-peak", "1.3x")  # fmt: skip
+    proc = run_cli(
+        "run",
+        *TINY,
+        "--cycles",
+        "2",
+        "--no-progress",
+        "--json",
+        str(out),
+        "--strategy",
+        "lazy",
+        "--optimizer-strategy",
+        "legacy",
+        "--precision-aware",
+        "--max-host-peak",
+        "1.3x",
+    )
     rc, run, stdout = proc.returncode, json.loads(out.read_text())["runs"][0], proc.stdout
     s = run["summary"]
     params, optimizer = s["params"], s["optimizer"]
@@ -68,7 +83,11 @@ def test_each_part_over_its_own_bytes_and_both_strategies_named(tmp_path):
 
 
 def test_optimizer_strategy_that_moves_nothing_did_not_offload(run_doc):
-    rc, run, _ = run_doc("--strategy", "lazy", "--optimizer-strategy",
-                         "tests.integration.user_optimizer_offload:Nothing")  # fmt: skip
+    rc, run, _ = run_doc(
+        "--strategy",
+        "lazy",
+        "--optimizer-strategy",
+        "tests.integration.user_optimizer_offload:Nothing",
+    )
     assert rc == 1 and run["outcome"]["kind"] == "not offloaded"
     assert "none of it left the device" in run["verdict"]

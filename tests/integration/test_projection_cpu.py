@@ -24,8 +24,24 @@ def test_script_measures_and_projects_one_row(tmp_path, capsys, monkeypatch):
     spec.loader.exec_module(module)
     install_child(monkeypatch, InProcessChild(tmp_path))
     out = tmp_path / "projection.json"
-    code = module.main(["--device", "cpu", "--sizes", "16MiB", "--strategies", "lazy", "--cycles",
-                        "1", "--train-steps", "0", "--jobs", "1", "--out", str(out)])  # fmt: skip
+    code = module.main(
+        [
+            "--device",
+            "cpu",
+            "--sizes",
+            "16MiB",
+            "--strategies",
+            "lazy",
+            "--cycles",
+            "1",
+            "--train-steps",
+            "0",
+            "--jobs",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().out
     doc = json.loads(out.read_text())
     assert doc["emulated"] is True and doc["versions"]["torch"]

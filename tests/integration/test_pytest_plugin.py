@@ -33,8 +33,9 @@ def run_plugin(pytester, monkeypatch):
 
     def go(source: str | None = None, **files: str):
         pytester.makepyfile(**({"test_offload": source} if source is not None else files))
-        return pytester.runpytest_inprocess(*_plugin_args(), "-q", "-rf", "--tb=short",
-                                            "-p", "no:cacheprovider")  # fmt: skip
+        return pytester.runpytest_inprocess(
+            *_plugin_args(), "-q", "-rf", "--tb=short", "-p", "no:cacheprovider"
+        )
 
     return go
 
@@ -155,10 +156,11 @@ def test_broken(offload_probe):
     result.stdout.fnmatch_lines(["*Captured offloadprobe call*", "*cycle*phase*host peak*"])
     result.stdout.fnmatch_lines(["*FlipsOneBit + none: corrupted: *param_data differs*"])
     assert sorted(child.ran) == [
-        ("lazy", "complete", "child"), ("lazy", "legacy", "in process"),
+        ("lazy", "complete", "child"),
+        ("lazy", "legacy", "in process"),
         ("naive", "complete", "in process"),
         ("tests.integration.user_strategies:FlipsOneBit", "none", "in process"),
-    ]  # fmt: skip
+    ]
 
 
 def test_misspelt_marker_keyword_is_a_usage_error_naming_it(run_plugin, fake_child):

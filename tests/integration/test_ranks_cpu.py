@@ -32,8 +32,14 @@ from tests.conftest import ROOT, SUBPROCESS_TIMEOUT
 pytestmark = pytest.mark.processes(4)  # two torchrun agents, one rank each
 
 MiB = 1024**2
-DENSE = {"num_layers": 2, "hidden_size": 128, "num_attention_heads": 4, "vocab_size": 1024,
-         "seq_length": 32, "micro_batch_size": 1}  # fmt: skip
+DENSE = {
+    "num_layers": 2,
+    "hidden_size": 128,
+    "num_attention_heads": 4,
+    "vocab_size": 1024,
+    "seq_length": 32,
+    "micro_batch_size": 1,
+}
 MOE = {**DENSE, "num_experts": 4, "moe_router_topk": 2}
 CASES = {
     "tp2": {"parallel": {"tp": 2}, "model": DENSE},
@@ -43,9 +49,24 @@ CASES = {
 }
 
 
-MOE_CLI = ["--layers", "2", "--hidden", "256", "--heads", "4", "--vocab", "1024",
-           "--num-experts", "4", "--seq-length", "32", "--micro-batch", "1",
-           "--device", "cpu"]  # fmt: skip
+MOE_CLI = [
+    "--layers",
+    "2",
+    "--hidden",
+    "256",
+    "--heads",
+    "4",
+    "--vocab",
+    "1024",
+    "--num-experts",
+    "4",
+    "--seq-length",
+    "32",
+    "--micro-batch",
+    "1",
+    "--device",
+    "cpu",
+]
 
 
 def _margin(nbytes: float) -> float:
@@ -69,19 +90,49 @@ class Launch:
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory) -> Launch:
     out = tmp_path_factory.mktemp("ranks")
-    cli = ["run", "--ep", "2", *MOE_CLI, "--strategy", "naive", "--cycles", "1",
-           "--no-progress", "--json", str(out / "two-nodes.json")]  # fmt: skip
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-           "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", f"op-test-{os.getpid()}",
-           "-m", "tests.integration.ranks_probe", str(out), json.dumps(CASES),
-           json.dumps(cli)]  # fmt: skip
+    cli = [
+        "run",
+        "--ep",
+        "2",
+        *MOE_CLI,
+        "--strategy",
+        "naive",
+        "--cycles",
+        "1",
+        "--no-progress",
+        "--json",
+        str(out / "two-nodes.json"),
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{_free_port()}",
+        "--rdzv-id",
+        f"op-test-{os.getpid()}",
+        "-m",
+        "tests.integration.ranks_probe",
+        str(out),
+        json.dumps(CASES),
+        json.dumps(cli),
+    ]
     # two "nodes" on one host: one intra-op thread per rank, as torchrun gives co-located ranks
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
-    agents = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+    agents = [
+        subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     streams = [a.communicate(timeout=SUBPROCESS_TIMEOUT) for a in agents]
     codes = [a.returncode for a in agents]
     assert codes == [0, 0], "\n".join(err[-3000:] for _, err in streams)
@@ -120,8 +171,14 @@ def test_two_torchrun_agents_are_two_nodes(launch):
         if node.peak_bytes is not None:  # one rank per node: the node is that rank
             own = node.figures["host_peak_bytes"].max
             assert abs(node.peak_bytes - own) <= _margin(own)
-    model = ModelConfig(num_layers=2, hidden_size=256, num_attention_heads=4, vocab_size=1024,
-                        seq_length=32, num_experts=4)  # fmt: skip
+    model = ModelConfig(
+        num_layers=2,
+        hidden_size=256,
+        num_attention_heads=4,
+        vocab_size=1024,
+        seq_length=32,
+        num_experts=4,
+    )
     expert_params = 2 * 4 * (8 * 256 * 256 + 5 * 256)  # layers x experts x (fc1 + fc2)
     # ep 2: each rank holds the non-expert parameters and half of the experts (bf16), plus
     # DDP's bucket padding (well under 1 MiB at this size).

@@ -38,10 +38,21 @@ def ci_small(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("repro") / "repro.json"
     result = invoke_cli(
-        "repro", str(ROOT / "scenarios/ci-small.toml"), "--device", "cpu",
-        "--only", "naive", "--only", "lazy", "--cycles", "1", "--json", str(out),
-        env={"PYTHONPATH": str(ROOT)}, isolated=True,
-    )  # fmt: skip
+        "repro",
+        str(ROOT / "scenarios/ci-small.toml"),
+        "--device",
+        "cpu",
+        "--only",
+        "naive",
+        "--only",
+        "lazy",
+        "--cycles",
+        "1",
+        "--json",
+        str(out),
+        env={"PYTHONPATH": str(ROOT)},
+        isolated=True,
+    )
     return result, json.loads(out.read_text()) if out.exists() else None
 
 
@@ -75,9 +86,19 @@ def test_gpu_limit_scenario_in_cpu_emulation(invoke, monkeypatch, tmp_path):
     child = install_child(monkeypatch, InProcessChild(tmp_path))
     out = tmp_path / "gpu.json"
     result = invoke(
-        "repro", str(scenario), "--device", "cpu",
-        "--only", "legacy", "--only", "fixed", "--cycles", "1", "--json", str(out),
-    )  # fmt: skip
+        "repro",
+        str(scenario),
+        "--device",
+        "cpu",
+        "--only",
+        "legacy",
+        "--only",
+        "fixed",
+        "--cycles",
+        "1",
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 0, result.stderr + result.stdout
     assert [s.config.optimizer_strategy for s in child.specs] == ["complete", "legacy", "fixed"]
     legacy, fixed = json.loads(out.read_text())["outcomes"]

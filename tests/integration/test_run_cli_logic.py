@@ -17,8 +17,18 @@ MiB = 2**20
 
 def test_a_healthy_run_exits_0_and_writes_the_report(invoke, fake_runner, tmp_path):
     out = tmp_path / "deep" / "r.json"
-    result = invoke("run", "--strategy", "lazy", "--device", "cpu", "--cycles", "2",
-                    "--no-progress", "--json", str(out))  # fmt: skip
+    result = invoke(
+        "run",
+        "--strategy",
+        "lazy",
+        "--device",
+        "cpu",
+        "--cycles",
+        "2",
+        "--no-progress",
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""
     doc = json.loads(out.read_text())
@@ -32,12 +42,33 @@ def test_a_healthy_run_exits_0_and_writes_the_report(invoke, fake_runner, tmp_pa
 
 def test_flags_reach_the_run_configuration(invoke, fake_runner):
     result = invoke(
-        "run", "--strategy", "pageable", "--device", "cpu", "--cycles", "4",
-        "--train-steps", "2", "--seed", "9", "--layers", "3", "--payload", "64MiB",
-        "--optimizer-strategy", "fixed", "--precision-aware", "--exp-avg-dtype", "bf16",
-        "--rollout-claim", "1GiB", "--gpu-limit", "2GiB", "--no-reference-check",
+        "run",
+        "--strategy",
+        "pageable",
+        "--device",
+        "cpu",
+        "--cycles",
+        "4",
+        "--train-steps",
+        "2",
+        "--seed",
+        "9",
+        "--layers",
+        "3",
+        "--payload",
+        "64MiB",
+        "--optimizer-strategy",
+        "fixed",
+        "--precision-aware",
+        "--exp-avg-dtype",
+        "bf16",
+        "--rollout-claim",
+        "1GiB",
+        "--gpu-limit",
+        "2GiB",
+        "--no-reference-check",
         "--no-progress",
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.stderr
     cfg = fake_runner.last
     assert (cfg.strategy, cfg.cycles, cfg.train_steps, cfg.seed) == ("pageable", 4, 2, 9)
@@ -59,8 +90,9 @@ def test_progress_bar_goes_to_stderr_not_stdout(invoke, fake_runner):
 
 def test_budget_breach_is_one_line_and_exit_1(invoke, fake_runner):
     fake_runner.runs["naive"] = dict(host_peak_x=2.1)
-    result = invoke("run", "--strategy", "naive", "--device", "cpu", "--no-progress",
-                    "--max-host-peak", "1.5x")  # fmt: skip
+    result = invoke(
+        "run", "--strategy", "naive", "--device", "cpu", "--no-progress", "--max-host-peak", "1.5x"
+    )
     assert result.exit_code == 1
     assert result.error_lines == [
         "budget exceeded: naive + none: --max-host-peak: host peak 2.10x > 1.50x",
@@ -93,8 +125,16 @@ def test_nothing_left_behind_meets_a_zero_residual_budget(invoke, fake_runner):
 
 def test_left_behind_bytes_break_the_residual_budget(invoke, fake_runner):
     fake_runner.runs["lazy"] = dict(left_on_device={"param_data": 0, "master_param": 8 * MiB})
-    result = invoke("run", "--device", "cpu", "--no-progress", "--optimizer-strategy", "legacy",
-                    "--max-gpu-residual", "1MiB")  # fmt: skip
+    result = invoke(
+        "run",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--optimizer-strategy",
+        "legacy",
+        "--max-gpu-residual",
+        "1MiB",
+    )
     assert result.exit_code == 1
     assert result.error_lines[0] == (
         "budget exceeded: lazy + legacy: --max-gpu-residual: left on device (audited, CPU "

@@ -13,8 +13,21 @@ import pytest
 from tests.conftest import TINY_MODEL
 
 # no train steps: host figures only
-MAGNITUDE = ["--layers", "1", "--payload", "16MiB", "--seq-length", "32", "--micro-batch", "1",
-             "--train-steps", "0", "--no-reference-check", "--cycles", "2"]  # fmt: skip
+MAGNITUDE = [
+    "--layers",
+    "1",
+    "--payload",
+    "16MiB",
+    "--seq-length",
+    "32",
+    "--micro-batch",
+    "1",
+    "--train-steps",
+    "0",
+    "--no-reference-check",
+    "--cycles",
+    "2",
+]
 
 SUMMARY_KEYS = {
     "host_peak_bytes",
@@ -59,8 +72,15 @@ def lazy_tiny(tmp_path_factory):
     """lazy on the tiny model with the no-offload reference check, as users run it."""
     from tests.conftest import invoke_cli
 
-    result, doc = _run(invoke_cli, tmp_path_factory.mktemp("tiny"), "--strategy", "lazy",
-                       "--cycles", "2", *TINY_MODEL)  # fmt: skip
+    result, doc = _run(
+        invoke_cli,
+        tmp_path_factory.mktemp("tiny"),
+        "--strategy",
+        "lazy",
+        "--cycles",
+        "2",
+        *TINY_MODEL,
+    )
     assert result.exit_code == 0, result.stderr + result.stdout
     return result, doc
 

@@ -17,8 +17,19 @@ pytestmark = pytest.mark.processes(2)  # legacy's and fixed's magnitude runs
 
 MODEL_KEYS = {"param_data", "grad_data"}
 PRE_FIX = "tests.integration.user_optimizer_offload:VerlOffloadPreFix"
-MAGNITUDE = ["--layers", "1", "--payload", "16MiB", "--seq-length", "32", "--micro-batch", "1",
-             "--cycles", "1", "--no-reference-check"]  # fmt: skip
+MAGNITUDE = [
+    "--layers",
+    "1",
+    "--payload",
+    "16MiB",
+    "--seq-length",
+    "32",
+    "--micro-batch",
+    "1",
+    "--cycles",
+    "1",
+    "--no-reference-check",
+]
 
 
 def _optimizer_left(run):
@@ -30,8 +41,20 @@ def _run(tmp, spec, *model, fresh: bool = False):
     from tests.conftest import invoke_cli, run_cli
 
     out = tmp / f"{len(list(tmp.iterdir()))}.json"
-    args = ["run", "--device", "cpu", "--no-progress", "--strategy", "lazy", "--precision-aware",
-            "--optimizer-strategy", spec, "--json", str(out), *model]  # fmt: skip
+    args = [
+        "run",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--strategy",
+        "lazy",
+        "--precision-aware",
+        "--optimizer-strategy",
+        spec,
+        "--json",
+        str(out),
+        *model,
+    ]
     if fresh:
         proc = run_cli(*args)
         assert proc.returncode == 0, proc.stderr + proc.stdout

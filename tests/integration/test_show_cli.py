@@ -27,16 +27,26 @@ def _same(invoke, tmp_path, *args: str, columns: int = 80) -> str:
 @pytest.mark.parametrize("columns", [80, 120])
 def test_show_reprints_run(invoke, fake_runner, tmp_path, columns):
     fake_runner.runs["naive"] = dict(host_peak_x=3.0, steady_x=2.0)
-    printed = _same(invoke, tmp_path, "run", "--strategy", "naive", "--device", "cpu",
-                    "--no-progress", "--max-host-peak", "1.5x", columns=columns)  # fmt: skip
+    printed = _same(
+        invoke,
+        tmp_path,
+        "run",
+        "--strategy",
+        "naive",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--max-host-peak",
+        "1.5x",
+        columns=columns,
+    )
     assert printed.startswith("naive + none: over budget")
 
 
 def test_show_reprints_compare(invoke, monkeypatch, tmp_path):
     child = install_child(monkeypatch, FakeChild())
     child.runs["naive"] = dict(host_peak_x=3.0)
-    _same(invoke, tmp_path, "compare", "naive", "lazy", "--device", "cpu", *TINY[2:],
-          "--force")  # fmt: skip
+    _same(invoke, tmp_path, "compare", "naive", "lazy", "--device", "cpu", *TINY[2:], "--force")
 
 
 @pytest.mark.parametrize("terms", ["--terms", "--no-terms"])
@@ -68,8 +78,9 @@ def test_show_refuses_what_is_not_a_result_in_one_line(invoke, tmp_path):
 
 def _torch_free(code: str) -> None:
     probe = f"import sys\n{code}\nprint('torch' in sys.modules)\n"
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert proc.stdout.strip().splitlines()[-1] == "False", proc.stdout + proc.stderr
 
 
@@ -77,10 +88,11 @@ def test_plan_and_show_import_no_torch(tmp_path):
     saved = tmp_path / "plan.json"
     _torch_free(
         "from offloadprobe.cli import main\n"
-        "for args in (['plan', 'verl-6193', '--json', %r], ['show', %r]):\n"
+        f"saved = {str(saved)!r}\n"
+        "for args in (['plan', 'verl-6193', '--json', saved], ['show', saved]):\n"
         "    try:\n"
         "        main(args)\n"
         "    except SystemExit as exc:\n"
-        "        assert exc.code == 0, exc.code\n" % (str(saved), str(saved))
+        "        assert exc.code == 0, exc.code\n"
     )
     assert json.loads(saved.read_text())["kind"] == "plan"

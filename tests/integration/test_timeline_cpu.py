@@ -12,10 +12,25 @@ from offloadprobe.measure import sampler as sampler_module
 from offloadprobe.report.trace_format import validate
 
 TINY = [
-    "--device", "cpu", "--layers", "1", "--hidden", "256", "--heads", "4", "--vocab", "1024",
-    "--seq-length", "32", "--micro-batch", "1", "--cycles", "2", "--no-reference-check",
+    "--device",
+    "cpu",
+    "--layers",
+    "1",
+    "--hidden",
+    "256",
+    "--heads",
+    "4",
+    "--vocab",
+    "1024",
+    "--seq-length",
+    "32",
+    "--micro-batch",
+    "1",
+    "--cycles",
+    "2",
+    "--no-reference-check",
     "--no-progress",
-]  # fmt: skip
+]
 
 
 def run_main(*args: str) -> int:

@@ -58,25 +58,44 @@ def test_sigterm_to_compare_leaves_no_process_and_no_file():
     before = set(glob.glob(os.path.join(tempfile.gettempdir(), "offloadprobe-*")))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
     parent = subprocess.Popen(
-        [sys.executable, "-m", "offloadprobe", "compare", "lazy", "naive", "--device", "cpu",
-         *TINY_MODEL, "--cycles", "50", "--no-reference-check"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "offloadprobe",
+            "compare",
+            "lazy",
+            "naive",
+            "--device",
+            "cpu",
+            *TINY_MODEL,
+            "--cycles",
+            "50",
+            "--no-reference-check",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     family: list[psutil.Process] = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not family:  # wait for its first worker to run
-        family = [p for p in psutil.Process(parent.pid).children(recursive=True)
-                  if "offloadprobe.engine.worker" in " ".join(p.cmdline())]  # fmt: skip
+        family = [
+            p
+            for p in psutil.Process(parent.pid).children(recursive=True)
+            if "offloadprobe.engine.worker" in " ".join(p.cmdline())
+        ]
         time.sleep(0.1)
     assert family, "no worker started"
     time.sleep(1.0)  # let it build the model
     family = psutil.Process(parent.pid).children(recursive=True)
     assert _ours(before)  # it made its work folder
     parent.send_signal(signal.SIGTERM)
-    out, err = parent.communicate(timeout=5)
+    _, err = parent.communicate(timeout=5)
     assert parent.returncode == 128 + signal.SIGTERM
     (line,) = [x for x in err.splitlines() if x.startswith("offloadprobe:")]
     assert line.startswith("offloadprobe: interrupted: SIGTERM")
-    gone, alive = psutil.wait_procs(family, timeout=5)
+    _, alive = psutil.wait_procs(family, timeout=5)
     assert not alive, [p.cmdline() for p in alive]
     assert not _ours(before)

@@ -41,8 +41,9 @@ def _reused_pinned(buffer):
     host = getattr(buffer, _PINNED, None)
     if host is None:
         pin = torch.cuda.is_available()
-        host = torch.empty(buffer.param_data.shape, dtype=buffer.param_data.dtype,
-                           device="cpu", pin_memory=pin)  # fmt: skip
+        host = torch.empty(
+            buffer.param_data.shape, dtype=buffer.param_data.dtype, device="cpu", pin_memory=pin
+        )
         setattr(buffer, _PINNED, host)
     assert host.shape == buffer.param_data.shape and host.dtype == buffer.param_data.dtype
     host.copy_(buffer.param_data, non_blocking=False)

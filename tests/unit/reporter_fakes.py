@@ -109,7 +109,9 @@ def stopped_run() -> RunRecord:
         phases=run.phases[:2],
         summary=None,
         failure=Failure(
-            kind="out of memory", message="CUDA out of memory claiming 1.38 GiB", cycle=0,
+            kind="out of memory",
+            message="CUDA out of memory claiming 1.38 GiB",
+            cycle=0,
             phase="load",
         ),
     )
@@ -125,9 +127,15 @@ def not_offloaded_run() -> RunRecord:
         summary=summary,
         residency=[
             ResidencyFact(
-                cycle=c, param_bytes_to_move=128 * MiB, param_bytes_left=128 * MiB,
-                param_offload_gave_bytes=0, built_on_device_bytes=0, moves_optimizer=False,
-                optimizer_state_bytes=512 * MiB, optimizer_moved_bytes=0, left_by_owner=left,
+                cycle=c,
+                param_bytes_to_move=128 * MiB,
+                param_bytes_left=128 * MiB,
+                param_offload_gave_bytes=0,
+                built_on_device_bytes=0,
+                moves_optimizer=False,
+                optimizer_state_bytes=512 * MiB,
+                optimizer_moved_bytes=0,
+                left_by_owner=left,
             )
             for c in range(2)
         ],
@@ -488,9 +496,11 @@ def rank_run(rank: int, node: int, *, peak: int, world_size: int = 2) -> RunReco
         for p in base.phases
     ]
     summary = replace(
-        base.summary, host_peak_bytes=peak, host_peak_x=peak / base.payload_bytes,
+        base.summary,
+        host_peak_bytes=peak,
+        host_peak_x=peak / base.payload_bytes,
         moved_bytes=base.payload_bytes,
-    )  # fmt: skip
+    )
     place = RankPlace(
         rank=rank, local_rank=rank % 2, node_rank=node, world_size=world_size, hostname="vm"
     )
@@ -509,10 +519,14 @@ def node_readings(node_peak: int, *, local: bool = True) -> list:
             peak = 2 * BASE + node_peak if name == "offload" else before + MiB
             out.append(
                 NodeReading(
-                    cycle=c, phase=name, usage_before=2 * BASE, peak=peak,
-                    usage_after=2 * BASE + 2 * 128 * MiB, peak_is_phase_local=local,
+                    cycle=c,
+                    phase=name,
+                    usage_before=2 * BASE,
+                    peak=peak,
+                    usage_after=2 * BASE + 2 * 128 * MiB,
+                    peak_is_phase_local=local,
                 )
-            )  # fmt: skip
+            )
     return out
 
 
@@ -523,12 +537,19 @@ def world_run() -> RunRecord:
 
     ranks = [rank_run(0, 0, peak=256 * MiB), rank_run(1, 0, peak=260 * MiB)]
     source = NodeSource(
-        node_rank=0, hostname="vm", cgroup="cgroup v1 /sys/fs/cgroup/memory/op-node",
-        cgroup_missing=None, readings=node_readings(384 * MiB),
-    )  # fmt: skip
+        node_rank=0,
+        hostname="vm",
+        cgroup="cgroup v1 /sys/fs/cgroup/memory/op-node",
+        cgroup_missing=None,
+        readings=node_readings(384 * MiB),
+    )
     layout = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "vpp": None, "dp": 2}
     world = WorldRun(
-        world_size=2, nnodes=1, layout=layout, ranks=ranks,
-        nodes=node_records(ranks, [source]), notes=["phases aligned across ranks"],
-    )  # fmt: skip
+        world_size=2,
+        nnodes=1,
+        layout=layout,
+        ranks=ranks,
+        nodes=node_records(ranks, [source]),
+        notes=["phases aligned across ranks"],
+    )
     return replace(ranks[0], world=world)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from offloadprobe.core.errors import UsageError
 from offloadprobe.core import alloc_conf
+from offloadprobe.core.errors import UsageError
 
 pytestmark = pytest.mark.processes(1)  # an interpreter asked for torch's parser
 
@@ -11,7 +11,10 @@ pytestmark = pytest.mark.processes(1)  # an interpreter asked for torch's parser
 def test_keys_split_outside_brackets():
     conf = "max_split_size_mb:100,roundup_power2_divisions:[64:8,256:4],expandable_segments:True"
     assert alloc_conf.setting_keys(conf) == [
-        "max_split_size_mb", "roundup_power2_divisions", "expandable_segments"]  # fmt: skip
+        "max_split_size_mb",
+        "roundup_power2_divisions",
+        "expandable_segments",
+    ]
 
 
 def test_every_known_pinned_key_is_listed_once_with_a_verdict():

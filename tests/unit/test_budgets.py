@@ -15,24 +15,44 @@ GiB = 2**30
 
 def part(peak_x):
     return PartSummary(
-        moved_bytes=GiB, host_peak_bytes=int(peak_x * GiB), host_peak_x=peak_x,
-        steady_host_bytes=GiB, steady_host_x=1.0, offload_gbps=1.0, load_gbps=1.0,
-    )  # fmt: skip
+        moved_bytes=GiB,
+        host_peak_bytes=int(peak_x * GiB),
+        host_peak_x=peak_x,
+        steady_host_bytes=GiB,
+        steady_host_x=1.0,
+        offload_gbps=1.0,
+        load_gbps=1.0,
+    )
 
 
 def run(strategy="naive", *, peak_x=2.61, gpu_left=None, offload=10.0, parts=None, opt="none"):
     params, optimizer = (None, None) if parts is None else (part(parts[0]), part(parts[1]))
     summary = RunSummary(
-        host_peak_bytes=int(peak_x * GiB), host_peak_x=peak_x, steady_host_bytes=GiB,
-        steady_host_x=1.0, pinned_reserved_bytes=None, gpu_left_after_offload_bytes=gpu_left,
-        offload_gbps=offload, load_gbps=offload, first_offload_gbps=1.0, first_load_gbps=1.0,
-        integrity_ok=True, params=params, optimizer=optimizer,
-    )  # fmt: skip
+        host_peak_bytes=int(peak_x * GiB),
+        host_peak_x=peak_x,
+        steady_host_bytes=GiB,
+        steady_host_x=1.0,
+        pinned_reserved_bytes=None,
+        gpu_left_after_offload_bytes=gpu_left,
+        offload_gbps=offload,
+        load_gbps=offload,
+        first_offload_gbps=1.0,
+        first_load_gbps=1.0,
+        integrity_ok=True,
+        params=params,
+        optimizer=optimizer,
+    )
     return RunRecord(
-        strategy=strategy, description="", payload_bytes=GiB, grad_bytes=2 * GiB,
-        baseline_host_bytes=0, gpu_baseline_bytes=None, phases=[], summary=summary,
+        strategy=strategy,
+        description="",
+        payload_bytes=GiB,
+        grad_bytes=2 * GiB,
+        baseline_host_bytes=0,
+        gpu_baseline_bytes=None,
+        phases=[],
+        summary=summary,
         optimizer_strategy=opt,
-    )  # fmt: skip
+    )
 
 
 def test_host_peak_ratio_message():

@@ -76,8 +76,13 @@ def test_a_result_is_device_memory_exactly_where_a_gpu_would_put_it(name, make, 
 def test_a_device_tensor_moved_to_its_own_place_is_itself():
     with emulation.emulated_device():
         device = torch.arange(N, dtype=torch.float32).cuda()
-        moved = [device.cuda(), device.to("cuda"), device.to(device), device.type(torch.float32),
-                torch.as_tensor(device, device="cuda")]  # fmt: skip
+        moved = [
+            device.cuda(),
+            device.to("cuda"),
+            device.to(device),
+            device.type(torch.float32),
+            torch.as_tensor(device, device="cuda"),
+        ]
         for same in moved:
             assert same.untyped_storage()._cdata == device.untyped_storage()._cdata
 
@@ -85,13 +90,17 @@ def test_a_device_tensor_moved_to_its_own_place_is_itself():
 @pytest.mark.parametrize("numel", [0, N])
 @pytest.mark.parametrize(
     ("name", "make"),
-    [("h.to('cuda')", lambda h, d: h.to("cuda")), ("h.to(0)", lambda h, d: h.to(0)),
-     ("h.to(cuda, fp16)", lambda h, d: h.to(torch.device("cuda"), torch.float16)),
-     ("h.to(d)", lambda h, d: h.to(d)), ("h.to(d, False, True)", lambda h, d: h.to(d, False, True)),
-     ("h.to('cuda', fp16, False, True)", lambda h, d: h.to("cuda", torch.float16, False, True)),
-     ("h.type(torch.cuda.FloatTensor)", lambda h, d: h.type(torch.cuda.FloatTensor)),
-     ("as_tensor(h, device='cuda')", lambda h, d: torch.as_tensor(h, device="cuda"))],
-)  # fmt: skip
+    [
+        ("h.to('cuda')", lambda h, d: h.to("cuda")),
+        ("h.to(0)", lambda h, d: h.to(0)),
+        ("h.to(cuda, fp16)", lambda h, d: h.to(torch.device("cuda"), torch.float16)),
+        ("h.to(d)", lambda h, d: h.to(d)),
+        ("h.to(d, False, True)", lambda h, d: h.to(d, False, True)),
+        ("h.to('cuda', fp16, False, True)", lambda h, d: h.to("cuda", torch.float16, False, True)),
+        ("h.type(torch.cuda.FloatTensor)", lambda h, d: h.type(torch.cuda.FloatTensor)),
+        ("as_tensor(h, device='cuda')", lambda h, d: torch.as_tensor(h, device="cuda")),
+    ],
+)
 def test_positional_forms_and_empty_tensors_move_to_the_device(name, make, numel):
     with emulation.emulated_device():
         host = torch.arange(numel, dtype=torch.float32)

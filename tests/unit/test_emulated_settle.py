@@ -42,14 +42,23 @@ def measure() -> dict:
         runtime.settle()
         after = rss() - memory.constant
         freed = all(not memory.resident(t) for t in device)
-    return {"grew": after - before, "copied": count * size, "freed": freed,
-            "held": len(host) == count}  # fmt: skip
+    return {
+        "grew": after - before,
+        "copied": count * size,
+        "freed": freed,
+        "held": len(host) == count,
+    }
 
 
 def test_settle_keeps_the_host_copies_of_small_device_tensors_in_the_host_figure():
     code = "import json, tests.unit.test_emulated_settle as t; print(json.dumps(t.measure()))"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=SUBPROCESS_TIMEOUT)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     # THEN the host figure grew by the copies, which are all still held

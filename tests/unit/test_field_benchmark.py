@@ -37,14 +37,25 @@ def test_settings_torch_lacks_are_skipped():
 
 def test_row_reads_driver_release_and_host_after_load():
     gib = 2**30
-    phase = lambda name, used, rss: {"phase": name, "host": {"rss_after": rss},  # noqa: E731
-                                     "gpu": {"device_used_after": used}}  # fmt: skip
+
+    def phase(name, used, rss):
+        return {"phase": name, "host": {"rss_after": rss}, "gpu": {"device_used_after": used}}
+
     run = {
-        "strategy": "tms", "payload_bytes": 5 * gib, "baseline_host_bytes": gib,
+        "strategy": "tms",
+        "payload_bytes": 5 * gib,
+        "baseline_host_bytes": gib,
         "summary": {"host_peak_x": 1.0, "first_offload_gbps": 3.0},
-        "cycles": [{"phases": [phase("train", 9 * gib, gib), phase("offload", 4 * gib, 6 * gib),
-                               phase("load", 9 * gib, gib + 1)]}],
-    }  # fmt: skip
+        "cycles": [
+            {
+                "phases": [
+                    phase("train", 9 * gib, gib),
+                    phase("offload", 4 * gib, 6 * gib),
+                    phase("load", 9 * gib, gib + 1),
+                ]
+            }
+        ],
+    }
     r = bench.row("torch_memory_saver", run)
     assert r["gpu_released_by_driver_bytes"] == 5 * gib
     assert r["host_after_load_bytes"] == 1

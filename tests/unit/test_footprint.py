@@ -14,18 +14,28 @@ def _model(payload: int) -> ModelConfig:
 
 
 def _estimate(payload, strategy="lazy", optimizer_strategy="none", device="cpu"):
-    return estimate(_model(payload), strategy=strategy, optimizer_strategy=optimizer_strategy,
-                    optimizer=OptimizerChoice(), device=device)  # fmt: skip
+    return estimate(
+        _model(payload),
+        strategy=strategy,
+        optimizer_strategy=optimizer_strategy,
+        optimizer=OptimizerChoice(),
+        device=device,
+    )
 
 
 @pytest.mark.parametrize(
     ("payload", "strategy", "optimizer_strategy", "measured"),
-    [(32 * MiB, "lazy", "none", 1355536 * 1024), (128 * MiB, "lazy", "none", 2482920 * 1024),
-     (128 * MiB, "naive", "none", 2506144 * 1024), (64 * MiB, "naive", "none", 1869052 * 1024),
-     (64 * MiB, "lazy", "complete", 2215956 * 1024)],
-)  # fmt: skip
-def test_estimate_covers_measured_peaks_within_15_percent(payload, strategy, optimizer_strategy,
-                                                      measured):  # fmt: skip
+    [
+        (32 * MiB, "lazy", "none", 1355536 * 1024),
+        (128 * MiB, "lazy", "none", 2482920 * 1024),
+        (128 * MiB, "naive", "none", 2506144 * 1024),
+        (64 * MiB, "naive", "none", 1869052 * 1024),
+        (64 * MiB, "lazy", "complete", 2215956 * 1024),
+    ],
+)
+def test_estimate_covers_measured_peaks_within_15_percent(
+    payload, strategy, optimizer_strategy, measured
+):
     """VmHWM of ``run --device cpu --cycles 2`` measured on the 2-core machine (2026-11-30)."""
     total = _estimate(payload, strategy, optimizer_strategy).total_bytes
     assert measured <= total <= 1.15 * measured
@@ -49,11 +59,21 @@ def test_check_fits_refuses_with_the_estimate_and_the_way_out(monkeypatch):
 
     monkeypatch.setattr(fit, "available_host_bytes", lambda: (9 * GiB, "cgroup limit 9.00 GiB"))
     with pytest.raises(UsageError) as err:
-        fit.check_fits(_model(5 * GiB), strategies=[("naive", "none"), ("lazy", "none")],
-                       optimizer=OptimizerChoice(), device="cpu", force=False)  # fmt: skip
+        fit.check_fits(
+            _model(5 * GiB),
+            strategies=[("naive", "none"), ("lazy", "none")],
+            optimizer=OptimizerChoice(),
+            device="cpu",
+            force=False,
+        )
     message = str(err.value)
     assert message.startswith("this run needs about 6") and "cgroup limit 9.00 GiB" in message
     assert "emulated device 44.98 GiB" in message and "--force" in message
-    forced = fit.check_fits(_model(5 * GiB), strategies=[("lazy", "none")],
-                            optimizer=OptimizerChoice(), device="cpu", force=True)  # fmt: skip
+    forced = fit.check_fits(
+        _model(5 * GiB),
+        strategies=[("lazy", "none")],
+        optimizer=OptimizerChoice(),
+        device="cpu",
+        force=True,
+    )
     assert forced.total_bytes > 9 * GiB

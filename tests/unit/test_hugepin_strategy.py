@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from offloadprobe.engine import hostmem
-from offloadprobe.engine.runtime import Runtime
 from offloadprobe.engine import hugepin_pipeline as hugepin
 from offloadprobe.engine.hugepin_pipeline import HugePinStrategy, Settings, Step, plan
+from offloadprobe.engine.runtime import Runtime
 from offloadprobe.engine.strategies import model_strategy
 
 CPU = Runtime(device="cpu", emulated=True, note=None)

@@ -51,10 +51,14 @@ def test_emulated_device_bytes_are_taken_out_of_the_node_figures():
         return replace(run, phases=phases)
 
     readings = [
-        replace(r, usage_before=r.usage_before + 2 * device, peak=r.peak + 2 * device,
-                usage_after=r.usage_after + 2 * device)
+        replace(
+            r,
+            usage_before=r.usage_before + 2 * device,
+            peak=r.peak + 2 * device,
+            usage_after=r.usage_after + 2 * device,
+        )
         for r in fake.node_readings(384 * MiB)
-    ]  # fmt: skip
+    ]
     (node,) = node_records([with_device(r) for r in ranks], [_source(0, readings)])
     assert node.peak_bytes == 384 * MiB
     assert node.phases[0].emulated_device_bytes == 2 * device

@@ -17,8 +17,11 @@ def _config_fields() -> set[str]:
     found = set()
     for f in dataclasses.fields(RunConfig):
         if f.name in ("model", "optimizer", "parallel"):
-            section = {"model": "ModelConfig", "optimizer": "OptimizerChoice",
-                       "parallel": "ParallelConfig"}[f.name]  # fmt: skip
+            section = {
+                "model": "ModelConfig",
+                "optimizer": "OptimizerChoice",
+                "parallel": "ParallelConfig",
+            }[f.name]
             import offloadprobe.core.config as config
 
             found |= {f"{f.name}.{g.name}" for g in dataclasses.fields(getattr(config, section))}
@@ -29,8 +32,14 @@ def _config_fields() -> set[str]:
 
 # Fields a flag cannot set on purpose: the optimizer's hyperparameters are the probe
 # model's (not the user's question), and these are set by each verb itself.
-FIXED = {"optimizer.lr", "optimizer.weight_decay", "optimizer.adam_beta1",
-         "optimizer.adam_beta2", "optimizer.adam_eps", "optimizer.clip_grad"}  # fmt: skip
+FIXED = {
+    "optimizer.lr",
+    "optimizer.weight_decay",
+    "optimizer.adam_beta1",
+    "optimizer.adam_beta2",
+    "optimizer.adam_eps",
+    "optimizer.clip_grad",
+}
 
 
 def test_every_configuration_field_has_an_option_or_a_reason():
@@ -71,10 +80,10 @@ def test_scenario_repro_keys_are_the_options_scenario_keys(tmp_path):
 
     text = (ROOT / "scenarios/ci-small.toml").read_text()
     good = tmp_path / "good.toml"
-    good.write_text(text.replace('[repro]\n', '[repro]\nseed = 7\ntrain_steps = 2\n'))
+    good.write_text(text.replace("[repro]\n", "[repro]\nseed = 7\ntrain_steps = 2\n"))
     assert load_scenario(good).repro.options == {"seed": 7, "train_steps": 2}
     bad = tmp_path / "bad.toml"
-    bad.write_text(text.replace('[repro]\n', '[repro]\nsede = 7\n'))
+    bad.write_text(text.replace("[repro]\n", "[repro]\nsede = 7\n"))
     with pytest.raises(ScenarioError) as err:
         load_scenario(bad)
     assert "seed" in err.value.message  # the nearest scenario key
@@ -82,10 +91,18 @@ def test_scenario_repro_keys_are_the_options_scenario_keys(tmp_path):
 
 def test_build_config_sets_every_target():
     config = opts.build_config(
-        {"layers": 3, "precision_aware": True, "exp_avg_dtype": "bf16", "tp": 2,
-         "rollout_claim": "1GiB", "strategy_option": ["threads=3"]},
-        strategy="naive", optimizer_strategy="fixed", label="mine",
-    )  # fmt: skip
+        {
+            "layers": 3,
+            "precision_aware": True,
+            "exp_avg_dtype": "bf16",
+            "tp": 2,
+            "rollout_claim": "1GiB",
+            "strategy_option": ["threads=3"],
+        },
+        strategy="naive",
+        optimizer_strategy="fixed",
+        label="mine",
+    )
     assert config.model.num_layers == 3 and config.optimizer.exp_avg_dtype == "bf16"
     assert config.parallel.tp == 2 and config.rollout_claim_bytes == 2**30
     assert config.strategy_options == {"threads": "3"} and config.label == "mine"

@@ -38,7 +38,9 @@ def test_check_refuses_an_unknown_name_and_imports_no_plug_in():
     registry = Registry("thing", "offloadprobe.test_no_such_group", lambda name, obj: obj)
     registry.register_module("real", "offloadprobe_no_such_package.real")  # never imported
     registry.check("real")  # a registered name passes without importing its module
-    with pytest.raises(StrategyError, match=r"unknown thing 'rael' \(did you mean real\?\): choose one of real"):
+    with pytest.raises(
+        StrategyError, match=r"unknown thing 'rael' \(did you mean real\?\): choose one of real"
+    ):
         registry.check("rael")
 
 

@@ -76,8 +76,7 @@ def test_reporter_output_is_pinned(name: str, width: int) -> None:
 
 
 def test_markdown_is_pinned() -> None:
-    check(comparison_markdown(fake.comparison(), environment="NVIDIA H200"),
-          GOLDEN / "compare.md")  # fmt: skip
+    check(comparison_markdown(fake.comparison(), environment="NVIDIA H200"), GOLDEN / "compare.md")
 
 
 @pytest.mark.parametrize("name", sorted(RENDERERS))

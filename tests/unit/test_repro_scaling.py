@@ -111,9 +111,16 @@ def test_no_cgroup_without_a_memory_hierarchy(tmp_path: Path) -> None:
 def _phase(cycle: int, phase: str, peak: int) -> PhaseRecord:
     host = HostReading(rss_before=0, rss_after=0, peak=peak, shmem_after=0, method="vmhwm")
     return PhaseRecord(
-        cycle=cycle, phase=phase, seconds=0.1, bytes_moved=0, gbps=None,
-        host=host, pinned=None, gpu=None, cgroup=None,
-    )  # fmt: skip
+        cycle=cycle,
+        phase=phase,
+        seconds=0.1,
+        bytes_moved=0,
+        gbps=None,
+        host=host,
+        pinned=None,
+        gpu=None,
+        cgroup=None,
+    )
 
 
 def test_without_a_cgroup_the_first_phase_over_the_limit_is_named() -> None:
@@ -126,9 +133,15 @@ def test_without_a_cgroup_the_first_phase_over_the_limit_is_named() -> None:
         _phase(1, "offload", 220 * MiB),
     ]
     run = RunRecord(
-        strategy="naive", description="", payload_bytes=56 * MiB, grad_bytes=0,
-        baseline_host_bytes=100 * MiB, gpu_baseline_bytes=None, phases=phases, summary=None,
-    )  # fmt: skip
+        strategy="naive",
+        description="",
+        payload_bytes=56 * MiB,
+        grad_bytes=0,
+        baseline_host_bytes=100 * MiB,
+        gpu_baseline_bytes=None,
+        phases=phases,
+        summary=None,
+    )
     assert over_limit(run, 130 * MiB) is None
     assert over_limit(run, 70 * MiB) == (0, "offload", 80 * MiB)
     assert over_limit(run, 85 * MiB) == (1, "offload", 120 * MiB)

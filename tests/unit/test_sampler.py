@@ -125,9 +125,17 @@ def test_sidecar_exits_and_removes_its_file_when_the_measured_process_dies(tmp_p
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
     out = tmp_path / "samples.bin"
     side = subprocess.Popen(
-        [sys.executable, "-I", "-S", str(Path(sidecar.__file__)), str(victim.pid), str(out),
-         "1000000"], stdout=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(Path(sidecar.__file__)),
+            str(victim.pid),
+            str(out),
+            "1000000",
+        ],
+        stdout=subprocess.PIPE,
+    )
     assert side.stdout.read(1) in sidecar.PRIORITIES
     victim.wait()
     assert side.wait(timeout=10) == 0

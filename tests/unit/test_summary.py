@@ -72,15 +72,21 @@ def test_parameters_and_optimizer_state_each_over_their_own_bytes():
     base, S = 1000 * MiB, 4 * P
     phases = [
         phase(0, "offload", before=base, after=base + P, peak=base + P),
-        phase(0, "offload optimizer", before=base + P, after=base + P + S,
-              peak=base + P + S + S // 2),
+        phase(
+            0, "offload optimizer", before=base + P, after=base + P + S, peak=base + P + S + S // 2
+        ),
         phase(0, "load", before=base + P + S, after=base + P + S, peak=base + P + S),
         phase(0, "load optimizer", before=base + P + S, after=base + P, peak=base + P + S),
-    ]  # fmt: skip
+    ]
     s = summarise(
-        phases, payload_bytes=P, baseline_host_bytes=base, gpu_baseline_bytes=None,
-        registered_bytes=0, integrity_ok=True, optimizer_bytes_to_move=S,
-    )  # fmt: skip
+        phases,
+        payload_bytes=P,
+        baseline_host_bytes=base,
+        gpu_baseline_bytes=None,
+        registered_bytes=0,
+        integrity_ok=True,
+        optimizer_bytes_to_move=S,
+    )
     assert (s.params.host_peak_x, s.params.steady_host_x) == (1.0, 1.0)
     assert (s.optimizer.host_peak_x, s.optimizer.steady_host_x) == (1.5, 1.0)
     assert s.moved_bytes == P + S

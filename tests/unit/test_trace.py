@@ -18,10 +18,20 @@ PHASES = [(c, p) for c in range(2) for p in ("train", "offload", "load")]
 
 
 def record(cycle: int, phase: str, peak: int) -> PhaseRecord:
-    host = HostReading(rss_before=100 * MiB, rss_after=110 * MiB, peak=peak, shmem_after=0,
-                       method="vmhwm")  # fmt: skip
-    return PhaseRecord(cycle=cycle, phase=phase, seconds=0.1, bytes_moved=0, gbps=None,
-                       host=host, pinned=None, gpu=None, cgroup=None)  # fmt: skip
+    host = HostReading(
+        rss_before=100 * MiB, rss_after=110 * MiB, peak=peak, shmem_after=0, method="vmhwm"
+    )
+    return PhaseRecord(
+        cycle=cycle,
+        phase=phase,
+        seconds=0.1,
+        bytes_moved=0,
+        gbps=None,
+        host=host,
+        pinned=None,
+        gpu=None,
+        cgroup=None,
+    )
 
 
 def fake_row(pid: int, label: str, transient: int) -> TraceRow:
@@ -36,9 +46,16 @@ def fake_row(pid: int, label: str, transient: int) -> TraceRow:
         records.append(record(cycle, phase, 100 * MiB + bump + MiB))
     series = Series(name="host.rss", label="host RSS", times_ns=times, values=values, samples=18)
     timeline = Timeline(interval_ns=1_000_000, series=[series], spans=spans, end_ns=800_000_000)
-    run = RunRecord(strategy=label, description=label, payload_bytes=48 * MiB, grad_bytes=0,
-                    baseline_host_bytes=100 * MiB, gpu_baseline_bytes=None, phases=records,
-                    summary=None)  # fmt: skip
+    run = RunRecord(
+        strategy=label,
+        description=label,
+        payload_bytes=48 * MiB,
+        grad_bytes=0,
+        baseline_host_bytes=100 * MiB,
+        gpu_baseline_bytes=None,
+        phases=records,
+        summary=None,
+    )
     return TraceRow(pid=pid, label=label, run=run, timeline=timeline, emulated=True)
 
 
@@ -50,8 +67,11 @@ def test_trace_has_a_slice_per_phase_with_exact_args_and_counters_per_series():
     naive_offload = next(e for e in slices if e["pid"] == 0 and e["name"] == "offload")
     assert naive_offload["args"]["host peak bytes"] == 197 * MiB
     assert naive_offload["dur"] == 50_000.0
-    names = {(e["pid"], e["args"]["name"]) for e in doc["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "process_name"}  # fmt: skip
+    names = {
+        (e["pid"], e["args"]["name"])
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
     assert names == {(0, "naive"), (1, "lazy")}
     counters = [e for e in doc["traceEvents"] if e["ph"] == "C" and e["pid"] == 0]
     assert {e["name"] for e in counters} == {"host RSS (sampled)"}

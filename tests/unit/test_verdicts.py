@@ -67,8 +67,10 @@ def test_param_data_left_on_the_device_is_not_offloaded():
 def test_a_copy_kept_on_the_device_is_not_offloaded():
     """param_data freed, but the device gave back less than half of it."""
     lines = cycle_residency_problems(fact(param_offload_gave_bytes=7 * MiB))
-    assert lines == ["param_data freed, but the device gave back 7.00 MiB net of 16.00 MiB "
-                     "(a copy kept on the device?)"]  # fmt: skip
+    assert lines == [
+        "param_data freed, but the device gave back 7.00 MiB net of 16.00 MiB "
+        "(a copy kept on the device?)"
+    ]
 
 
 def test_a_staging_buffer_kept_for_reuse_passes():
@@ -115,38 +117,66 @@ def test_how_the_process_ended_beats_its_record():
 
 
 def test_a_process_that_exits_without_its_record_exited_early():
-    failure = ended(exit_code=0, wrote_result=False, result_exit_code=None,
-                    result_failure=None, last_phase=(0, "load"))  # fmt: skip
+    failure = ended(
+        exit_code=0,
+        wrote_result=False,
+        result_exit_code=None,
+        result_failure=None,
+        last_phase=(0, "load"),
+    )
     assert failure is not None and failure.kind == "exited early"
     assert (failure.cycle, failure.phase) == (0, "load")
     assert Verdict(kind=failure.kind).exit_code == 1
 
 
 def test_a_signal_is_a_kill_with_the_cgroup_s_word_on_oom():
-    failure = ended(exit_code=-signal.SIGKILL, wrote_result=False, result_exit_code=None,
-                    result_failure=None, last_phase=(1, "offload"), oom_kills=(0, 1))  # fmt: skip
+    failure = ended(
+        exit_code=-signal.SIGKILL,
+        wrote_result=False,
+        result_exit_code=None,
+        result_failure=None,
+        last_phase=(1, "offload"),
+        oom_kills=(0, 1),
+    )
     assert failure.kind == "killed" and "cgroup OOM (oom_kill 0 -> 1)" in failure.message
-    term = ended(exit_code=-signal.SIGTERM, wrote_result=False, result_exit_code=None,
-                 result_failure=None, last_phase=None)  # fmt: skip
+    term = ended(
+        exit_code=-signal.SIGTERM,
+        wrote_result=False,
+        result_exit_code=None,
+        result_failure=None,
+        last_phase=None,
+    )
     assert term.message == "signal 15 (SIGTERM)"
 
 
 def test_a_record_the_exit_status_contradicts_is_inconsistent():
-    failure = ended(exit_code=0, wrote_result=True, result_exit_code=1, result_failure=None,
-                    last_phase=None)  # fmt: skip
+    failure = ended(
+        exit_code=0, wrote_result=True, result_exit_code=1, result_failure=None, last_phase=None
+    )
     assert failure is not None and failure.kind == "inconsistent"
 
 
 def test_a_consistent_record_is_judged_by_its_facts():
-    assert ended(exit_code=1, wrote_result=True, result_exit_code=1, result_failure=None,
-                 last_phase=None) is None  # fmt: skip
+    assert (
+        ended(
+            exit_code=1, wrote_result=True, result_exit_code=1, result_failure=None, last_phase=None
+        )
+        is None
+    )
 
 
 @pytest.mark.parametrize(
     ("kinds", "code"),
-    [(["ok", "ok"], 0), (["ok", "over budget"], 1), (["killed", "killed"], 1),
-     (["crashed", "bad input"], 2), (["exited early"], 1), (["inconsistent"], 1), ([], 0)],
-)  # fmt: skip
+    [
+        (["ok", "ok"], 0),
+        (["ok", "over budget"], 1),
+        (["killed", "killed"], 1),
+        (["crashed", "bad input"], 2),
+        (["exited early"], 1),
+        (["inconsistent"], 1),
+        ([], 0),
+    ],
+)
 def test_exit_code(kinds, code):
     assert exit_code([Verdict(kind=k) for k in kinds]) == code
 

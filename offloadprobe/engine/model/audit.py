@@ -182,13 +182,25 @@ def _unreached_emulated(memory: Any, reached: dict[int, str], snapshot: DeviceSn
             continue
         original = snapshot.originals.get(key)
         if original is not None:
-            found.append(ResidentTensor(owner=original.owner, param_name=original.param_name,
-                                        dtype=original.dtype, nbytes=original.nbytes,
-                                        referenced=False))  # fmt: skip
+            found.append(
+                ResidentTensor(
+                    owner=original.owner,
+                    param_name=original.param_name,
+                    dtype=original.dtype,
+                    nbytes=original.nbytes,
+                    referenced=False,
+                )
+            )
         elif key not in snapshot.registered:
-            found.append(ResidentTensor(owner=ALLOCATED_DURING_OFFLOAD, param_name=None,
-                                        dtype="uint8", nbytes=storage.nbytes(),
-                                        referenced=False))  # fmt: skip
+            found.append(
+                ResidentTensor(
+                    owner=ALLOCATED_DURING_OFFLOAD,
+                    param_name=None,
+                    dtype="uint8",
+                    nbytes=storage.nbytes(),
+                    referenced=False,
+                )
+            )
     return found
 
 

@@ -114,8 +114,9 @@ def all_gather_into_tensor(original: Callable[..., Any]) -> Callable[..., Any]:
             chunk.copy_(input_tensor.reshape(-1))
         chunks = output_tensor.view(-1).view(dist.get_world_size(group), -1)
         for index, part in enumerate(chunks):
-            dist.broadcast(part, src=dist.get_global_rank(group or dist.group.WORLD, index),
-                           group=group)  # fmt: skip
+            dist.broadcast(
+                part, src=dist.get_global_rank(group or dist.group.WORLD, index), group=group
+            )
         return Done() if async_op else None
 
     return call

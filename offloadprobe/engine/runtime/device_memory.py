@@ -40,7 +40,8 @@ address, or swapped out) and the tests check the invariant page by page.
 
 Limits: the (at most two) pages at a storage's ends may be shared with its heap
 neighbours or hold glibc's chunk header: they are host pages in every figure (a storage
-under one page owns none; one under two pages may own one), at most 8 KiB per live device storage, and stay host pages in
+under one page owns none; one under two pages may own one), at most 8 KiB per live
+device storage, and stay host pages in
 the heap after the free. Torch reallocates a storage grown from a non-zero size or shrunk
 to one and frees the old memory itself: a heap storage's old pages then stay in the heap
 as host pages (reading high by up to its old size, never low). A change behind the

@@ -71,12 +71,26 @@ def _meta_device(device: object) -> object:
 
 
 _LIKE = {
-    torch.empty_like, torch.zeros_like, torch.ones_like, torch.full_like, torch.rand_like,
-    torch.randn_like, torch.randint_like, torch.clone, torch.Tensor.clone,
-    torch.Tensor.new_empty, torch.Tensor.new_zeros, torch.Tensor.new_ones,
-    torch.Tensor.new_full, torch.Tensor.new_tensor, torch.Tensor.float, torch.Tensor.half,
-    torch.Tensor.bfloat16, torch.Tensor.double, torch.Tensor.contiguous,
-}  # fmt: skip
+    torch.empty_like,
+    torch.zeros_like,
+    torch.ones_like,
+    torch.full_like,
+    torch.rand_like,
+    torch.randn_like,
+    torch.randint_like,
+    torch.clone,
+    torch.Tensor.clone,
+    torch.Tensor.new_empty,
+    torch.Tensor.new_zeros,
+    torch.Tensor.new_ones,
+    torch.Tensor.new_full,
+    torch.Tensor.new_tensor,
+    torch.Tensor.float,
+    torch.Tensor.half,
+    torch.Tensor.bfloat16,
+    torch.Tensor.double,
+    torch.Tensor.contiguous,
+}
 """Ops that allocate a new tensor on their input's device: their result is device memory."""
 _UNWRITTEN = {torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty}
 """Allocations that leave memory untouched: touched on allocation, as cudaMalloc'd memory is
@@ -85,8 +99,7 @@ resident."""
 
 def _as_meta(value: object) -> object:
     if isinstance(value, torch.Tensor):
-        return torch.empty_strided(value.size(), value.stride(), dtype=value.dtype,
-                                   device="meta")  # fmt: skip
+        return torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device="meta")
     if isinstance(value, (list, tuple)):
         return type(value)(_as_meta(v) for v in value)
     return value
@@ -107,8 +120,9 @@ def _meta_nbytes(func: object, args: tuple, kwargs: dict) -> int | None:
         out = func(*meta_args, **meta_kwargs)  # type: ignore[operator]
     except Exception:  # any op the meta device cannot run: size it after the fact
         return None
-    outs = [o for o in (out if isinstance(out, (list, tuple)) else [out])
-            if isinstance(o, torch.Tensor)]  # fmt: skip
+    outs = [
+        o for o in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(o, torch.Tensor)
+    ]
     inputs = {t.untyped_storage()._cdata for t in _tensors(meta_args, meta_kwargs)}
     fresh = [o for o in outs if o.untyped_storage()._cdata not in inputs]
     if outs and not fresh:
@@ -499,8 +513,11 @@ def _storage_new(self: torch.UntypedStorage) -> torch.UntypedStorage:
 
 
 _STORAGE_MOVES = {
-    "clone": _storage_clone, "cpu": _storage_cpu, "cuda": _storage_cuda, "new": _storage_new,
-}  # fmt: skip
+    "clone": _storage_clone,
+    "cpu": _storage_cpu,
+    "cuda": _storage_cuda,
+    "new": _storage_new,
+}
 
 
 def _convert_type(
@@ -518,8 +535,9 @@ def _convert_type(
     name = dtype if isinstance(dtype, str) else f"{dtype.__module__}.{dtype.__name__}"
     cuda = name.startswith("torch.cuda.")
     host_type = getattr(torch, name.rpartition(".")[2], None)
-    if not name.startswith("torch.") or not isinstance(getattr(host_type, "dtype", None),
-                                                       torch.dtype):  # fmt: skip
+    if not name.startswith("torch.") or not isinstance(
+        getattr(host_type, "dtype", None), torch.dtype
+    ):
         return _ORIGINAL_TYPE(self, dtype, non_blocking, **kwargs)  # torch's own error
     return self.to("cuda" if cuda else "cpu", dtype=host_type.dtype, non_blocking=non_blocking)
 

@@ -58,8 +58,14 @@ _MADV_POPULATE_WRITE = 23  # Linux 5.14+
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_long]  # fmt: skip
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
@@ -107,8 +113,9 @@ class Tuning:
         return cls(threads=threads, chunk_bytes=chunk, huge_pages=huge)
 
 
-def map_host(like: torch.Tensor, chunk_bytes: int | None = None, *,
-             huge_pages: bool = HUGE_PAGES) -> HostMapping:
+def map_host(
+    like: torch.Tensor, chunk_bytes: int | None = None, *, huge_pages: bool = HUGE_PAGES
+) -> HostMapping:
     """An exact-size anonymous mapping viewed as a tensor shaped like ``like`` (no pages yet)."""
     import torch
 

@@ -66,15 +66,22 @@ def _first_failure(
         after = group.oom_kills() if group is not None else None
         message = signal_message(-code, oom_before, after)
         return Failure(
-            kind="killed", message=f"rank {rank}: {message}", cycle=cycle, phase=phase,
+            kind="killed",
+            message=f"rank {rank}: {message}",
+            cycle=cycle,
+            phase=phase,
             exit_code=code,
-        )  # fmt: skip
+        )
     said = WorkerResult.read(job.result_path(rank))
     if said is not None and said.failure is not None:
-        return replace(said.failure, message=f"rank {rank}: {said.failure.message}",
-                       exit_code=code)  # fmt: skip
-    return Failure(kind="crashed", message=f"rank {rank}: exit code {code}", cycle=cycle,
-                   phase=phase, exit_code=code)  # fmt: skip
+        return replace(said.failure, message=f"rank {rank}: {said.failure.message}", exit_code=code)
+    return Failure(
+        kind="crashed",
+        message=f"rank {rank}: exit code {code}",
+        cycle=cycle,
+        phase=phase,
+        exit_code=code,
+    )
 
 
 def launch(job: Job, *, python: str = sys.executable) -> LaunchOutcome:

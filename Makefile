@@ -17,7 +17,7 @@ $(BIN)/offloadprobe: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	# bytecode for the package and the tests, once: every run, child and rank imports them
 	# (where PYTHONDONTWRITEBYTECODE is set, as here, Python would compile them each time)
-	$(BIN)/python -m compileall -q offloadprobe tests benchmarks
+	$(BIN)/python -m compileall -q offloadprobe tests benchmarks examples
 	touch $@
 
 .PHONY: env
@@ -32,9 +32,11 @@ test: env ## Run the whole test suite (GPU tests skip without CUDA)
 	$(BIN)/python -m pytest
 
 .PHONY: lint
-lint: env ## Ruff lint and format check
-	$(BIN)/ruff check offloadprobe tests benchmarks
-	$(BIN)/ruff format --check offloadprobe tests benchmarks
+lint: env ## Ruff lint and format check, the layer check, and the type checker
+	$(BIN)/ruff check offloadprobe tests benchmarks examples tools
+	$(BIN)/ruff format --check offloadprobe tests benchmarks examples tools
+	$(BIN)/python tools/check_layers.py
+	$(BIN)/mypy
 
 .PHONY: clean
 clean: ## Remove the virtual environment

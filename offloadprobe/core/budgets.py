@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from offloadprobe.core.errors import UsageError
-from offloadprobe.core.records import RunRecord
+from offloadprobe.core.records import RunRecord, RunSummary
 from offloadprobe.core.units import format_bytes, format_gbps, parse_size
 
 
@@ -31,9 +31,17 @@ class Breach:
 
 
 class Budget(Protocol):
-    flag: str
+    @property
+    def flag(self) -> str: ...
 
     def check(self, run: RunRecord) -> Breach | None: ...
+
+
+def _summary(run: RunRecord) -> RunSummary:
+    """A budget holds a completed run (the verdict rules judge the others first)."""
+    if run.summary is None:
+        raise ValueError(f"{run.label}: no summary to hold to a budget")
+    return run.summary
 
 
 def host_peaks_x(run: RunRecord) -> list[tuple[str, float]]:
@@ -44,7 +52,7 @@ def host_peaks_x(run: RunRecord) -> list[tuple[str, float]]:
     carries what the framework's train steps left between cycles; the parts' ledger
     (``measure.summary``) does not.
     """
-    s = run.summary
+    s = _summary(run)
     parts = [("parameters", s.params), ("optimizer state", s.optimizer)]
     named = [(f" ({name})", part.host_peak_x) for name, part in parts if part is not None]
     return named if len(named) == 2 else [("", s.host_peak_x)]
@@ -60,7 +68,7 @@ class HostPeakBudget:
     flag: str = "--max-host-peak"
 
     def check(self, run: RunRecord) -> Breach | None:
-        s = run.summary
+        s = _summary(run)
         if self.limit_x is not None:
             for what, x in host_peaks_x(run):
                 if x > self.limit_x:
@@ -92,9 +100,10 @@ class GpuResidualBudget:
 
 def residual_bytes(run: RunRecord) -> tuple[int | None, str]:
     """GPU bytes left after offload; in CPU emulation, the audited bytes left behind."""
-    if run.summary.gpu_left_after_offload_bytes is not None:
-        return run.summary.gpu_left_after_offload_bytes, "GPU left after offload"
-    audited = getattr(run.summary, "left_after_offload_bytes_by_key", None)
+    s = _summary(run)
+    if s.gpu_left_after_offload_bytes is not None:
+        return s.gpu_left_after_offload_bytes, "GPU left after offload"
+    audited = s.left_after_offload_bytes_by_key
     if audited is not None:
         return sum(audited.values()), "left on device (audited, CPU emulation)"
     return None, ""
@@ -108,7 +117,7 @@ class OffloadBandwidthBudget:
     flag: str = "--min-offload-bandwidth"
 
     def check(self, run: RunRecord) -> Breach | None:
-        rate = run.summary.offload_gbps
+        rate = _summary(run).offload_gbps
         if rate is None or rate < self.min_gbps:
             msg = f"offload {format_gbps(rate)} < {format_gbps(self.min_gbps)}"
             return Breach(run.label, self.flag, msg)

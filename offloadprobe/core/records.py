@@ -311,8 +311,12 @@ def build_record(cls: type, data: Any) -> Any:
             continue
         value, hint = data[f.name], hints[f.name]
         target = next(
-            (a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)),
-            hint if dataclasses.is_dataclass(hint) else None,
+            (
+                a
+                for a in typing.get_args(hint)
+                if isinstance(a, type) and dataclasses.is_dataclass(a)
+            ),
+            hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None,
         )
         if target is not None and value is not None:
             value = build_record(target, value)

@@ -30,7 +30,7 @@ def _value(hint: Any, value: Any) -> Any:
         for arg in args:
             if arg is type(None):
                 continue
-            if dataclasses.is_dataclass(arg) and isinstance(value, dict):
+            if isinstance(arg, type) and dataclasses.is_dataclass(arg) and isinstance(value, dict):
                 return rebuild(arg, value)
             if typing.get_origin(arg) in (list, tuple, dict):
                 return _value(arg, value)

@@ -155,6 +155,7 @@ def judge_outcome(
 ) -> Row:
     """The row of a finished worker: its report (or a failed one), judged."""
     report = None
+    breaches: list[Breach]
     if outcome.report is not None:
         try:
             report = report_from_dict(outcome.report)

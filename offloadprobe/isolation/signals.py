@@ -81,7 +81,8 @@ def untrack_folder(folder: Path) -> None:
 
 def _descendants(pid: int) -> list[psutil.Process]:
     try:
-        return psutil.Process(pid).children(recursive=True)
+        children: list[psutil.Process] = psutil.Process(pid).children(recursive=True)
+        return children
     except psutil.Error:
         return []
 

@@ -259,8 +259,9 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
                 phases=recorded_phases(job.phase_log(0)),
             )
         result = WorkerResult.read(job.result_path(None))
+        ended_as: Failure | None
         oom = (oom_before, spec.cgroup.oom_kills() if spec.cgroup is not None else None)
-        failure = ended(
+        ended_as = ended(
             exit_code=code,
             wrote_result=result is not None,
             result_exit_code=result.exit_code if result is not None else None,
@@ -275,7 +276,7 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
         return WorkerOutcome(
             exit_code=code,
             result=result,
-            failure=failure,
+            failure=ended_as,
             output=output,
             timeline=timeline,
             pid=result.pid if result is not None else 0,

@@ -74,9 +74,11 @@ class ModelConfig:
     """Attention heads."""
     vocab_size: int = 8192
     """Vocabulary size (embedding and untied output layer)."""
-    seq_length: int = 128
-    """Tokens per sample in the train step."""
-    micro_batch_size: int = 2
+    seq_length: int = 32
+    """Tokens per sample in the train step. The step exists to give the optimizer real
+    state and the DDP buffers real grads: its tokens cost time (a bf16 GEMM on a CPU
+    without bf16 units is slow), not bytes of the payload."""
+    micro_batch_size: int = 1
     """Samples per train step."""
     num_experts: int = 0
     """Routed experts per layer (megatron ``num_moe_experts``); 0 for a dense model. With

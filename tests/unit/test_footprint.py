@@ -68,7 +68,7 @@ def test_check_fits_refuses_with_the_estimate_and_the_way_out(monkeypatch):
         )
     message = str(err.value)
     assert message.startswith("this run needs about 6") and "cgroup limit 9.00 GiB" in message
-    assert "emulated device 44.98 GiB" in message and "--force" in message
+    assert "emulated device 45.00 GiB" in message and "--force" in message
     forced = fit.check_fits(
         _model(5 * GiB),
         strategies=[("lazy", "none")],

@@ -119,10 +119,10 @@ def test_scenario_plan_verdicts_match_expectations() -> None:
 
 
 def test_probe_payload_matches_ci_small_scenario() -> None:
-    # ci-small's [model] is the probe sized for 56 MiB (one 29,322,240-element buffer)
+    # ci-small's [model] is the probe sized for 56 MiB (one 29,404,160-element buffer)
     model = size_for_payload(ModelConfig(), 56 * MiB)
     s = load_scenario(SCENARIOS / "ci-small.toml")
-    assert probe_payload(model) == s.layout().stages[0].param_bytes == 29_322_240 * 2
+    assert probe_payload(model) == s.layout().stages[0].param_bytes == 29_404_160 * 2
 
 
 @pytest.mark.parametrize("size", [1000 * MiB, 1100 * MiB])

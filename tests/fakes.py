@@ -279,9 +279,13 @@ class InProcessChild:
     those with real processes (``run_cli``).
     """
 
-    def __init__(self, workdir: Any = None, *, record: bool = True) -> None:
+    def __init__(self, workdir: Any = None, *, record: bool = True, group: bool = False) -> None:
         self.specs: list[SpawnedRow] = []
         self.record = record
+        self.isolates = group
+        """Run in the worker's own memory cgroup, as a real worker does: this process moves
+        into the group the supervisor made for the call and back out after it (what it
+        held before stays charged where it was; the figures are rises over a baseline)."""
 
     def __call__(self, job: Any, spec: Any) -> tuple[int, str]:
         import os
@@ -293,9 +297,17 @@ class InProcessChild:
         keeper = spec.on_started(job) if spec.on_started is not None else None
         saved = {k: os.environ.get(k) for k in spec.env}
         os.environ.update(spec.env)
+        home = None
+        if self.isolates and spec.cgroup is not None:
+            from offloadprobe.measure.cgroup import home_procs
+
+            home = home_procs(spec.cgroup)
+            spec.cgroup.join()
         try:
             return serve(job), ""
         finally:
+            if home is not None:
+                home.write_text(str(os.getpid()))
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)

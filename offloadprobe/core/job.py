@@ -58,6 +58,11 @@ class Job:
     """The user set ``TORCHDYNAMO_DISABLE`` themselves (CPU emulation then leaves it)."""
     progress: bool = False
     """The parent shows a progress bar from the phase log (nothing changes in the worker)."""
+    own_cgroup: str | None = None
+    """The memory cgroup the parent made for this worker alone (it and all it starts):
+    its figures govern the host readings."""
+    cgroup_missing: str | None = None
+    """Why the parent could not make one (host figures then come from the process tree)."""
     version: int = JOB_VERSION
 
     @property

@@ -47,13 +47,21 @@ class ResidencyFact:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HostReading:
-    """The process's host memory around one phase (from /proc/self/status).
+    """Host memory around one phase: the measured process's own (``/proc/self/status``)
+    and, where the worker has a memory cgroup of its own, the group's (everything the
+    process and all it started hold: helper processes, shared memory, tmpfs files).
 
-    ``rss_*`` and ``peak`` are the kernel's raw figures. In CPU emulation they include the
-    emulated device, a part of RSS held at a constant size (device storages + ballast, see
-    ``engine/runtime/device_memory.py``): ``device_in_host_before/after`` is that constant,
-    and ``host_peak_bytes`` the phase's high-water mark less it, interval by interval. On
-    CUDA the constant is 0 and every host figure is the kernel's own.
+    ``rss_*`` and ``peak`` are the kernel's raw figures for the process. In CPU emulation
+    they include the emulated device, a part of RSS held at a constant size (device
+    storages + ballast, see ``engine/runtime/device_memory.py``): ``device_in_host_*`` is
+    that constant, and ``host_peak_bytes`` the phase's high-water mark less it, interval
+    by interval. On CUDA the constant is 0.
+
+    ``group_*`` are the group's held bytes (usage less page cache less the emulated
+    device). Where they exist they govern: ``host_rss_before``/``after`` are the group's,
+    and ``host_peak`` the larger of the group's peak and the process's own rise. So memory
+    held outside the process counts, and a process that resets its own high-water mark
+    (``/proc/self/clear_refs``) does not hide a peak the group saw.
     """
 
     rss_before: int
@@ -77,23 +85,53 @@ class HostReading:
     anon_before: int = 0
     file_before: int = 0
     shmem_before: int = 0
+    group_before: int | None = None
+    """The worker's cgroup at the phase start: usage less page cache less emulated device."""
+    group_after: int | None = None
+    group_peak: int | None = None
+    """The group's high-water mark in the phase, held bytes (None: not phase-local here)."""
+    group_source: str | None = None
+    """Where ``group_*`` come from: ``cgroup`` (the worker's own), or ``process tree`` (no
+    cgroup could be made: the RSS of the worker and its descendants plus /dev/shm)."""
 
     @property
-    def host_rss_before(self) -> int:
-        """RSS at the phase start without the emulated device (plain RSS on CUDA)."""
+    def process_rss_before(self) -> int:
+        """The process's own RSS at the phase start, less the emulated device."""
         return self.rss_before - self.device_in_host_before
 
     @property
-    def host_rss_after(self) -> int:
-        """RSS at the phase end without the emulated device (plain RSS on CUDA)."""
+    def process_rss_after(self) -> int:
         return self.rss_after - self.device_in_host_after
 
     @property
-    def host_peak(self) -> int:
-        """High-water mark of host-only RSS during the phase (the raw peak on CUDA)."""
+    def process_peak(self) -> int:
+        """The process's own high-water mark in the phase, less the emulated device."""
         if self.host_peak_bytes is not None:
             return self.host_peak_bytes
         return self.peak - self.device_in_host_after
+
+    @property
+    def host_rss_before(self) -> int:
+        """Host bytes held at the phase start (the group's where it has one)."""
+        return self.group_before if self.group_before is not None else self.process_rss_before
+
+    @property
+    def host_rss_after(self) -> int:
+        """Host bytes held at the phase end (the group's where it has one)."""
+        return self.group_after if self.group_after is not None else self.process_rss_after
+
+    @property
+    def host_peak(self) -> int:
+        """The phase's host high-water mark: the larger of the group's peak and the
+        process's own rise over the phase start, on the group's scale."""
+        own = self.process_peak
+        if self.group_before is None:
+            return own
+        rise = own - self.process_rss_before
+        candidates = [self.group_before + rise, self.host_rss_after]
+        if self.group_peak is not None:
+            candidates.append(self.group_peak)
+        return max(candidates)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -131,6 +169,13 @@ class CgroupReading:
     peak: int | None
     peak_is_phase_local: bool
     """True when the peak counter was reset at the phase start (v1 as root)."""
+    current_before: int | None = None
+    file_before: int | None = None
+    """Page cache charged to the group (``memory.stat`` file) at the phase start."""
+    file_after: int | None = None
+    shmem_after: int | None = None
+    """Shared memory charged to the group: tmpfs and /dev/shm files, memfd, SysV."""
+    anon_after: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -233,6 +278,10 @@ class RunRecord:
     merged into it): every rank's record and the node rows."""
     label_override: str | None = None
     """A row name the user gave (``--strategy name=spec``); the pair otherwise."""
+    construction: PhaseRecord | None = None
+    """The strategies' construction, measured like a phase: what they hold from then on
+    is in every host figure (``baseline_host_bytes`` is the host before they were built,
+    in the first offload's terms)."""
 
     @property
     def label(self) -> str:
@@ -387,6 +436,7 @@ def run_from_dict(entry: dict[str, Any]) -> RunRecord:
     fields["world"] = world_from_dict(entry.get("world"))
     fields["failure"] = failure_from_dict(entry)
     fields["residency"] = [ResidencyFact(**r) for r in entry.get("residency") or []]
+    fields["construction"] = build_record(PhaseRecord, entry.get("construction"))
     pair = f"{entry.get('strategy')} + {entry.get('optimizer_strategy', 'none')}"
     label = entry.get("label")
     fields["label_override"] = label if label and label != pair else None

@@ -9,6 +9,7 @@ from offloadprobe.core import environment
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.records import Report, RunRecord
+from offloadprobe.core.units import format_bytes
 from offloadprobe.engine.descriptors import notes_of
 from offloadprobe.measure.summary import LOADS, OFFLOADS, summarise
 
@@ -17,7 +18,8 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
     """The ``RunRecord`` of a run's state once its cycles ended (``engine.runner._Cycles``)."""
     cfg, phases = state.cfg, state.phases
     offloads = [p for p in phases if p.phase in OFFLOADS]
-    baseline = offloads[0].host.host_rss_before if offloads else 0
+    held = construction_held(state.construction)
+    baseline = offloads[0].host.host_rss_before - held if offloads else 0
     summary = None
     if offloads and any(p.phase in LOADS for p in phases):
         summary = summarise(
@@ -40,6 +42,11 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
         notes.append(f"{phase} moved nothing: no device memory was {verb} in some cycle")
     if any(p.host.method != "vmhwm" for p in phases):
         notes.append("host peak sampled with psutil (clear_refs refused): may miss short peaks")
+    if held >= 2**20:
+        notes.append(
+            f"the strategies held {format_bytes(held)} of host memory from their construction "
+            "on: counted in every host figure (the zero is the host before they were built)"
+        )
     notes.append(f"optimizer: {state.model.optimizer_name}")
     if cfg.reference_check:
         notes.append("every train step after a load compared bit for bit with a no-offload run")
@@ -60,7 +67,15 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
         left_after_offload=[asdict(r) for r in state.residents],
         residency=state.residency,
         label_override=cfg.label,
+        construction=state.construction,
     )
+
+
+def construction_held(rec: Any) -> int:
+    """Host bytes the strategies still held when their construction ended."""
+    if rec is None:
+        return 0
+    return max(0, rec.host.host_rss_after - rec.host.host_rss_before)
 
 
 def report_of(

@@ -65,6 +65,9 @@ class Hooks:
     """Marks phase spans on a running timeline sampler (``--trace``/``--plot``)."""
     fence: PhaseFence | None = None
     """Runs over several ranks: aligns every phase across ranks and reads the node cgroup."""
+    group: str | None = None
+    """Where host figures come from besides the process: ``cgroup`` (the worker's own),
+    ``tree`` (its process tree), or None (the process alone)."""
 
 
 def moves_optimizer(cfg: RunConfig) -> bool:
@@ -119,13 +122,6 @@ class _Cycles:
         limit_device_memory(runtime, cfg.gpu_limit_bytes)
         self.model = self.build()
         self.info = model_strategy(cfg.strategy)
-        before = _device_in_use(runtime)
-        with runtime.strategy_code():
-            self.strategy = self.info.build(runtime)
-            self.optimizer_strategy = optimizer_strategy(cfg.optimizer_strategy).build(runtime)
-        self.built_on_device = max(0, _device_in_use(runtime) - before)
-        """Device bytes the strategies still hold from their construction (a buffer made
-        there could hold a copy the offload keeps)."""
         memory = runtime.device_memory
         self.meter = PhaseMeter(
             runtime,
@@ -135,7 +131,16 @@ class _Cycles:
             else None,
             sampler=hooks.sampler,
             cgroup_reset=hooks.fence is None,
+            group=hooks.group,
         )
+        before = _device_in_use(runtime)
+        self.construction, built = self.meter.measure(0, "construction", self.construct)
+        """The strategies' construction, measured: what they hold from then on counts in
+        every host figure (``engine.run_record``)."""
+        self.strategy, self.optimizer_strategy = built
+        self.built_on_device = max(0, _device_in_use(runtime) - before)
+        """Device bytes the strategies still hold from their construction (a buffer made
+        there could hold a copy the offload keeps)."""
         self.payload = self.model.payload_bytes
         self.param_to_move = self.payload if self.info.moves_params else 0
         self.moves_optimizer = moves_optimizer(cfg)
@@ -154,6 +159,13 @@ class _Cycles:
     def build(self) -> ProbeModel:
         cfg = self.cfg
         return build_probe_model(cfg.model, self.runtime, seed=cfg.seed, optimizer=cfg.optimizer)
+
+    def construct(self) -> tuple[Any, Any]:
+        """Both strategies, built as the user's code runs (the runtime's strategy context)."""
+        with self.runtime.strategy_code():
+            params = self.info.build(self.runtime)
+            optimizer = optimizer_strategy(self.cfg.optimizer_strategy).build(self.runtime)
+        return params, optimizer
 
     def phase(self, cycle: int, name: str, action: Callable[[], Any]) -> Any:
         if self.hooks.on_start is not None:

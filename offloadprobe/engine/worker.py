@@ -56,6 +56,7 @@ def _single(job: Job) -> Report:
     sampler = None
     if job.timeline:
         sampler = sampler_for(cuda=job.config.device != "cpu" and _has_cuda()).start()
+    group = "cgroup" if job.own_cgroup else "tree" if job.cgroup_missing else None
     try:
         report = run(
             job.config,
@@ -63,6 +64,7 @@ def _single(job: Job) -> Report:
                 on_start=log.start,
                 on_phase=lambda rec: log.end(rec.cycle, rec.phase, asdict(rec)),
                 sampler=sampler,
+                group=group,
             ),
         )
     finally:
@@ -71,7 +73,31 @@ def _single(job: Job) -> Report:
         import json
 
         job.timeline_path.write_text(json.dumps(drawn.to_dict()) + "\n")
-    return report
+    return _with_host_note(report, job)
+
+
+def _with_host_note(report: Report, job: Job) -> Report:
+    """Where the host figures came from, on every row."""
+    from dataclasses import replace
+
+    if job.own_cgroup:
+        from offloadprobe.measure.cgroup import version_at
+
+        path = Path(job.own_cgroup)
+        note = (
+            f"host figures: the worker's own memory cgroup (v{version_at(path)} {path.name}) "
+            "beside its own RSS, the larger governs; page cache is not counted as held"
+        )
+    elif job.cgroup_missing:
+        note = (
+            f"host figures: no memory cgroup could be made ({job.cgroup_missing}); the "
+            "worker's process tree's RSS and /dev/shm stand in, other processes' peaks "
+            "can be missed"
+        )
+    else:
+        return report
+    runs = [replace(r, notes=[*r.notes, note]) for r in report.runs]
+    return replace(report, runs=runs)
 
 
 def _has_cuda() -> bool:

@@ -206,6 +206,7 @@ def worker_environment(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+subprocess_spawner.isolates = True  # type: ignore[attr-defined]
 SPAWNER: list[Spawner] = [subprocess_spawner]
 """The spawner in use; tests of what is not isolation put an in-process one first."""
 
@@ -231,11 +232,40 @@ def work_folder(prefix: str = "offloadprobe-") -> Iterator[Path]:
         signals.untrack_folder(folder)
 
 
+@contextlib.contextmanager
+def own_group(spec: WorkerSpec) -> Iterator[WorkerSpec]:
+    """The worker's own memory cgroup: the caller's (``repro``'s limited group), or one made
+    here and removed afterwards; none for a launcher (its ranks share the node's group) or
+    a worker that runs in this process. ``spec`` comes back with the job saying which."""
+    spawner = SPAWNER[0]
+    if spec.job.launch is not None or not getattr(spawner, "isolates", False):
+        yield spec
+        return
+    if spec.cgroup is not None:
+        yield replace(spec, job=replace(spec.job, own_cgroup=str(spec.cgroup.path)))
+        return
+    import uuid
+
+    from offloadprobe.measure.cgroup import CgroupUnavailable, create_group
+
+    try:
+        group = create_group(f"offloadprobe-worker-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    except (CgroupUnavailable, OSError) as why:
+        yield replace(spec, job=replace(spec.job, cgroup_missing=str(why)))
+        return
+    try:
+        yield replace(spec, cgroup=group, job=replace(spec.job, own_cgroup=str(group.path)))
+    finally:
+        with contextlib.suppress(OSError):
+            group.kill()
+            group.remove()
+
+
 def run_worker(spec: WorkerSpec) -> WorkerOutcome:
     """Run ``spec.job`` in a worker; collect its result and how it ended."""
     collector.resume()  # a parent that waits on children collects as usual
     signals.install()
-    with work_folder() as folder:
+    with work_folder() as folder, own_group(spec) as spec:
         job = replace(spec.job, workdir=str(folder))
         job.write()
         if job.gate:

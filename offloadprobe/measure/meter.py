@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from offloadprobe.core.records import GpuReading, PhaseRecord
 from offloadprobe.core.units import gbps
+from offloadprobe.measure.governing import govern, shm_used, tree, tree_rss
 from offloadprobe.measure.probes.cgroup import CgroupProbe
 from offloadprobe.measure.probes.gpu import GpuProbe
 from offloadprobe.measure.probes.host import DeviceArena, HostProbe
@@ -40,6 +41,7 @@ class PhaseMeter:
         clock: Callable[[], float] = time.perf_counter,
         sampler: Sampler | None = None,
         cgroup_reset: bool = True,
+        group: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.clock = clock
@@ -51,6 +53,11 @@ class PhaseMeter:
         self.cgroup = CgroupProbe(reset=cgroup_reset)
         self.sampler = sampler
         """Marks each phase's timed region on the timeline (``--trace``/``--plot`` only)."""
+        self.group = group
+        """``cgroup``: the process's cgroup is the worker's own, its figures govern;
+        ``tree``: none could be made, the process tree's RSS and /dev/shm stand in;
+        None: the process's own figures alone (one rank of several, a test)."""
+        self._tree_before = (0, 0)
 
     def measure(
         self, cycle: int, phase: str, action: Callable[[], Any], *, bytes_moved: int = 0
@@ -60,6 +67,8 @@ class PhaseMeter:
         self.runtime.settle()
         for probe in (self.cgroup, self.gpu, self.pinned, self.host):
             probe.begin()
+        if self.group == "tree":
+            self._tree_before = (tree_rss(), shm_used())
         counted = self.device_counters() if self.device_counters else (0, 0)
         mark = self.sampler.now() if self.sampler else 0
         start = self.clock()
@@ -72,6 +81,11 @@ class PhaseMeter:
                 self.sampler.span(cycle, phase, mark, self.sampler.now())
         self.runtime.settle()
         host = self.host.end()
+        group = self.cgroup.end()
+        if self.group == "cgroup":
+            host = govern(host, group)
+        elif self.group == "tree":
+            host = tree(host, self._tree_before, (tree_rss(), shm_used()))
         gpu = self.gpu.end()
         freed, allocated = _device_traffic(gpu, counted, self.device_counters)
         record = PhaseRecord(
@@ -83,7 +97,7 @@ class PhaseMeter:
             host=host,
             pinned=self.pinned.end(),
             gpu=gpu,
-            cgroup=self.cgroup.end(),
+            cgroup=group,
             loss=result if isinstance(result, float) else None,
             device_freed_bytes=freed,
             device_allocated_bytes=allocated,

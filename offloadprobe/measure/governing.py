@@ -1,0 +1,76 @@
+"""The host figures that govern a phase: the worker's own memory cgroup beside its RSS.
+
+A worker that runs alone in a memory cgroup of its own has everything it holds charged
+there: its RSS, its helper processes, files it keeps in tmpfs or /dev/shm, memfds, SysV
+segments. ``govern`` puts the group's held bytes (usage less page cache, less the
+emulated device in CPU emulation) beside the process's own reading; the record's
+``host_*`` properties then take the larger of the two views. Page cache does not count
+as held (offload to disk is legitimate); it is the one part of the group left out.
+
+Where no cgroup could be made, ``tree`` stands in: the RSS of the worker and its
+descendants plus what /dev/shm holds, read at the phase's start and end (no peak of the
+other processes: the record says ``process tree``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from offloadprobe.core.records import CgroupReading, HostReading
+
+
+def govern(host: HostReading, group: CgroupReading | None) -> HostReading:
+    """``host`` with the worker's own group's held bytes, where they were read."""
+    if group is None or group.current_before is None:
+        return host
+    file_before = group.file_before or 0
+    file_after = group.file_after if group.file_after is not None else file_before
+    before = group.current_before - file_before - host.device_in_host_before
+    after = group.current_after - file_after - host.device_in_host_after
+    peak = None
+    if group.peak is not None and group.peak_is_phase_local:
+        peak = group.peak - file_after - host.device_in_host_after
+    return replace(
+        host, group_before=before, group_after=after, group_peak=peak, group_source="cgroup"
+    )
+
+
+def shm_used() -> int:
+    """Bytes /dev/shm holds now (every process's: the fallback's estimate)."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return 0
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def tree_rss(pid: int | None = None) -> int:
+    """RSS of a process and all its descendants (shared pages count once per process)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        family = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for proc in family:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+def tree(host: HostReading, before: tuple[int, int], after: tuple[int, int]) -> HostReading:
+    """``host`` with the process tree's RSS plus /dev/shm, ``(rss, shm)`` around the phase."""
+    held_before = before[0] + before[1] - host.device_in_host_before
+    held_after = after[0] + after[1] - host.device_in_host_after
+    return replace(
+        host,
+        group_before=held_before,
+        group_after=held_after,
+        group_peak=None,
+        group_source="process tree",
+    )

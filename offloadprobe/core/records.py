@@ -43,6 +43,21 @@ class ResidencyFact:
     """Optimizer state that left the device (state before less state left)."""
     left_by_owner: dict[str, int] = field(default_factory=dict)
     """Device bytes still there after every offload of the cycle, by owner (the audit)."""
+    unreferenced: dict[str, int] = field(default_factory=dict)
+    """Live device tensors no part of the model or optimizer reaches, by when they were
+    made (``made during train``...): a strategy's own copy, a module-level cache."""
+    unattributed_bytes: int = 0
+    """Device bytes over the zero that nothing names, beyond the framework's residue
+    (another allocator's: CuPy, a graph pool; the driver's count beyond PyTorch's)."""
+    outside_allocator_bytes: int = 0
+    """Device bytes outside PyTorch's allocator, over those at the first offload's start."""
+    residue_bytes: int = 0
+    """The framework's residue, expected to stay (no Python tensor holds it: cuBLAS
+    workspaces, allocator internals), measured at the first offload's start."""
+    left_total_bytes: int | None = None
+    """Every device byte the process holds over the zero (before the model existed)."""
+    allowance_bytes: int = 0
+    """Device bytes a strategy may keep beside what stays by design (a staging buffer)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

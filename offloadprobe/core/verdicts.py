@@ -24,6 +24,18 @@ STAGING_FRACTION = 2
 """A parameter offload whose device drop, net of what the strategy holds otherwise, is
 under 1/STAGING_FRACTION of ``param_data`` kept a copy on the device (a staging buffer kept
 for reuse is less than that)."""
+ALLOWANCE_FRACTION = 8
+ALLOWANCE_FLOOR = 4 * 2**20
+MODEL_OWNERS = ("param_data", "grad_data")
+UNOWNED = "allocated during offload"
+"""The audit's owner of device storages an offload made that nothing in the model reaches
+(counted with the unreferenced tensors, never as optimizer state)."""
+
+
+def staging_allowance(moved: int) -> int:
+    """Device bytes a strategy may keep beside what stays by design: a staging buffer of
+    up to 1/ALLOWANCE_FRACTION of what the offload moves (at least ALLOWANCE_FLOOR)."""
+    return max(ALLOWANCE_FLOOR, moved // ALLOWANCE_FRACTION)
 
 
 def judge(
@@ -47,9 +59,17 @@ def judge(
         return Verdict(
             kind="corrupted", detail=run.integrity[0] + more, reasons=tuple(run.integrity)
         ), []
+    allowed = any(getattr(b, "flag", "") == "--max-gpu-residual" for b in budgets)
     problems = residency_problems(run.residency)
     if problems:
         return Verdict(kind="not offloaded", detail="; ".join(problems), reasons=problems), []
+    if not allowed:  # --max-gpu-residual: the user allows what stays, up to the budget
+        hidden = hidden_problems(run.residency)
+        if hidden:
+            return Verdict(kind="not offloaded", detail="; ".join(hidden), reasons=hidden), []
+        partly = partly_offloaded(run.residency)
+        if partly:
+            return Verdict(kind="partly offloaded", detail="; ".join(partly), reasons=partly), []
     if run.summary is None:
         return Verdict(kind="crashed", detail="no offload/load pair completed"), []
     if run.world is not None:
@@ -109,13 +129,64 @@ def cycle_residency_problems(fact: ResidencyFact) -> list[str]:
     return lines
 
 
+def _once(lines: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(lines))
+
+
 def residency_problems(facts: Sequence[ResidencyFact]) -> tuple[str, ...]:
     """Every cycle's residency problems, each line once, in the order first seen."""
-    seen: dict[str, None] = {}
+    return _once(line for fact in facts for line in cycle_residency_problems(fact))
+
+
+def optimizer_left(fact: ResidencyFact) -> dict[str, int]:
+    """Optimizer state the audit found on the device after the offload, by key."""
+    return {
+        key: nbytes
+        for key, nbytes in fact.left_by_owner.items()
+        if nbytes and key not in MODEL_OWNERS and key != UNOWNED
+    }
+
+
+def partly_offloaded(facts: Sequence[ResidencyFact]) -> tuple[str, ...]:
+    """An optimizer strategy that moves state and left some of it: each key, its bytes."""
+    lines = []
     for fact in facts:
-        for line in cycle_residency_problems(fact):
-            seen.setdefault(line, None)
-    return tuple(seen)
+        if not fact.moves_optimizer or not fact.optimizer_moved_bytes:
+            continue  # moved nothing: the "not offloaded" rule's
+        for key, nbytes in sorted(optimizer_left(fact).items(), key=lambda kv: -kv[1]):
+            lines.append(f"{key} {format_bytes(nbytes)} still on device")
+    return _once(lines)
+
+
+def hidden_bytes(fact: ResidencyFact) -> int:
+    """Device bytes no part owns after the offload: unreferenced tensors, what the audit
+    found made during the offload, and what nothing names."""
+    return sum(fact.unreferenced.values()) + fact.unattributed_bytes
+
+
+def hidden_problems(facts: Sequence[ResidencyFact]) -> tuple[str, ...]:
+    """Device memory no part of the model or optimizer owns, left on the device after an
+    offload beyond the staging allowance: a copy the strategy kept, a cache it filled."""
+    lines = []
+    for fact in facts:
+        hidden = hidden_bytes(fact)
+        if hidden <= fact.allowance_bytes:
+            continue
+        parts = [f"unreferenced device tensors {format_bytes(n)}, {when}"
+                 for when, n in fact.unreferenced.items() if n]  # fmt: skip
+        if fact.unattributed_bytes:
+            where = (
+                f", {format_bytes(fact.outside_allocator_bytes)} of it outside PyTorch's allocator"
+                if fact.outside_allocator_bytes
+                else ""
+            )
+            parts.append(f"unattributed {format_bytes(fact.unattributed_bytes)}{where}")
+        lines.append(
+            f"{format_bytes(hidden)} of device memory no part owns stayed on the device "
+            f"after offload ({'; '.join(parts)}), beyond the staging allowance of "
+            f"{format_bytes(fact.allowance_bytes)}"
+        )
+    return _once(lines[:1])
 
 
 def ended(

@@ -18,11 +18,12 @@ from offloadprobe.core.errors import UsageError
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.records import PhaseRecord, Report, ResidencyFact, RunRecord
 from offloadprobe.core.units import format_bytes
-from offloadprobe.core.verdicts import cycle_residency_problems
+from offloadprobe.core.verdicts import cycle_residency_problems, staging_allowance
 from offloadprobe.engine.descriptors import close, registered_bytes
 from offloadprobe.engine.model import audit
 from offloadprobe.engine.model.builder import ProbeModel, build_probe_model
 from offloadprobe.engine.model.integrity import fingerprint_state, verify_round_trip
+from offloadprobe.engine.model.ledger import DeviceLedger
 from offloadprobe.engine.model.reference import (
     Checkpoint,
     checkpoint,
@@ -88,16 +89,6 @@ def _train(model: ProbeModel, steps: int) -> float | None:
     return loss
 
 
-def _device_in_use(runtime: Runtime) -> int:
-    """Device bytes allocated right now (after freeing what nothing references)."""
-    runtime.synchronize()
-    memory = runtime.device_memory
-    if memory is not None:
-        runtime.settle()
-        return memory.device_bytes()
-    return torch.cuda.memory_allocated()
-
-
 def _within(code: Callable[[], Any], action: Callable[[Any], Any], arg: Any) -> Any:
     """``action(arg)`` inside ``code()`` (the runtime's context for a strategy's code)."""
     with code():
@@ -120,6 +111,7 @@ class _Cycles:
             )
         self.gpu_baseline = None if runtime.emulated else torch.cuda.memory_allocated()
         limit_device_memory(runtime, cfg.gpu_limit_bytes)
+        self.ledger = DeviceLedger(runtime)
         self.model = self.build()
         self.info = model_strategy(cfg.strategy)
         memory = runtime.device_memory
@@ -133,14 +125,12 @@ class _Cycles:
             cgroup_reset=hooks.fence is None,
             group=hooks.group,
         )
-        before = _device_in_use(runtime)
+        before = self.ledger.before(self.model)
         self.construction, built = self.meter.measure(0, "construction", self.construct)
-        """The strategies' construction, measured: what they hold from then on counts in
-        every host figure (``engine.run_record``)."""
+        """Measured: what they hold from then on counts in every host figure."""
         self.strategy, self.optimizer_strategy = built
-        self.built_on_device = max(0, _device_in_use(runtime) - before)
-        """Device bytes the strategies still hold from their construction (a buffer made
-        there could hold a copy the offload keeps)."""
+        self.built_on_device = self.ledger.after_construction(self.model, before)
+        """Device bytes (by totals) they hold from construction (a copy could sit there)."""
         self.payload = self.model.payload_bytes
         self.param_to_move = self.payload if self.info.moves_params else 0
         self.moves_optimizer = moves_optimizer(cfg)
@@ -221,11 +211,11 @@ class _Cycles:
         return rec
 
     def audit(self, cycle: int) -> ResidencyFact:
-        """After every offload phase of a cycle: the residency audit on the parameter
-        offload's record, and the cycle's residency facts."""
+        """After a cycle's offloads: the residency audit, and the cycle's residency facts."""
         released = confirmed_released(self.strategy, self.model.chunks, self.phases)
         self.residents = audit.audit(self.model, self.runtime, self.snapshot, released)
         left = audit.bytes_by_key(self.residents)
+        hidden = self.ledger.after_offload(self.model)
         not_state = ("param_data", "grad_data", audit.ALLOCATED_DURING_OFFLOAD)
         left_optimizer = sum(v for k, v in left.items() if k not in not_state)
         self.optimizer_moved = max(0, self.optimizer_bytes - left_optimizer)
@@ -241,6 +231,14 @@ class _Cycles:
             optimizer_state_bytes=self.optimizer_bytes,
             optimizer_moved_bytes=self.optimizer_moved,
             left_by_owner=left,
+            unreferenced=hidden.unreferenced,
+            unattributed_bytes=hidden.unattributed,
+            outside_allocator_bytes=hidden.outside_allocator,
+            residue_bytes=hidden.residue,
+            left_total_bytes=hidden.left_total,
+            allowance_bytes=staging_allowance(
+                self.param_to_move + (self.optimizer_bytes if self.moves_optimizer else 0)
+            ),
         )
         self.residency.append(fact)
         return fact
@@ -267,6 +265,7 @@ class _Cycles:
         loss = self.phase(cycle, "train", lambda: _train(model, cfg.train_steps))
         before = fingerprint_state(model)
         self.check_step(f"cycle {cycle} train step", cycle, Checkpoint(loss, before.buffers))
+        self.ledger.at_offload_start(model)
         self.snapshot = audit.snapshot_device_storage(model)
         self.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model).values())
         for name, action in self.moves(offload=True):

@@ -86,7 +86,11 @@ def _process_events(row: TraceRow) -> list[dict[str, Any]]:
     timeline = row.timeline
     if timeline is None:
         return events
-    records = {(r.cycle, r.phase): r for r in (row.run.phases if row.run else [])}
+    run = row.run
+    measured = ([run.construction] if run and run.construction else []) + (
+        run.phases if run else []
+    )
+    records = {(r.cycle, r.phase): r for r in measured}
     for span in timeline.spans:
         args = _phase_args(records.get((span.cycle, span.phase)))
         args["cycle"] = span.cycle

@@ -95,6 +95,8 @@ class Memfd:
 _HELPER = r"""
 import sys
 data = {}
+sys.stdout.buffer.write(b"ready\n")
+sys.stdout.buffer.flush()
 while True:
     head = sys.stdin.buffer.readline()
     if not head:
@@ -108,8 +110,18 @@ while True:
 """
 
 
+def _anon_rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        fields = dict(line.split(":", 1) for line in fh if ":" in line)
+    return int(fields["RssAnon"].split()[0]) * 1024
+
+
 class HelperProcess:
-    """The copy in a helper process's memory (as an async checkpointer or a loader would)."""
+    """The copy in a helper process's memory (as an async checkpointer or a loader would).
+    The helper's own interpreter is host memory the strategy holds from construction on:
+    ``helper_rss`` is its anonymous RSS once it is ready."""
+
+    helper_rss = 0
 
     def __init__(self):
         self.helper = subprocess.Popen(
@@ -117,6 +129,8 @@ class HelperProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
+        assert self.helper.stdout.readline() == b"ready\n"
+        type(self).helper_rss = _anon_rss(self.helper.pid)
         self.sizes = {}
 
     def offload(self, models):
@@ -168,9 +182,7 @@ class SharedMemoryLeftLinked:
 
         pid = getattr(resource_tracker._resource_tracker, "_pid", None)
         if pid:  # its anonymous memory (its libraries are page cache, not held)
-            with open(f"/proc/{pid}/status") as fh:
-                fields = dict(line.split(":", 1) for line in fh if ":" in line)
-            type(self).helper_rss = int(fields["RssAnon"].split()[0]) * 1024
+            type(self).helper_rss = _anon_rss(pid)
 
     def load(self, models):
         for i, buffer in enumerate(_buffers(models)):

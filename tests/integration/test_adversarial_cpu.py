@@ -88,7 +88,8 @@ def test_optimizer_state_in_plain_host_tensors_counts_as_host_and_as_moved(runs,
         ADV + "StateToEmptyHost",
         capsys=capsys,
     )
-    assert code == 0, err
+    # the fp32 master weights stay on the device: the run fails, naming them
+    assert code == 1 and "partly offloaded: shard_fp32_from_float16_groups" in err, err
     s = _summary(report)
     payload = report["payload_bytes"]
     assert _within(s["steady_host_bytes"] / payload, 5.0), s["steady_host_bytes"] / payload

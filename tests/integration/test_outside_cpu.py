@@ -72,11 +72,11 @@ def _run(invoke, tmp_path, strategy: str, *extra: str, isolated: bool = False) -
 def test_a_copy_kept_outside_the_process_counts_as_one_copy(invoke, tmp_path, in_a_group, name):
     run = _run(invoke, tmp_path, OUT + name)
     assert run["outcome"]["kind"] == "ok", run["verdict"]
-    # the truth: one copy, and the RSS of a helper process the strategy's own library
-    # started (multiprocessing's resource tracker for a shared-memory segment)
-    from tests.integration.outside_strategies import SharedMemoryLeftLinked
+    # the truth: one copy, and the RSS of a helper process the strategy (or its library:
+    # multiprocessing's resource tracker for a shared-memory segment) started
+    from tests.integration import outside_strategies
 
-    helpers = SharedMemoryLeftLinked.helper_rss if name == "SharedMemoryLeftLinked" else 0
+    helpers = getattr(outside_strategies, name).__dict__.get("helper_rss", 0)
     truth = run["payload_bytes"] + helpers
     steady = run["summary"]["steady_host_bytes"]
     assert 0.9 * truth <= steady <= 1.1 * truth, (steady / MiB, truth / MiB)  # before 0.02x

@@ -82,7 +82,9 @@ def test_run_trace_has_one_slice_per_phase_with_its_exact_readings(tmp_path, sta
     assert "Sampler.start" in started_threads and "Sidecar.start" in started_threads
     doc = json.loads(trace.read_text())
     assert validate(doc) == []
-    phases = [p for c in json.loads(report.read_text())["runs"][0]["cycles"] for p in c["phases"]]
+    run = json.loads(report.read_text())["runs"][0]
+    # the strategies' construction is measured first, as its own slice
+    phases = [run["construction"]] + [p for c in run["cycles"] for p in c["phases"]]
     slices = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "phase"]
     assert [(e["args"]["cycle"], e["name"]) for e in slices] == [
         (p["cycle"], p["phase"]) for p in phases

@@ -111,8 +111,10 @@ def test_the_constant_is_device_and_ballast_pages_while_other_threads_fault():
                     assert memory.constant == device_and_ballast_pages(memory) * PAGE, step
                     host = rss() - memory.constant
                 # the host memory this process holds: at least what it held at the start
-                # (kept among it), less a little (heap pages glibc may give back)
-                assert host >= start - 2 * MIB, (step, (host - start) / MIB)
+                # (kept among it), less a little (heap pages glibc may give back: 2.4 MiB
+                # seen in a test worker that ran other tests first); a constant that took
+                # in host pages (the 16 MiB kept) would fall well below
+                assert host >= start - 6 * MIB, (step, (host - start) / MIB)
         finally:
             for t in threads:
                 t.stop.set()

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -169,12 +170,24 @@ class DeviceMemory:
         return tensor.untyped_storage()._cdata in self._storages
 
     def holds_storage(self, storage: torch.UntypedStorage) -> bool:
+        """Whether ``storage`` is emulated device memory (allocated or freed)."""
         return storage._cdata in self._storages
 
     def resident(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` occupies emulated device memory right now."""
         storage = tensor.untyped_storage()
         return storage._cdata in self._storages and storage.nbytes() > 0
+
+    def held_in_python(self) -> dict[int, int]:
+        """``{key: bytes}`` of allocated device storages whose Python object something
+        besides this registry holds (a bare ``UntypedStorage`` kept by user code)."""
+        with self.lock:
+            held = {}
+            for key in list(self._storages):
+                storage = self._storages[key]
+                if storage.nbytes() and _refs(storage) > _REGISTRY_REFS:
+                    held[key] = storage.nbytes()
+            return held
 
     def device_bytes(self) -> int:
         """Bytes of every allocated device storage (what ``memory_allocated`` would say)."""
@@ -279,8 +292,9 @@ class DeviceMemory:
         """Free every device storage that only this registry still references; bytes freed."""
         with self.lock:
             freed = 0
-            for key, storage in list(self._storages.items()):
-                if torch._C._storage_Use_Count(key) <= 1:
+            for key in list(self._storages):
+                storage = self._storages[key]  # a user's storage object stays: see _refs
+                if torch._C._storage_Use_Count(key) <= 1 and _refs(storage) <= _REGISTRY_REFS:
                     freed += storage.nbytes()
                     if storage.nbytes():
                         self.resize(storage, 0)
@@ -328,6 +342,28 @@ class DeviceMemory:
             self._held.clear()
             self.device_pages = 0
             self.ballast.close()
+
+
+def _refs(storage: torch.UntypedStorage) -> int:
+    """Python references to ``storage``'s one object (PyTorch keeps one per storage, so a
+    bare ``t.untyped_storage()`` kept by user code is the registry's very object). Compare
+    with ``_REGISTRY_REFS`` only where it is called as in ``_registry_refs``: from a loop
+    over the registry's keys, the storage in one local variable."""
+    return sys.getrefcount(storage)
+
+
+def _registry_refs() -> int:
+    """What ``_refs`` says of a storage only a registry holds (the dict, the caller's
+    variable, the argument: the count varies by Python version), called the way
+    ``DeviceMemory.reclaim`` and ``DeviceMemory.held_in_python`` call it."""
+    registry = {0: torch.empty(1, dtype=torch.uint8).untyped_storage()}
+    for key in list(registry):
+        storage = registry[key]
+        return _refs(storage)
+    raise AssertionError("unreachable")
+
+
+_REGISTRY_REFS = _registry_refs()
 
 
 def _storages_of(result: Any) -> list[torch.UntypedStorage]:

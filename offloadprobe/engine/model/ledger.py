@@ -1,0 +1,142 @@
+"""The device ledger of one run: what is on the device after each offload, by totals, and
+who the audit can name for it.
+
+Taken at four moments: before the model exists (the zero), after the strategies were built
+(what they made there), at each cycle's first offload start, and after the cycle's
+offloads. After an offload, the process's device bytes over the zero are split into:
+
+- the audit's owners (``param_data``, ``grad_data``, each optimizer key, originals kept
+  aside, storages made during the offload): ``audit.py``;
+- the probe's own batch;
+- live Python tensors on the device that none of those reach (a copy in the strategy's own
+  tensor, a module-level cache like TransformerEngine's FP8 workspaces), named by when they
+  were made: before the first train step, during train, or during the cycles' moves;
+- the framework's own live tensors: those the model's build made before any strategy
+  existed (megatron-core's, the same under every strategy);
+- the framework's residue: what no Python tensor holds at the first offload's start
+  (cuBLAS workspaces, allocator internals), measured once and expected to stay;
+- the rest, unattributed: device memory that appeared and nothing names (another
+  allocator's: CuPy, a CUDA graph pool, the driver's count beyond PyTorch's reserved
+  bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from offloadprobe.engine.model.buffers import ddp_buffers
+from offloadprobe.engine.model.device_totals import DeviceTotal, device_total, walk
+from offloadprobe.engine.optimizer.holdings import holdings, storage_key
+from offloadprobe.engine.runtime import emulation
+
+
+@dataclass(frozen=True, slots=True)
+class Hidden:
+    """What an offload left on the device that no part of the model or optimizer owns."""
+
+    unreferenced: dict[str, int]
+    """Live tensors no part reaches, bytes by when they were made."""
+    unattributed: int
+    """Device bytes nothing names (beyond the framework's residue)."""
+    outside_allocator: int
+    """Of the device bytes, those outside PyTorch's allocator, over the first offload's."""
+    residue: int
+    """The framework's residue, expected to stay (measured at the first offload's start)."""
+    left_total: int
+    """All device bytes over the zero, after the offload."""
+
+
+def _known(model: Any) -> set[int]:
+    keys = set()
+    for buffer in ddp_buffers(model.chunks):
+        keys |= {storage_key(buffer.param_data), storage_key(buffer.grad_data)}
+    keys |= {storage_key(h.tensor) for h in holdings([model.optimizer])}
+    keys |= {storage_key(t) for t in getattr(model, "batch", {}).values()}
+    return keys
+
+
+def _on_device_bytes(model: Any) -> int:
+    """Bytes of distinct model/optimizer/batch storages on the device right now."""
+    seen: dict[int, int] = {}
+    tensors = [b.param_data for b in ddp_buffers(model.chunks)]
+    tensors += [b.grad_data for b in ddp_buffers(model.chunks)]
+    tensors += [h.tensor for h in holdings([model.optimizer])]
+    tensors += list(getattr(model, "batch", {}).values())
+    for tensor in tensors:
+        if emulation.on_device(tensor):
+            storage = tensor.untyped_storage()
+            seen[storage._cdata] = storage.nbytes()
+    return sum(seen.values())
+
+
+class DeviceLedger:
+    """The run's device totals and the live tensors no part owns, moment by moment."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+        self.zero: DeviceTotal = device_total(runtime)
+        self.framework: set[int] = set()
+        """Live device tensors no part reaches that the model's build made (before any
+        strategy existed): the framework's, the same under every strategy."""
+        self.before_train: set[int] = set()
+        self.before_moves: set[int] = set()
+        self.first_offload: DeviceTotal | None = None
+        self.built_untracked = 0
+        """What construction made that no live tensor holds (another allocator's)."""
+        self.residue = 0
+
+    def before(self, model: Any) -> tuple[DeviceTotal, set[int]]:
+        """The moment before the strategies are built."""
+        return device_total(self.runtime), set(walk(_known(model)))
+
+    def after_construction(self, model: Any, before: tuple[DeviceTotal, set[int]]) -> int:
+        """Device bytes the strategies made when they were built (held from then on)."""
+        total, walked_before = before
+        built = device_total(self.runtime)
+        walked = walk(_known(model))
+        self.framework = walked_before
+        self.before_train = set(walked)
+        made = max(0, built.total - total.total)
+        in_tensors = sum(n for key, n in walked.items() if key not in walked_before)
+        self.built_untracked = max(0, made - in_tensors)
+        return made
+
+    def at_offload_start(self, model: Any) -> None:
+        """The first cycle's offload start: the framework's residue, and what was made."""
+        if self.first_offload is not None:
+            return
+        now = device_total(self.runtime)
+        walked = walk(_known(model))
+        self.before_moves = set(walked)
+        self.first_offload = now
+        held = now.total - self.zero.total
+        named = _on_device_bytes(model) + sum(walked.values()) + self.built_untracked
+        self.residue = max(0, held - named)
+
+    def after_offload(self, model: Any) -> Hidden:
+        """The split of what is on the device after a cycle's offloads (see the module)."""
+        now = device_total(self.runtime)
+        walked = walk(_known(model))
+        by_when: dict[str, int] = {}
+        for key, nbytes in walked.items():
+            if key in self.framework:
+                continue
+            when = (
+                "made before the first train step"
+                if key in self.before_train
+                else "made during train"
+                if key in self.before_moves
+                else "made during the offloads and loads"
+            )
+            by_when[when] = by_when.get(when, 0) + nbytes
+        left = now.total - self.zero.total
+        named = _on_device_bytes(model) + sum(walked.values()) + self.built_untracked + self.residue
+        first = self.first_offload or now
+        return Hidden(
+            unreferenced=by_when,
+            unattributed=max(0, left - named),
+            outside_allocator=max(0, now.outside - first.outside),
+            residue=self.residue,
+            left_total=left,
+        )

@@ -1,0 +1,99 @@
+"""Device memory no part of the model or the optimizer owns, left after an offload, is a
+"not offloaded" verdict with its bytes and when it was made; a staging buffer within the
+allowance is not; optimizer state a strategy forgot is "partly offloaded" by key.
+
+CPU emulation: the emulated device's own total is the ledger's truth (on a GPU, the
+allocator's and the driver's: ``tests/gpu/test_device_hidden_cuda.py``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration import device_stash_strategies as stash
+
+MiB = 2**20
+STASH = "tests.integration.device_stash_strategies:"
+RUN = [
+    "run",
+    "--device",
+    "cpu",
+    "--layers",
+    "1",
+    "--payload",
+    "32MiB",
+    "--cycles",
+    "2",
+    "--no-reference-check",
+    "--no-progress",
+]
+
+
+def _run(invoke, tmp_path, *args: str):
+    out = tmp_path / "run.json"
+    result = invoke(*RUN, *args, "--json", str(out))
+    return result, json.loads(out.read_text())["runs"][0]
+
+
+@pytest.mark.parametrize(
+    ("name", "when"),
+    [
+        ("StashInAttribute", "made during the offloads and loads"),
+        ("StashInModuleCache", "made during the offloads and loads"),
+        ("StashInAutogradGraph", "made during the offloads and loads"),
+        ("StashAsStorage", "made during the offloads and loads"),
+    ],
+)
+def test_a_device_tensor_no_part_owns_is_not_offloaded(invoke, tmp_path, name, when):
+    result, run = _run(invoke, tmp_path, "--strategy", STASH + name)
+    assert result.exit_code == 1, result.stdout
+    assert run["outcome"]["kind"] == "not offloaded", run["verdict"]
+    fact = run["residency"][-1]
+    held = fact["unreferenced"][when]
+    assert stash._Honest.keep_bytes <= held <= stash._Honest.keep_bytes + MiB, held
+    assert "no part owns" in run["outcome"]["detail"]
+    stash.CACHE.clear()
+
+
+def test_a_small_staging_buffer_is_within_the_allowance(invoke, tmp_path):
+    result, run = _run(invoke, tmp_path, "--strategy", STASH + "SmallStagingBuffer")
+    assert run["outcome"]["kind"] == "ok", run["verdict"]
+    assert result.exit_code == 0, result.stdout
+    fact = run["residency"][-1]
+    assert fact["unreferenced"]["made during the offloads and loads"] >= MiB
+    assert fact["allowance_bytes"] >= 4 * MiB
+
+
+def test_the_fix_leaves_nothing_hidden(invoke, tmp_path):
+    result, run = _run(invoke, tmp_path, "--strategy", "lazy")
+    assert result.exit_code == 0, result.stdout
+    for fact in run["residency"]:
+        hidden = sum(fact["unreferenced"].values()) + fact["unattributed_bytes"]
+        assert hidden < fact["allowance_bytes"], fact
+
+
+def test_master_param_left_is_partly_offloaded_by_default(invoke, tmp_path):
+    """verl #6635's seed bug: moving exp_avg/exp_avg_sq only leaves master_param."""
+    result, run = _run(invoke, tmp_path, "--optimizer-strategy", "legacy", "--precision-aware")
+    assert result.exit_code == 1, result.stdout
+    assert run["outcome"]["kind"] == "partly offloaded", run["verdict"]
+    assert run["not_offloaded"][0].startswith("master_param ")
+    left = run["residency"][-1]["left_by_owner"]["master_param"]
+    assert left > 0
+
+
+def test_a_gpu_residual_budget_allows_what_it_names(invoke, tmp_path):
+    """The user who accepts state left on the device says how much: ``--max-gpu-residual``."""
+    result, run = _run(
+        invoke,
+        tmp_path,
+        "--optimizer-strategy",
+        "legacy",
+        "--precision-aware",
+        "--max-gpu-residual",
+        "1GiB",
+    )
+    assert run["outcome"]["kind"] == "ok", run["verdict"]
+    assert result.exit_code == 0, result.stdout

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import TINY
 
-pytestmark = pytest.mark.processes(1)  # one fresh run
+pytestmark = pytest.mark.processes(1)  # one fresh worker
 
 
 @pytest.fixture
@@ -40,13 +40,14 @@ def test_verl_order_by_default_and_reversed_on_request(run_doc):
 
 def test_each_part_over_its_own_bytes_and_both_strategies_named(tmp_path):
     """The issue's case: lazy + legacy with the precision-aware optimizer read 5.01x
-    "payload"; each part now reads about 1x over the bytes it moves. A fresh process: host
-    copies of small tensors could otherwise reuse heap pages earlier tests left resident
-    (in a busy test process the optimizer part read 0.945x)."""
-    from tests.conftest import run_cli
+    "payload"; each part now reads about 1x over the bytes it moves. A fresh worker process
+    (the CLI's parent, which measures nothing, runs here): host copies of small tensors
+    could otherwise reuse heap pages earlier tests left resident (in a busy test process
+    the optimizer part read 0.945x)."""
+    from tests.conftest import invoke_cli
 
     out = tmp_path / "r.json"
-    proc = run_cli(
+    proc = invoke_cli(
         "run",
         *TINY,
         "--cycles",
@@ -61,8 +62,9 @@ def test_each_part_over_its_own_bytes_and_both_strategies_named(tmp_path):
         "--precision-aware",
         "--max-host-peak",
         "1.3x",
+        isolated=True,
     )
-    rc, run, stdout = proc.returncode, json.loads(out.read_text())["runs"][0], proc.stdout
+    rc, run, stdout = proc.exit_code, json.loads(out.read_text())["runs"][0], proc.stdout
     s = run["summary"]
     params, optimizer = s["params"], s["optimizer"]
     # legacy leaves master_param on the device: the run fails, naming it

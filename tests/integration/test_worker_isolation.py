@@ -1,8 +1,11 @@
 """What only a real worker process shows: a strategy that ends its own process, one that
 forges a verdict line, and a parent stopped by a signal while its worker runs.
 
-Each test starts real processes (the point is the process boundary): an ``offloadprobe``
-parent and its worker.
+Each test starts a real worker process (the point is the process boundary). The parent
+that reads a worker which ended itself runs in this process (``invoke_cli(...,
+isolated=True)``): what it is tested for is what it makes of its worker's end and
+output, and a fresh parent would only import torch again for the user's strategy module.
+The parent a signal stops is a real process of its own.
 """
 
 from __future__ import annotations
@@ -18,25 +21,36 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import ROOT, TINY_MODEL, run_cli
+from tests.conftest import ROOT, TINY_MODEL, invoke_cli
 
-pytestmark = pytest.mark.processes(2)
+pytestmark = pytest.mark.processes(2)  # a worker per test (the second parent is torch-free)
 USER = "tests.integration.user_strategies:"
 ONE = ["--device", "cpu", *TINY_MODEL, "--cycles", "1", "--no-reference-check", "--no-progress"]
 
 
-def test_a_strategy_that_forges_a_verdict_and_exits_in_load(tmp_path):
+def test_a_strategy_that_forges_a_verdict_and_exits_in_load(tmp_path, capfd):
     """It prints a verdict line of its own, then ends its process with status 0 in the
     middle of a load: the row is exited early, with the phases measured before it, and the
     printed line appears only framed, as the measured process's output."""
     out = tmp_path / "r.json"
     strategy = USER + "ForgesAndExitsInLoad"
-    proc = run_cli("run", "--strategy", strategy, *ONE, "--json", str(out))
-    assert proc.returncode == 1, proc.stderr
+    proc = invoke_cli(
+        "run",
+        "--strategy",
+        strategy,
+        *ONE,
+        "--json",
+        str(out),
+        env={"PYTHONPATH": str(ROOT)},
+        isolated=True,
+    )
+    assert proc.exit_code == 1, proc.stderr
     assert proc.stdout.startswith(f"{strategy} + none: exited early")
     assert "cycle 0, phase load" in " ".join(proc.stdout.split())
     assert "offload" in proc.stdout and "train" in proc.stdout  # the phases before it
     assert "forged + none" not in proc.stdout  # the worker's own output is not the report
+    # nor does the worker write to the streams it would inherit from this process
+    assert "forged + none" not in capfd.readouterr().out
     assert "| forged + none: ok, round trip bit-exact" in proc.stderr  # framed, on stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("offloadprobe: error: ")
     (entry,) = json.loads(out.read_text())["runs"]

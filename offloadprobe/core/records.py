@@ -160,6 +160,11 @@ class PinnedReading:
     reserved_peak: int
     key_schema: str
     """Which key names this torch version uses: ``reserved_bytes`` or ``active_bytes``."""
+    locked_after: int | None = None
+    """Page-locked host bytes any allocator holds (CUDA's own records, through CUPTI:
+    PyTorch's, CuPy's, a ``cudaHostRegister``); None where CUPTI is not recording."""
+    locked_peak: int | None = None
+    """The most page-locked host bytes held at any moment of the phase (CUPTI)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -173,6 +178,9 @@ class GpuReading:
     reserved_peak: int
     device_used_after: int
     """``total - free`` from ``torch.cuda.mem_get_info``: includes other processes and NCCL."""
+    outside_after: int | None = None
+    """Device bytes this process allocated outside PyTorch's caching allocator (CUPTI's
+    records less PyTorch's reserved bytes); None where CUPTI is not recording."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -239,6 +247,9 @@ class RunSummary:
     steady_host_bytes: int
     steady_host_x: float
     pinned_reserved_bytes: int | None
+    """Pinned host bytes after the last offload: the larger of CUPTI's records (any
+    allocator, where it records: ``pinned_source``) and PyTorch's host allocator's
+    reserved bytes plus the strategies' declared ``cudaHostRegister`` bytes."""
     gpu_left_after_offload_bytes: int | None
     offload_gbps: float | None
     load_gbps: float | None
@@ -247,6 +258,12 @@ class RunSummary:
     integrity_ok: bool
     left_after_offload_bytes_by_key: dict[str, int] | None = None
     """Device bytes per owner still resident after the last offload (residency audit)."""
+    pinned_source: str | None = None
+    """``cupti`` (CUPTI recorded, any allocator) or ``allocator`` (PyTorch's + declared)."""
+    pinned_declared_bytes: int | None = None
+    """What the strategies declared they page-locked themselves (a cross-check on CUDA)."""
+    pinned_recorded_bytes: int | None = None
+    """Page-locked bytes CUPTI recorded after the last offload (any allocator)."""
     optimizer_state_bytes: int | None = None
     """Bytes the optimizer holds on the device before offload (the optimizer payload)."""
     steady_host_x_optimizer_state: float | None = None

@@ -103,8 +103,9 @@ def summarise(
       device (the residency audit; what a strategy leaves behind shows as GPU left,
       and leaving everything behind is a "not offloaded" verdict). ``params`` and
       ``optimizer`` give each part over its own bytes;
-    - pinned reserved: pinned bytes PyTorch's allocator owns after the last offload,
-      plus bytes the strategy page-locked itself (cudaHostRegister);
+    - pinned: page-locked host bytes after the last offload: the larger of CUPTI's
+      records of every allocator (where CUPTI records) and the bytes PyTorch's
+      allocator owns plus those the strategy declares it page-locked itself;
     - GPU left: bytes still allocated after the last offload, over the allocation
       before the model existed.
     """
@@ -117,7 +118,12 @@ def summarise(
     audited = next((p for p in last_offloads if p.left_on_device is not None), last)
     peak = max(p.host.host_peak for p in moving) - baseline_host_bytes
     steady = last.host.host_rss_after - baseline_host_bytes
-    pinned = None if last.pinned is None else last.pinned.reserved_after + registered_bytes
+    pinned, source, recorded = None, None, None
+    if last.pinned is not None:  # each source is a floor: the larger governs
+        pinned, source = last.pinned.reserved_after + registered_bytes, "allocator"
+        recorded = last.pinned.locked_after
+        if recorded is not None:
+            pinned, source = max(pinned, recorded), "cupti"
     gpu_left = None
     if last.gpu is not None and gpu_baseline_bytes is not None:
         gpu_left = last.gpu.allocated_after - gpu_baseline_bytes
@@ -131,6 +137,9 @@ def summarise(
         steady_host_bytes=steady,
         steady_host_x=_ratio(steady, moved),
         pinned_reserved_bytes=pinned,
+        pinned_source=source,
+        pinned_declared_bytes=registered_bytes if last.pinned is not None else None,
+        pinned_recorded_bytes=recorded,
         gpu_left_after_offload_bytes=gpu_left,
         offload_gbps=offload,
         load_gbps=load,

@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from offloadprobe.core.outcomes import Verdict
-from offloadprobe.core.records import RunRecord
+from offloadprobe.core.records import RunRecord, RunSummary
 from offloadprobe.core.units import format_bytes, format_ratio
 from offloadprobe.core.verdicts import judge
 from offloadprobe.report.run_parts import OPTIMIZER, PARAMETERS, Part, left_owners, parts
@@ -117,9 +117,7 @@ def detail_lines(run: RunRecord) -> list[str]:
             for p in moving
         ]
     if s.pinned_reserved_bytes is not None:
-        lines.append(
-            f"pinned reserved after the last offload: {format_bytes(s.pinned_reserved_bytes)}"
-        )
+        lines.append(_pinned_line(s))
     if s.gpu_left_after_offload_bytes is not None:
         lines.append(
             "GPU allocated after the last offload, over the pre-model baseline: "
@@ -150,3 +148,21 @@ def summary_block(run: RunRecord, judged: Verdict | None = None) -> Group:
         items.append(parts_table(run))
         items += [Text(line) for line in detail_lines(run)]
     return Group(*items)
+
+
+def _pinned_line(s: RunSummary) -> str:
+    """The pinned figure, saying what it counts; on CUPTI, how the two sources compare."""
+    pinned = format_bytes(s.pinned_reserved_bytes or 0)
+    if s.pinned_source != "cupti" or s.pinned_recorded_bytes is None:
+        return (
+            f"pinned after the last offload: {pinned} (PyTorch's host allocator, plus "
+            "what the strategies declare they page-locked; CUPTI would see any allocator)"
+        )
+    recorded = s.pinned_recorded_bytes
+    line = f"pinned after the last offload: {pinned} (page-locked by any allocator, CUPTI)"
+    if (s.pinned_reserved_bytes or 0) > recorded:
+        line += (
+            f"; CUPTI recorded {format_bytes(recorded)}: the rest is PyTorch's pinned "
+            "blocks and what the strategies declared they page-locked"
+        )
+    return line

@@ -60,10 +60,17 @@ DEVICE_COLUMNS: list[Column[_Row]] = [
     Column("cycle", lambda r: str(r.rec.cycle)),
     Left("phase", lambda r: r.rec.phase),
     Column("RssShmem", lambda r: format_bytes(r.rec.host.shmem_after)),
-    Column("pinned reserved", lambda r: _bytes(r.rec.pinned and r.rec.pinned.reserved_after)),
+    Column("pinned", lambda r: _bytes(_pinned(r.rec))),
     Column("GPU alloc after", lambda r: _bytes(r.rec.gpu and r.rec.gpu.allocated_after)),
     Column("GPU peak", lambda r: _bytes(r.rec.gpu and r.rec.gpu.allocated_peak)),
 ]
+
+
+def _pinned(rec: PhaseRecord) -> int | None:
+    """Page-locked bytes by CUPTI where it records, else PyTorch's host allocator's."""
+    if rec.pinned is None:
+        return None
+    return rec.pinned.reserved_after if rec.pinned.locked_after is None else rec.pinned.locked_after
 
 
 def _rows(run: RunRecord) -> list[_Row]:
@@ -97,6 +104,11 @@ def device_table(run: RunRecord) -> RenderableType | None:
         DEVICE_COLUMNS,
         rows,
         title=f"{run.strategy}: pinned and GPU memory after each phase",
+        caption=(
+            "pinned: page-locked host bytes by CUPTI's records (any allocator)"
+            if any(r.rec.pinned and r.rec.pinned.locked_after is not None for r in rows)
+            else "pinned: PyTorch's host allocator's bytes (CUPTI is not recording)"
+        ),
         sections=lambda r: r.rec.phase == TRAIN,
     )
 

@@ -4,8 +4,10 @@ The residency audit (``audit.py``) names what the model and the optimizer refere
 strategy can hold device memory nothing references (a copy in a tensor of its own, a
 buffer a library made outside PyTorch's allocator). The totals hold all of it:
 
-- on CUDA: PyTorch's allocated bytes, plus the driver's used bytes beyond PyTorch's
-  reserved ones (``mem_get_info``: CuPy, NCCL, CUDA graph pools, another allocator);
+- on CUDA: PyTorch's allocated bytes, plus this process's device allocations beyond
+  PyTorch's reserved bytes (CuPy, NCCL, CUDA graph pools, another allocator): by CUPTI's
+  records where it records, else the driver's used bytes (``mem_get_info``, which
+  other processes on the same GPU move too);
 - in CPU emulation: the emulated device's own total.
 
 ``walk`` finds the live Python tensors on the device that the audit does not reach, to
@@ -15,12 +17,14 @@ name what it can; what neither names is ``unattributed``.
 from __future__ import annotations
 
 import gc
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from offloadprobe.engine.runtime import emulation
+from offloadprobe.measure import cupti_memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +34,9 @@ class DeviceTotal:
     allocated: int
     """Through PyTorch's caching allocator (the emulated device's total in CPU emulation)."""
     outside: int
-    """Outside PyTorch's allocator: the driver's used bytes less PyTorch's reserved ones (0
-    in CPU emulation). Includes the CUDA context and other processes: read as a change."""
+    """Outside PyTorch's allocator (0 in CPU emulation): CUPTI's device allocations, or the
+    driver's used bytes, less PyTorch's reserved ones. Without CUPTI it includes the CUDA
+    context and other processes: read as a change."""
 
     @property
     def total(self) -> int:
@@ -45,11 +50,15 @@ def device_total(runtime: Any) -> DeviceTotal:
     if memory is not None:
         runtime.settle()
         return DeviceTotal(allocated=memory.device_bytes(), outside=0)
-    free, total = torch.cuda.mem_get_info()
     reserved = torch.cuda.memory_reserved()
-    return DeviceTotal(
-        allocated=torch.cuda.memory_allocated(), outside=max(0, total - free - reserved)
-    )
+    recorder = cupti_memory.active()
+    if recorder is not None:  # this process's own allocations, whoever made them
+        recorder.flush()
+        outside = recorder.log.live(cupti_memory.DEVICE) - reserved
+    else:  # the whole device's count: other processes on the GPU move it too
+        free, total = torch.cuda.mem_get_info()
+        outside = total - free - reserved
+    return DeviceTotal(allocated=torch.cuda.memory_allocated(), outside=max(0, outside))
 
 
 def _device_storage(obj: object) -> Any:
@@ -73,7 +82,10 @@ def walk(known: set[int]) -> dict[int, int]:
     In CPU emulation a bare storage object counts where Python code other than the emulated
     device's registry holds it (``DeviceMemory.held_in_python``)."""
     found: dict[int, int] = {}
-    with torch._C.DisableTorchFunction():
+    # isinstance on some objects warns (torch.distributed.reduce_op's deprecation): the
+    # walk is not the user's code, and its warnings would be attributed to this file
+    with torch._C.DisableTorchFunction(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         for obj in gc.get_objects():
             storage = _device_storage(obj)
             if storage is None:

@@ -20,6 +20,7 @@ from offloadprobe.core.world import World
 from offloadprobe.engine.runtime import collectives, emulation
 from offloadprobe.engine.runtime.eager import EAGER_NOTE, eager_fusions
 from offloadprobe.engine.runtime.imports import import_run_modules
+from offloadprobe.measure import cupti_memory
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -203,6 +204,7 @@ def open_runtime(
         if emulated:
             stack.enter_context(emulation.cuda_on_host())
         else:
+            notes.append(cupti_memory.start())  # before CUDA makes anything
             torch.cuda.set_device(world.local_rank)
         control = _join(world, emulated, stack)
         if emulated and world.distributed:

@@ -19,12 +19,14 @@ def _stat(files: CgroupFiles) -> dict[str, int]:
 
 
 def _file(stat: dict[str, int]) -> int | None:
-    """Page cache: ``file`` (v2), ``cache`` less ``shmem`` (v1 counts shmem in cache)."""
-    if "file" in stat:
-        return stat["file"]
-    if "cache" in stat:
-        return stat["cache"] - stat.get("shmem", 0)
-    return None
+    """Page cache: ``file`` (v2) or ``cache`` (v1), less ``shmem``: both count tmpfs and
+    shared memory in it, and those are held (no writeback frees them). So are the pages
+    ``cudaHostAlloc`` maps where the kernel accounts them as shared memory (gVisor on
+    the lent H200: torch's pinned blocks read as ``shmem``)."""
+    cache = stat.get("file", stat.get("cache"))
+    if cache is None:
+        return None
+    return cache - stat.get("shmem", 0)
 
 
 class CgroupProbe:

@@ -1,10 +1,12 @@
-"""GPU memory from PyTorch's CUDA caching allocator, peaks reset per phase."""
+"""GPU memory from PyTorch's CUDA caching allocator, peaks reset per phase, and (where
+CUPTI records) what this process allocated outside it."""
 
 from __future__ import annotations
 
 import torch
 
 from offloadprobe.core.records import GpuReading
+from offloadprobe.measure import cupti_memory
 
 
 class GpuProbe:
@@ -25,11 +27,18 @@ class GpuProbe:
         if not self.enabled:
             return None
         free, total = torch.cuda.mem_get_info()
+        reserved = torch.cuda.memory_reserved()
+        outside = None
+        recorder = cupti_memory.active()
+        if recorder is not None:
+            recorder.flush()
+            outside = max(0, recorder.log.live(cupti_memory.DEVICE) - reserved)
         return GpuReading(
             allocated_before=self._allocated_before,
             allocated_after=torch.cuda.memory_allocated(),
             allocated_peak=torch.cuda.max_memory_allocated(),
-            reserved_after=torch.cuda.memory_reserved(),
+            reserved_after=reserved,
             reserved_peak=torch.cuda.max_memory_reserved(),
             device_used_after=total - free,
+            outside_after=outside,
         )

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from offloadprobe.core.records import PinnedReading
+from offloadprobe.measure import cupti_memory
 
 
 def normalise(stats: dict[str, Any]) -> tuple[int, int, int, str]:
@@ -43,20 +44,32 @@ class PinnedProbe:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled and hasattr(torch.cuda, "host_memory_stats")
+        self._since = 0
 
     def begin(self) -> None:
         if self.enabled and hasattr(torch.cuda, "reset_peak_host_memory_stats"):
             torch.cuda.reset_peak_host_memory_stats()
+        recorder = cupti_memory.active()
+        if recorder is not None:
+            self._since = recorder.now()
 
     def end(self) -> PinnedReading | None:
         if not self.enabled:
             return None
         reserved, in_use, peak, schema = normalise(torch.cuda.host_memory_stats())
+        locked = locked_peak = None
+        recorder = cupti_memory.active()
+        if recorder is not None:
+            recorder.flush()
+            locked = recorder.log.live(cupti_memory.PINNED)
+            locked_peak = recorder.log.peak(cupti_memory.PINNED, self._since)
         return PinnedReading(
             reserved_after=reserved,
             in_use_after=in_use,
             reserved_peak=max(peak, reserved),
             key_schema=schema,
+            locked_after=locked,
+            locked_peak=locked_peak,
         )
 
 

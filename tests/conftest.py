@@ -185,7 +185,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Freeze what exists once the tests are collected (torch, pytest, every test module)
     and put the collector's thresholds back: a runtime's full collection then skips them
-    (``emulation._long_lived_objects_frozen``) instead of walking them again at every
+    (``cuda_shims.long_lived_objects_frozen``) instead of walking them again at every
     in-process run. Nothing here unfreezes them."""
     from offloadprobe.core import collector
 

@@ -9,7 +9,7 @@ process then starts its real work (a run's runtime, the ranks' launcher, a paren
 for its children), ``resume`` collects once and puts the thresholds back, so that a run
 collects as training does. With ``freeze`` it also freezes what survived (it lives as long
 as the process; no collection walks it again): what CPU emulation does at a run's start
-anyway (``emulation._long_lived_objects_frozen``). Only a change made here is undone: a
+anyway (``cuda_shims.long_lived_objects_frozen``). Only a change made here is undone: a
 caller that set the collector up itself keeps its settings.
 """
 

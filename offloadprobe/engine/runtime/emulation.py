@@ -11,7 +11,6 @@ pinned memory, a "pin" is an ordinary host copy, and the run says so.
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import threading
 from collections.abc import Iterator
@@ -26,7 +25,21 @@ from offloadprobe.engine.runtime.device_memory import (
     _libc,
     fix_malloc_threshold,
 )
-from offloadprobe.engine.runtime.imports import import_run_modules
+from offloadprobe.engine.runtime.emulated_ops import (
+    LIKE,
+    RESIZES,
+    RETURNS_INPUT,
+    ROUTED,
+    UNWRITTEN,
+    fresh_copy,
+    host_device,
+    is_device,
+    meta_nbytes,
+    requested_place,
+    same_storage,
+    tensor_args,
+    tensor_nbytes,
+)
 
 NOTE = (
     "CPU emulation: no pinned memory, no GPU readings; emulated device memory is a "
@@ -42,7 +55,8 @@ def trim_host_heap() -> None:
 
 
 ACTIVE: DeviceMemory | None = None
-"""The emulated device's memory while :func:`cuda_on_host` is active."""
+"""The emulated device's memory while :func:`emulated_device` is active (under
+``cuda_shims.cuda_on_host`` in a run)."""
 
 
 def active() -> DeviceMemory | None:
@@ -55,79 +69,6 @@ def on_device(tensor: torch.Tensor) -> bool:
     if tensor.is_cuda:
         return tensor.untyped_storage().nbytes() > 0
     return ACTIVE is not None and ACTIVE.resident(tensor)
-
-
-def _host_device(device: object) -> object:
-    if device is None:
-        return None
-    if isinstance(device, int):
-        return torch.device("cpu")
-    resolved = torch.device(device)  # type: ignore[arg-type]
-    return torch.device("cpu") if resolved.type == "cuda" else resolved
-
-
-def _meta_device(device: object) -> object:
-    return None if device is None else torch.device("meta")
-
-
-_LIKE = {
-    torch.empty_like,
-    torch.zeros_like,
-    torch.ones_like,
-    torch.full_like,
-    torch.rand_like,
-    torch.randn_like,
-    torch.randint_like,
-    torch.clone,
-    torch.Tensor.clone,
-    torch.Tensor.new_empty,
-    torch.Tensor.new_zeros,
-    torch.Tensor.new_ones,
-    torch.Tensor.new_full,
-    torch.Tensor.new_tensor,
-    torch.Tensor.float,
-    torch.Tensor.half,
-    torch.Tensor.bfloat16,
-    torch.Tensor.double,
-    torch.Tensor.contiguous,
-}
-"""Ops that allocate a new tensor on their input's device: their result is device memory."""
-_UNWRITTEN = {torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty}
-"""Allocations that leave memory untouched: touched on allocation, as cudaMalloc'd memory is
-resident."""
-
-
-def _as_meta(value: object) -> object:
-    if isinstance(value, torch.Tensor):
-        return torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device="meta")
-    if isinstance(value, (list, tuple)):
-        return type(value)(_as_meta(v) for v in value)
-    return value
-
-
-RETURNS_INPUT = -1
-"""What :func:`_meta_nbytes` says of an op that hands back its input."""
-
-
-def _meta_nbytes(func: object, args: tuple, kwargs: dict) -> int | None:
-    """Bytes the op's result will need, from running it on the meta device (0 for an empty
-    result, :data:`RETURNS_INPUT` for the input itself); None if unknown."""
-    try:
-        meta_args = tuple(_as_meta(a) for a in args)
-        meta_kwargs = {k: _as_meta(v) for k, v in kwargs.items()}
-        if "device" in meta_kwargs:
-            meta_kwargs["device"] = _meta_device(meta_kwargs["device"])
-        out = func(*meta_args, **meta_kwargs)  # type: ignore[operator]
-    except Exception:  # any op the meta device cannot run: size it after the fact
-        return None
-    outs = [
-        o for o in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(o, torch.Tensor)
-    ]
-    inputs = {t.untyped_storage()._cdata for t in _tensors(meta_args, meta_kwargs)}
-    fresh = [o for o in outs if o.untyped_storage()._cdata not in inputs]
-    if outs and not fresh:
-        return RETURNS_INPUT  # the input itself or views of it: nothing is allocated
-    return sum(t.untyped_storage().nbytes() for t in fresh)
 
 
 class _CudaToHost(TorchFunctionMode):
@@ -144,21 +85,21 @@ class _CudaToHost(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if (
-            func not in _ROUTED
+            func not in ROUTED
             and (not kwargs or ("device" not in kwargs and "pin_memory" not in kwargs))
-            and (func not in _LIKE or not _held(args))
+            and (func not in LIKE or not _held(args))
         ):
             # no device asked for and nothing derived from a device tensor: a plain op
             if _STRATEGY_CODE and _reads_device(args, kwargs):
                 return _device_op(func, args, kwargs or {})
             return func(*args, **(kwargs or {}))
         kwargs = dict(kwargs or {})
-        if func in _RESIZES:
+        if func in RESIZES:
             return _resize_tensor(func, args, kwargs)
         if func is torch.Tensor.to:
             args, kwargs = _to_keywords(args, kwargs)
         memory = ACTIVE
-        target = _target(func, args, kwargs)
+        target = requested_place(func, args, kwargs)
         source = args[0] if args and isinstance(args[0], torch.Tensor) else None
         on_dev = memory is not None and source is not None and memory.holds(source)
         moving = func is torch.Tensor.pin_memory or (
@@ -176,14 +117,14 @@ class _CudaToHost(TorchFunctionMode):
             if func is torch.Tensor.cuda:
                 if on_dev:
                     return source
-                return memory.allocate(_nbytes(source), source.clone, touch=False)
+                return memory.allocate(tensor_nbytes(source), source.clone, touch=False)
             if func is torch.Tensor.to and not on_dev:
                 kwargs["copy"] = True
             elif func is torch.Tensor.to and not kwargs.get("copy"):
                 if "device" in kwargs:
-                    kwargs["device"] = _host_device(kwargs["device"])
+                    kwargs["device"] = host_device(kwargs["device"])
                 result = func(*args, **kwargs)  # a no-op, or a dtype change on the device
-                if _same_storage(result, source):
+                if same_storage(result, source):
                     return result
                 return memory.adopt(result)
         elif func in (torch.Tensor.cpu, torch.Tensor.to) and target == "cpu" and on_dev:
@@ -193,31 +134,31 @@ class _CudaToHost(TorchFunctionMode):
         size = copy_of = None
         device_result = memory is not None and (
             (target == "cuda" and func is not torch.Tensor.cpu)
-            or (target is None and on_dev and (func in _LIKE or func is torch.Tensor.to))
+            or (target is None and on_dev and (func in LIKE or func is torch.Tensor.to))
         )
         if device_result:
-            size = _meta_nbytes(func, args, kwargs)
+            size = meta_nbytes(func, args, kwargs)
             if size == RETURNS_INPUT and source is not None and not on_dev:
                 # the op would hand back its host input (``torch.as_tensor(h, device=
                 # "cuda")``): on a GPU that is a copy to the device
-                size = _nbytes(source)
+                size = tensor_nbytes(source)
                 copy_of = source
             device_result = size != RETURNS_INPUT  # an empty result is device memory too
         kwargs.pop("pin_memory", None)
         if "device" in kwargs:
-            kwargs["device"] = _host_device(kwargs["device"])
+            kwargs["device"] = host_device(kwargs["device"])
         if not device_result:
             result = func(*args, **kwargs)
-            if target == "cpu" and on_dev and _same_storage(result, source):
+            if target == "cpu" and on_dev and same_storage(result, source):
                 return result.clone()  # asked for the host: on a GPU, a copy to the host
             return result
         if copy_of is not None:
-            run = lambda: _fresh(func(*args, **kwargs), copy_of)  # noqa: E731
+            run = lambda: fresh_copy(func(*args, **kwargs), copy_of)  # noqa: E731
         else:
             run = lambda: func(*args, **kwargs)  # noqa: E731
         if size is None:
             return memory.adopt(run())
-        return memory.allocate(size, run, touch=func in _UNWRITTEN)
+        return memory.allocate(size, run, touch=func in UNWRITTEN)
 
 
 _STRATEGY_CODE = False
@@ -256,37 +197,22 @@ def _resize_tensor(func: object, args: tuple, kwargs: dict) -> object:
     return func(*args, **kwargs)
 
 
-def _tensors(args: tuple, kwargs: dict | None) -> Iterator[torch.Tensor]:
-    for value in (*args, *(kwargs or {}).values()):
-        if isinstance(value, torch.Tensor):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            yield from (v for v in value if isinstance(v, torch.Tensor))
-
-
 def _reads_device(args: tuple, kwargs: dict | None) -> bool:
-    return ACTIVE is not None and any(_is_held(t) for t in _tensors(args, kwargs))
+    return ACTIVE is not None and any(_is_held(t) for t in tensor_args(args, kwargs))
 
 
 def _device_op(func: object, args: tuple, kwargs: dict) -> object:
     """An op on device memory in strategy code: its new storages are device memory (its
     inputs' storages, views and in-place results included, are not new)."""
     memory = ACTIVE
-    inputs = frozenset(t.untyped_storage()._cdata for t in _tensors(args, kwargs))
-    size = _meta_nbytes(func, args, kwargs)
+    inputs = frozenset(t.untyped_storage()._cdata for t in tensor_args(args, kwargs))
+    size = meta_nbytes(func, args, kwargs)
     run = lambda: func(*args, **kwargs)  # noqa: E731
     if size == RETURNS_INPUT:
         return run()
     if size is None:
         return memory.adopt(run(), exclude=inputs)
     return memory.allocate(size, run, touch=False, exclude=inputs)
-
-
-_RESIZES = frozenset({torch.Tensor.resize_, torch.Tensor.resize_as_})
-_ROUTED = frozenset(
-    {torch.Tensor.pin_memory, torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.to, *_RESIZES}
-)
-"""Ops that move tensors between host and device: always decided below."""
 
 
 def _is_held(tensor: torch.Tensor) -> bool:
@@ -343,7 +269,7 @@ def _to_keywords(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         out.setdefault("device", _EMULATED_CUDA if _is_held(other) else real_device(other))
         out.setdefault("dtype", other.dtype)
     else:
-        if rest and (rest[0] is None or _is_device(rest[0])):
+        if rest and (rest[0] is None or is_device(rest[0])):
             out["device"] = rest.pop(0)
         if rest and isinstance(rest[0], torch.dtype):
             out["dtype"] = rest.pop(0)
@@ -352,40 +278,6 @@ def _to_keywords(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     if out.get("device", 0) is None:
         del out["device"]
     return (source,), out
-
-
-def _fresh(result: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
-    """``result``, or a copy where it is ``source``'s own storage."""
-    return result.clone() if _same_storage(result, source) else result
-
-
-def _same_storage(result: object, tensor: torch.Tensor) -> bool:
-    return (
-        isinstance(result, torch.Tensor)
-        and result.untyped_storage()._cdata == tensor.untyped_storage()._cdata
-    )
-
-
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
-
-
-def _target(func: object, args: tuple, kwargs: dict) -> str | None:
-    """Where the caller asked the result to live: ``cuda``, ``cpu`` or None (unsaid)."""
-    if func in (torch.Tensor.cpu, torch.Tensor.pin_memory) or kwargs.get("pin_memory"):
-        return "cpu"
-    if func is torch.Tensor.cuda:
-        return "cuda"
-    device = kwargs.get("device")  # ``Tensor.to`` arrives in keyword form (_to_keywords)
-    if device is None:
-        return None
-    if isinstance(device, int):
-        return "cuda"
-    return "cuda" if torch.device(device).type == "cuda" else "cpu"
-
-
-def _is_device(value: object) -> bool:
-    return isinstance(value, (str, int, torch.device)) and not isinstance(value, bool)
 
 
 _ORIGINAL_DEVICE = torch._C.TensorBase.device
@@ -414,42 +306,6 @@ def _resize(self: torch.UntypedStorage, size: int) -> object:
     if memory is not None and memory.holds_storage(self):
         return memory.resize(self, size)
     return _ORIGINAL_RESIZE(self, size)
-
-
-class _NullEvent:
-    """A recorded event on the host: every wait is already over."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
-
-    def wait(self, *args: object) -> None:
-        pass
-
-    def query(self) -> bool:
-        return True
-
-    def record(self, *args: object) -> None:
-        pass
-
-
-class _NullStream:
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        pass
-
-    def wait_stream(self, *args: object) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
-
-    def record_event(self, *args: object) -> _NullEvent:
-        return _NullEvent()
-
-    def wait_event(self, *args: object) -> None:
-        pass
 
 
 _ORIGINAL_TYPE = torch.Tensor.type
@@ -598,57 +454,3 @@ def emulated_device() -> Iterator[DeviceMemory]:
         )
         stack.enter_context(_CudaToHost())
         yield memory
-
-
-@contextlib.contextmanager
-def _long_lived_objects_frozen() -> Iterator[None]:
-    """Keep the objects that exist before the run out of the cyclic collector's sight.
-
-    ``Runtime.settle`` collects cyclic garbage around every phase. A full collection walks
-    every tracked object, some 400,000 once torch and megatron-core are imported (0.2 s
-    each time, several seconds a run); frozen, they are skipped, and a collection only
-    walks what the run itself created. The modules a run would import lazily (torch's
-    compiler stack on the first optimizer step, megatron's model and optimizer) are
-    imported first, so that their objects are frozen with the rest. Garbage that exists
-    now is collected first, so nothing the run could free is frozen. Everything is
-    unfrozen at the end, unless the caller had frozen objects of its own before (a test
-    session does): unfreezing is then the caller's, and what was frozen here stays frozen
-    with them.
-    """
-    import_run_modules()  # imported by every run anyway: their objects are frozen too
-    outer = gc.get_freeze_count() > 0
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        if not outer:
-            gc.unfreeze()
-
-
-@contextlib.contextmanager
-def cuda_on_host() -> Iterator[None]:
-    """Install the shims for the duration of the block, then restore everything."""
-    import megatron.core.tensor_parallel.random as mrandom
-
-    host_rng = lambda *a, **k: torch.get_rng_state()  # noqa: E731
-    patches = [
-        mock.patch("torch.cuda.current_device", lambda: 0),
-        mock.patch("torch.cuda.synchronize", lambda *a, **k: None),
-        mock.patch("torch.cuda.empty_cache", lambda: None),
-        mock.patch("torch.cuda.Stream", _NullStream),
-        mock.patch("torch.cuda.Event", _NullEvent),
-        mock.patch("torch.cuda.stream", lambda *a, **k: contextlib.nullcontext()),
-        mock.patch("torch.cuda.default_stream", lambda *a, **k: _NullStream()),
-        mock.patch("torch.cuda.current_stream", lambda *a, **k: _NullStream()),
-        mock.patch("torch.cuda.manual_seed", lambda *a, **k: None),
-        mock.patch("torch.cuda.get_rng_state", host_rng),
-        mock.patch.object(mrandom, "_get_cuda_rng_state", host_rng),
-        mock.patch.object(mrandom, "_set_cuda_rng_state", lambda *a, **k: None),
-    ]
-    with contextlib.ExitStack() as stack:
-        for patch in patches:
-            stack.enter_context(patch)
-        stack.enter_context(_long_lived_objects_frozen())
-        stack.enter_context(emulated_device())
-        yield

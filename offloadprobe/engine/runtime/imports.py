@@ -4,7 +4,7 @@ A run would otherwise import them lazily, in the middle of its first phases: tor
 compiler stack on the first optimizer step, megatron-core's model, DDP, optimizer and
 schedules when the model is built. Imported up front, they are imported while the CLI's
 collector pause is in force (``core/collector.py``), and in CPU emulation their objects
-are frozen with the rest of the long-lived ones (``emulation._long_lived_objects_frozen``).
+are frozen with the rest of the long-lived ones (``cuda_shims.long_lived_objects_frozen``).
 """
 
 from __future__ import annotations

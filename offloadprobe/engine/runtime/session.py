@@ -18,6 +18,7 @@ from offloadprobe.core.devices import NO_CUDA
 from offloadprobe.core.errors import DeviceUnavailable
 from offloadprobe.core.world import World
 from offloadprobe.engine.runtime import collectives, emulation
+from offloadprobe.engine.runtime.cuda_shims import cuda_on_host
 from offloadprobe.engine.runtime.eager import EAGER_NOTE, eager_fusions
 from offloadprobe.engine.runtime.imports import import_run_modules
 from offloadprobe.measure import cupti_memory
@@ -202,7 +203,7 @@ def open_runtime(
     world = World.from_env(os.environ, parallel)
     with contextlib.ExitStack() as stack:
         if emulated:
-            stack.enter_context(emulation.cuda_on_host())
+            stack.enter_context(cuda_on_host())
         else:
             notes.append(cupti_memory.start())  # before CUDA makes anything
             torch.cuda.set_device(world.local_rank)

@@ -81,6 +81,30 @@ class HostPeakBudget:
 
 
 @dataclass(frozen=True, slots=True)
+class HostHeldBudget:
+    """Host bytes a strategy keeps through the train phases (held after its loads), as a
+    multiple of the bytes moved or as bytes."""
+
+    limit_x: float | None = None
+    limit_bytes: int | None = None
+    flag: str = "--max-host-held"
+
+    def check(self, run: RunRecord) -> Breach | None:
+        s = _summary(run)
+        held, x = s.held_while_training_bytes, s.held_while_training_x
+        if held is None:
+            return Breach(run.label, self.flag, "no load completed: nothing held to check")
+        if self.limit_x is not None and x is not None and x > self.limit_x:
+            return Breach(
+                run.label, self.flag, f"held while training {x:.2f}x > {self.limit_x:.2f}x"
+            )
+        if self.limit_bytes is not None and held > self.limit_bytes:
+            msg = f"held while training {format_bytes(held)} > {format_bytes(self.limit_bytes)}"
+            return Breach(run.label, self.flag, msg)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuResidualBudget:
     """Device bytes still held after offload."""
 
@@ -127,23 +151,37 @@ class OffloadBandwidthBudget:
 _RATIO = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*[xX×]\s*$")
 
 
-def parse_host_peak(text: str) -> HostPeakBudget:
-    """``1.1x`` (a multiple of the payload) or ``6GiB`` (absolute)."""
+def _ratio_or_size(
+    text: str, flag: str, allow_zero: bool = False
+) -> tuple[float | None, int | None]:
+    """``1.1x`` (a multiple of the bytes moved) or ``6GiB`` (a size)."""
     match = _RATIO.match(text)
     if match:
-        return HostPeakBudget(limit_x=float(match.group(1)))
-    if re.match(r"^\s*[0-9.]+\s*$", text):
+        return float(match.group(1)), None
+    if re.match(r"^\s*[0-9.]+\s*$", text) and not (allow_zero and float(text) == 0):
         raise UsageError(
-            f"--max-host-peak {text!r} has no unit: write {text.strip()}x for a multiple of "
+            f"{flag} {text!r} has no unit: write {text.strip()}x for a multiple of "
             f"the bytes moved or {text.strip()}GiB for a size"
         )
     try:
-        return HostPeakBudget(limit_bytes=parse_size(text, what="--max-host-peak"))
+        return None, parse_size(text, what=flag, allow_zero=allow_zero)
     except UsageError:
         raise UsageError(
-            f"cannot parse --max-host-peak {text!r}: give a multiple of the bytes moved like 1.1x "
+            f"cannot parse {flag} {text!r}: give a multiple of the bytes moved like 1.1x "
             "or a size like 6GiB"
         ) from None
+
+
+def parse_host_peak(text: str) -> HostPeakBudget:
+    """``1.1x`` (a multiple of the payload) or ``6GiB`` (absolute)."""
+    limit_x, limit_bytes = _ratio_or_size(text, "--max-host-peak")
+    return HostPeakBudget(limit_x=limit_x, limit_bytes=limit_bytes)
+
+
+def parse_host_held(text: str) -> HostHeldBudget:
+    """``0.05x`` (a multiple of the bytes moved) or ``1GiB`` (absolute; ``0`` for none)."""
+    limit_x, limit_bytes = _ratio_or_size(text, "--max-host-held", allow_zero=True)
+    return HostHeldBudget(limit_x=limit_x, limit_bytes=limit_bytes)
 
 
 def parse_bandwidth(text: str) -> OffloadBandwidthBudget:
@@ -157,7 +195,10 @@ def parse_bandwidth(text: str) -> OffloadBandwidthBudget:
 
 
 def budgets_from_flags(
-    max_host_peak: str | None, max_gpu_residual: str | None, min_offload_bandwidth: str | None
+    max_host_peak: str | None,
+    max_gpu_residual: str | None,
+    min_offload_bandwidth: str | None,
+    max_host_held: str | None = None,
 ) -> list[Budget]:
     """The budgets a command line sets (validated up front, before anything runs)."""
     budgets: list[Budget] = []
@@ -171,6 +212,8 @@ def budgets_from_flags(
         )
     if min_offload_bandwidth is not None:
         budgets.append(parse_bandwidth(min_offload_bandwidth))
+    if max_host_held is not None:
+        budgets.append(parse_host_held(max_host_held))
     return budgets
 
 

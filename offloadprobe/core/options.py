@@ -296,6 +296,13 @@ OPTIONS: tuple[Option, ...] = (
         unit="budget",
         group="budgets",
     ),
+    _o(
+        "max_host_held",
+        "Budget: host bytes the strategy keeps through the train phases (after its "
+        "loads), a multiple of the bytes moved (0.05x) or a size (1GiB).",
+        unit="budget",
+        group="budgets",
+    ),
     # how the verb runs
     _o(
         "timeout",

@@ -258,6 +258,11 @@ class RunSummary:
     integrity_ok: bool
     left_after_offload_bytes_by_key: dict[str, int] | None = None
     """Device bytes per owner still resident after the last offload (residency audit)."""
+    held_while_training_bytes: int | None = None
+    """Host bytes the strategy keeps through the train phases: the most held after any
+    load, over the pre-offload baseline (None where no load completed)."""
+    held_while_training_x: float | None = None
+    """The same over the bytes the offload moves."""
     pinned_source: str | None = None
     """``cupti`` (CUPTI recorded, any allocator) or ``allocator`` (PyTorch's + declared)."""
     pinned_declared_bytes: int | None = None

@@ -106,6 +106,8 @@ def summarise(
     - pinned: page-locked host bytes after the last offload: the larger of CUPTI's
       records of every allocator (where CUPTI records) and the bytes PyTorch's
       allocator owns plus those the strategy declares it page-locked itself;
+    - held while training: the most host RSS after a cycle's last load, over the same
+      baseline: what the strategy keeps resident through the train phases;
     - GPU left: bytes still allocated after the last offload, over the allocation
       before the model existed.
     """
@@ -127,6 +129,9 @@ def summarise(
     gpu_left = None
     if last.gpu is not None and gpu_baseline_bytes is not None:
         gpu_left = last.gpu.allocated_after - gpu_baseline_bytes
+    resumed = {p.cycle: p for p in phases if p.phase in LOADS}  # each cycle's last load
+    held = max((p.host.host_rss_after for p in resumed.values()), default=None)
+    held = None if held is None else held - baseline_host_bytes
     first_offload, offload = _steady_rate(_cycle_rates(phases, OFFLOADS))
     first_load, load = _steady_rate(_cycle_rates(phases, LOADS))
     ledger = _ledger(phases)
@@ -137,6 +142,8 @@ def summarise(
         steady_host_bytes=steady,
         steady_host_x=_ratio(steady, moved),
         pinned_reserved_bytes=pinned,
+        held_while_training_bytes=held,
+        held_while_training_x=None if held is None else _ratio(held, moved),
         pinned_source=source,
         pinned_declared_bytes=registered_bytes if last.pinned is not None else None,
         pinned_recorded_bytes=recorded,

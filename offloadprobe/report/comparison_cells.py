@@ -84,6 +84,16 @@ def _bytes(c: Cmp, name: str) -> str:
     return NO_RUN if s is None else format_bytes(getattr(s, name))
 
 
+def _held(c: Cmp) -> str:
+    """Host bytes kept through the train phases, as a multiple of the bytes moved."""
+    s = c.summary
+    if s is None:
+        return NO_RUN
+    if s.held_while_training_x is None:
+        return NOT_MEASURED
+    return f"{s.held_while_training_x:.2f}x"
+
+
 def _verdict_cell(c: Cmp) -> str:
     return short_verdict(c.row) + (f" ({c.note})" if c.note is not None else "")
 
@@ -107,6 +117,7 @@ HOST_COLUMNS: list[Column[Cmp]] = [
 
 DEVICE_COLUMNS: list[Column[Cmp]] = [
     LABEL,
+    Column("held in train", _held),
     Column("pinned", lambda c: _bytes(c, "pinned_reserved_bytes")),
     Column("GPU left", lambda c: _bytes(c, "gpu_left_after_offload_bytes")),
     Column("offload GB/s", lambda c: _rates(c, "offload")),

@@ -35,7 +35,10 @@ def device_table(comparison: Comparison) -> RenderableType:
     return column_table(
         DEVICE_COLUMNS,
         rows(comparison),
-        caption="GB/s: first cycle / steady (median of the later cycles)",
+        caption=(
+            "held in train: host kept after the loads, x bytes moved; GB/s: first cycle "
+            "/ steady (median of the later cycles)"
+        ),
     )
 
 

@@ -116,6 +116,10 @@ def detail_lines(run: RunRecord) -> list[str]:
             f"  {p.name}: offload {_rate(None, p.offload_gbps)}, load {_rate(None, p.load_gbps)}"
             for p in moving
         ]
+    if s.held_while_training_bytes is not None:
+        held = format_bytes(s.held_while_training_bytes)
+        x = f"{s.held_while_training_x:.2f}x, " if s.held_while_training_x is not None else ""
+        lines.append(f"host held while training (after the loads): {x}{held}")
     if s.pinned_reserved_bytes is not None:
         lines.append(_pinned_line(s))
     if s.gpu_left_after_offload_bytes is not None:

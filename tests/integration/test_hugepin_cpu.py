@@ -36,7 +36,7 @@ def runs(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("hugepin")
     found = {}
-    for strategy in ("hugepin", "relock"):
+    for strategy in ("hugepin", "relock", "lazy"):
         out = tmp / f"{strategy}.json"
         result = invoke_cli(*RUN, "--strategy", strategy, "--json", str(out))
         assert result.exit_code == 0, result.stderr + result.stdout
@@ -67,7 +67,9 @@ def test_hugepin_keeps_its_copy_between_cycles(runs):
     run = runs["hugepin"]
     payload = run["payload_bytes"]
     for held in _over_baseline(run, "load") + _over_baseline(run, "train")[1:]:
-        assert 0.95 * payload <= held <= 1.05 * payload
+        # the copy and no second one; heap pages of this test process come on top (1.5 to
+        # 2 MiB seen at 16 MiB, the test alone)
+        assert 0.95 * payload <= held <= 1.25 * payload
 
 
 def test_relock_holds_nothing_after_a_load(runs):
@@ -77,3 +79,21 @@ def test_relock_holds_nothing_after_a_load(runs):
         assert held <= 0.1 * payload  # metadata only (about 0.4 MiB here)
     offloads = _over_baseline(run, "offload")
     assert all(0.95 * payload <= held <= 1.05 * payload for held in offloads)  # locked again
+
+
+def test_held_while_training_is_a_figure_of_every_run(runs):
+    """What a strategy keeps resident through the train phases: lazy its pinned buffer
+    (its whole copy), relock nothing but metadata."""
+    lazy, relock = runs["lazy"]["summary"], runs["relock"]["summary"]
+    assert lazy["held_while_training_x"] >= 0.95
+    assert relock["held_while_training_x"] <= 0.05
+    assert lazy["held_while_training_bytes"] >= 0.95 * runs["lazy"]["payload_bytes"]
+
+
+def test_a_host_held_budget_fails_the_strategy_that_keeps_its_copy(tmp_path):
+    from tests.conftest import invoke_cli
+
+    args = [*RUN, "--max-host-held", "0.05x", "--json", str(tmp_path / "r.json")]
+    kept = invoke_cli(*args, "--strategy", "lazy")
+    assert kept.exit_code == 1 and "--max-host-held: held while training" in kept.stderr
+    assert invoke_cli(*args, "--strategy", "relock").exit_code == 0

@@ -83,6 +83,8 @@ def cpu_run(
             host_peak_x=(payload + MiB) / payload,
             steady_host_bytes=payload,
             steady_host_x=1.0,
+            held_while_training_bytes=payload,
+            held_while_training_x=1.0,
             pinned_reserved_bytes=None,
             gpu_left_after_offload_bytes=None,
             offload_gbps=2.7,
@@ -295,6 +297,8 @@ def _summary(peak_x: float, steady_x: float, payload: int, **rates) -> RunSummar
         first_offload_gbps=rates.get("first", 1.6),
         first_load_gbps=53.7,
         integrity_ok=rates.get("integrity", True),
+        held_while_training_bytes=int(steady_x * payload),
+        held_while_training_x=steady_x,
     )
 
 

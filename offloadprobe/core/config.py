@@ -85,10 +85,17 @@ class ModelConfig:
     experts every layer's MLP is an MoE layer of experts as wide as the dense MLP (4h)."""
     moe_router_topk: int = 2
     """Experts each token is routed to (with ``num_experts``)."""
+    workspace_cache_bytes: int = 0
+    """Device bytes the forward pass puts in a module-level cache no parameter references,
+    as TransformerEngine's FP8 weight workspaces (``engine/model/workspace.py``); 0: none."""
 
     def __post_init__(self) -> None:
         if self.num_experts < 0:
             raise UsageError(f"--num-experts must be 0 or more, got {self.num_experts}")
+        if self.workspace_cache_bytes < 0:
+            raise UsageError(
+                f"--workspace-cache must be 0 or more, got {self.workspace_cache_bytes}"
+            )
         if self.num_experts and not 1 <= self.moe_router_topk <= self.num_experts:
             raise UsageError(
                 f"--moe-router-topk {self.moe_router_topk} must lie between 1 and "

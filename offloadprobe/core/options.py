@@ -147,6 +147,15 @@ OPTIONS: tuple[Option, ...] = (
         target="model.moe_router_topk",
         group="model",
     ),
+    _o(
+        "workspace_cache",
+        "Fill a module-level cache of this many device bytes in the forward pass, "
+        "referenced by no parameter (as TransformerEngine's FP8 weight workspaces), e.g. 64MiB.",
+        unit="size",
+        target="model.workspace_cache_bytes",
+        group="model",
+        verbs=EVERYWHERE | {SCENARIO},
+    ),
     # the run
     _o("cycles", "Offload/load cycles.", 3, int, target="cycles", verbs=WITH_PLAN | {SCENARIO}),
     _o(
@@ -385,6 +394,8 @@ def build_config(
             sections[head][tail] = value
         else:
             run[head] = value if value is not None or head != "rollout_claim_bytes" else 0
+    if model.get("workspace_cache_bytes") is None:
+        model["workspace_cache_bytes"] = 0
     config_model = ModelConfig(**model)
     if merged.get("payload") is not None:
         config_model = size_for_payload(

@@ -19,6 +19,7 @@ import torch
 
 from offloadprobe.core.config import ModelConfig, OptimizerChoice
 from offloadprobe.core.world import check_layout
+from offloadprobe.engine.model import workspace
 from offloadprobe.engine.optimizer.build import build_optimizer
 from offloadprobe.engine.runtime import Runtime
 
@@ -186,6 +187,7 @@ def build_probe_model(
     # what megatron's schedules call around the micro-batches (see train.py)
     tconfig.no_sync_func = [c.no_sync for c in chunks] if len(chunks) > 1 else chunks[0].no_sync
     tconfig.finalize_model_grads_func = finalize_model_grads
+    workspace.install(chunks, cfg.workspace_cache_bytes)
     choice = optimizer or OptimizerChoice()
     megatron_optimizer, optimizer_name = build_optimizer(choice, chunks)
     return ProbeModel(

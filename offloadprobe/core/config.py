@@ -283,10 +283,17 @@ class RunConfig:
     the ``pipelined`` strategy's ``threads``."""
     label: str | None = None
     """The row's name everywhere (``--strategy name=spec``); the pair of strategies if None."""
+    sequence: tuple[str, ...] = ()
+    """The steps to run instead of ``cycles`` fixed cycles (``core.sequences``); empty:
+    the fixed cycle, train -> offload -> load."""
 
     def __post_init__(self) -> None:
         if self.cycles <= 0:
             raise UsageError(f"--cycles must be at least 1, got {self.cycles}")
+        if self.sequence:
+            from offloadprobe.core.sequences import parse_sequence
+
+            parse_sequence(self.sequence)
         if self.train_steps < 0:
             raise UsageError(f"--train-steps must be 0 or more, got {self.train_steps}")
         if self.device not in ("auto", "cuda", "cpu"):
@@ -304,4 +311,5 @@ class RunConfig:
         fields["model"] = ModelConfig(**fields["model"])
         fields["optimizer"] = OptimizerChoice(**fields.get("optimizer") or {})
         fields["parallel"] = ParallelConfig(**fields.get("parallel") or {})
+        fields["sequence"] = tuple(fields.get("sequence") or ())
         return cls(**fields)

@@ -45,7 +45,8 @@ class Option:
     """A boolean's other spelling (``--classic`` for ``--precision-aware``); ``--no-...``
     when None."""
     unit: str | None = None
-    """``size``: a size with its unit (``512MiB``); ``budget``: see ``core.budgets``."""
+    """``size``: a size with its unit (``512MiB``); ``budget``: see ``core.budgets``;
+    ``sequence``: steps or a preset (``core.sequences``)."""
     target: str | None = None
     """Where the value goes: ``model.num_layers``, ``optimizer.precision_aware``,
     ``parallel.tp`` or a ``RunConfig`` field; None for what a verb uses itself."""
@@ -158,6 +159,15 @@ OPTIONS: tuple[Option, ...] = (
     ),
     # the run
     _o("cycles", "Offload/load cycles.", 3, int, target="cycles", verbs=WITH_PLAN | {SCENARIO}),
+    _o(
+        "sequence",
+        "Steps to run instead of --cycles fixed cycles: a list such as "
+        "train,offload,offload,load,train or a preset: double-offload, load-without-offload, "
+        "offload-optimizer-only, validate-without-refit.",
+        unit="sequence",
+        target="sequence",
+        verbs=EVERYWHERE | {SCENARIO},
+    ),
     _o(
         "train_steps",
         "Train steps before the first offload and between.",
@@ -327,6 +337,8 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+UNSET: dict[str, Any] = {"rollout_claim_bytes": 0, "sequence": ()}
+"""``RunConfig`` fields whose option is unset by default: their value then."""
 BUDGET_NAMES = tuple(o.name for o in OPTIONS if o.unit == "budget")
 NOT_OPTIONS = frozenset(
     {"model", "strategy", "optimizer_strategy", "optimizer", "parallel", "label"}
@@ -362,6 +374,10 @@ def _convert(option: Option, value: Any) -> Any:
         return None
     if option.unit == "size":
         return parse_size(str(value), what=option.cli_flag)
+    if option.unit == "sequence":
+        from offloadprobe.core.sequences import parse_sequence
+
+        return parse_sequence(value)
     if option.repeatable:
         return _key_values(value, option.cli_flag)
     return value
@@ -393,7 +409,7 @@ def build_config(
         if tail:
             sections[head][tail] = value
         else:
-            run[head] = value if value is not None or head != "rollout_claim_bytes" else 0
+            run[head] = value if value is not None else UNSET.get(head)
     if model.get("workspace_cache_bytes") is None:
         model["workspace_cache_bytes"] = 0
     config_model = ModelConfig(**model)

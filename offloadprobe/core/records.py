@@ -297,6 +297,9 @@ class RunRecord:
     """The strategies' construction, measured like a phase: what they hold from then on
     is in every host figure (``baseline_host_bytes`` is the host before they were built,
     in the first offload's terms)."""
+    sequence: list[str] = field(default_factory=list)
+    """The steps of a ``--sequence`` run, in order (a phase's ``cycle`` is then its step's
+    number, from 1); empty for fixed cycles."""
 
     @property
     def label(self) -> str:

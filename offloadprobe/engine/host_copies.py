@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from offloadprobe.core.errors import IntegrityError
 from offloadprobe.engine.model.buffers import (
-    ddp_buffers,
     free_storage,
     restore_storage,
     restore_zeroed_grads,
+    to_load,
+    to_offload,
 )
 
 if TYPE_CHECKING:
@@ -59,14 +60,14 @@ class ReusedHostBuffers:
 
     def offload(self, models: list[Any]) -> None:
         self.runtime.synchronize()
-        for buffer in ddp_buffers(models):
+        for buffer in to_offload(models):
             host = self.copies.for_buffer(id(buffer), buffer.param_data)
             host.copy_(buffer.param_data)
             free_storage(buffer.param_data)
             free_storage(buffer.grad_data)
 
     def load(self, models: list[Any]) -> None:
-        for buffer in ddp_buffers(models):
+        for buffer in to_load(models):
             restore_storage(buffer.param_data)
             buffer.param_data.copy_(self.copies.get(id(buffer)))
             restore_zeroed_grads(buffer)

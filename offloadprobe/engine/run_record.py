@@ -68,6 +68,7 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
         residency=state.residency,
         label_override=cfg.label,
         construction=state.construction,
+        sequence=list(cfg.sequence),
     )
 
 
@@ -114,6 +115,7 @@ def settings(cfg: RunConfig) -> dict[str, Any]:
         "gpu_limit_bytes": cfg.gpu_limit_bytes,
         "reference_check": cfg.reference_check,
         "optimizer_first": cfg.optimizer_first,
+        "sequence": list(cfg.sequence),
     }
 
 

@@ -37,6 +37,7 @@ from offloadprobe.engine.phase_errors import EmulationBypassed, phase_failure, s
 from offloadprobe.engine.rollout import claim, limit_device_memory
 from offloadprobe.engine.run_record import failed_record, record_of, report_of
 from offloadprobe.engine.runtime import Runtime, open_runtime
+from offloadprobe.engine.sequence import reference_phases, run_sequence
 from offloadprobe.engine.strategies import model_strategy
 from offloadprobe.engine.transfers import (
     confirmed_released,
@@ -106,9 +107,8 @@ class _Cycles:
         self.cfg, self.runtime, self.hooks = cfg, runtime, hooks
         self.reference: list[Checkpoint] = []
         if cfg.reference_check:
-            self.reference = reference_trajectory(
-                self.build, cfg.train_steps, cfg.cycles + 1, runtime.release
-            )
+            n = reference_phases(cfg)
+            self.reference = reference_trajectory(self.build, cfg.train_steps, n, runtime.release)
         self.gpu_baseline = None if runtime.emulated else torch.cuda.memory_allocated()
         limit_device_memory(runtime, cfg.gpu_limit_bytes)
         self.ledger = DeviceLedger(runtime)
@@ -288,8 +288,7 @@ class _Cycles:
         """Whether the cycles end after ``cycle``: a corruption or a strategy that did not
         offload, on this rank or (over several ranks) on any, so all ranks stop together."""
         here = bool(self.problems) or stuck
-        fence = self.hooks.fence
-        if fence is None:
+        if (fence := self.hooks.fence) is None:
             return here
         failed = fence.failed_anywhere("stop" if here else None)
         if failed and not here:
@@ -299,6 +298,8 @@ class _Cycles:
 
     def run(self) -> None:
         try:
+            if self.cfg.sequence:
+                return run_sequence(self)
             for cycle in range(self.cfg.cycles):
                 if self.stops_here(cycle, self.cycle(cycle)):
                     break
@@ -313,8 +314,7 @@ class _Cycles:
             self.close()
 
     def close(self) -> None:
-        """The strategies' ``close`` hooks; one that raises is a crash in close, and what
-        was recorded before it is kept."""
+        """The strategies' ``close`` hooks; one that raises is a crash in close (kept)."""
         with self.runtime.strategy_code():
             for strategy in (self.strategy, self.optimizer_strategy):
                 self.registered += registered_bytes(strategy)

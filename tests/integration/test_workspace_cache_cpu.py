@@ -12,6 +12,9 @@ import json
 from offloadprobe.core.units import format_bytes
 from tests.conftest import TINY
 
+SMALLEST = [*TINY, "--hidden", "128", "--vocab", "512"]
+"""TINY at its smallest width: what is tested here is a verdict, not a magnitude."""
+
 MiB = 2**20
 CACHE = 64 * MiB
 
@@ -19,7 +22,7 @@ CACHE = 64 * MiB
 def _run(invoke, tmp_path, strategy: str, *args: str):
     out = tmp_path / "run.json"
     args = ("--workspace-cache", "64MiB", *args, "--no-progress", "--json", str(out))
-    result = invoke("run", "--strategy", strategy, *TINY, *args)
+    result = invoke("run", "--strategy", strategy, *SMALLEST, *args)
     return result, json.loads(out.read_text())["runs"][0]
 
 

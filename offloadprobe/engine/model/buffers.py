@@ -17,6 +17,23 @@ def ddp_buffers(models: list[Any]) -> Iterator[Any]:
         yield from getattr(chunk, "expert_parallel_buffers", None) or []
 
 
+def to_offload(models: list[Any]) -> list[Any]:
+    """The DDP buffers an offload moves: those whose ``param_data`` holds its storage. An
+    offload of what is already offloaded moves nothing (the sequences' invariant)."""
+    return [b for b in ddp_buffers(models) if b.param_data.untyped_storage().size()]
+
+
+def to_load(models: list[Any]) -> list[Any]:
+    """The DDP buffers a load restores: those whose ``param_data`` storage an offload
+    freed. A load of what is on the device restores nothing (the sequences' invariant)."""
+    return [b for b in ddp_buffers(models) if nbytes(b.param_data) and is_freed(b.param_data)]
+
+
+def is_freed(tensor: Any) -> bool:
+    """Whether a buffer's storage was freed in place (``free_storage``)."""
+    return tensor.untyped_storage().size() == 0
+
+
 def nbytes(tensor: Any) -> int:
     """Logical bytes of a tensor (its storage may be freed)."""
     return int(tensor.numel() * tensor.element_size())

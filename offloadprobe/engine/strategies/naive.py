@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from offloadprobe.engine.descriptors import ModelStrategyInfo
 from offloadprobe.engine.model.buffers import (
-    ddp_buffers,
     free_storage,
     restore_storage,
     restore_zeroed_grads,
+    to_load,
+    to_offload,
 )
 from offloadprobe.layout.pinned import Alloc, Event, Free
 
@@ -35,13 +36,13 @@ class NaiveStrategy:
 
     def offload(self, models: list[Any]) -> None:
         self.runtime.synchronize()
-        for buffer in ddp_buffers(models):
+        for buffer in to_offload(models):
             self._copies[id(buffer)] = buffer.param_data.cpu().pin_memory()
             free_storage(buffer.param_data)
             free_storage(buffer.grad_data)
 
     def load(self, models: list[Any]) -> None:
-        for buffer in ddp_buffers(models):
+        for buffer in to_load(models):
             restore_storage(buffer.param_data)
             buffer.param_data.copy_(self._copies[id(buffer)], non_blocking=True)
             restore_zeroed_grads(buffer)

@@ -163,7 +163,7 @@ OPTIONS: tuple[Option, ...] = (
         "sequence",
         "Steps to run instead of --cycles fixed cycles: a list such as "
         "train,offload,offload,load,train or a preset: double-offload, load-without-offload, "
-        "offload-optimizer-only, validate-without-refit.",
+        "offload-optimizer-only, checkpoint-between, validate-without-refit.",
         unit="sequence",
         target="sequence",
         verbs=EVERYWHERE | {SCENARIO},

@@ -18,7 +18,10 @@ Steps, numbered from 1 in verdicts:
 - ``offload-params`` / ``load-params``, ``offload-optimizer`` / ``load-optimizer``: one
   part's moves;
 - ``rollout``: claims ``--rollout-claim`` bytes of device memory (nothing when unset), as
-  a rollout engine would between an offload and a load.
+  a rollout engine would between an offload and a load;
+- ``checkpoint``: saves the model and the optimizer with ``torch.distributed.checkpoint``
+  to a temporary folder, then removes it (``engine/checkpoint.py``); every part must be on
+  the device.
 
 Torch-free: the CLI, the option model and scenario files check a sequence before any
 model is built (exit 2 for one that cannot run).
@@ -41,20 +44,22 @@ MOVES: dict[str, tuple[str, tuple[str, ...]]] = {
     "load-optimizer": ("load", (OPTIMIZER,)),
 }
 """Each moving step: its verb and the parts it moves."""
-NEEDS_LOADED = ("train",)
+NEEDS_LOADED = ("train", "checkpoint")
 """Steps that need every part on the device."""
-STEP_NAMES = ("train", *MOVES, "rollout")
+STEP_NAMES = ("train", *MOVES, "rollout", "checkpoint")
 
 PRESETS: dict[str, str] = {
     "double-offload": "train,offload,load,train,offload,offload,load,train",
     "load-without-offload": "train,load,train,offload,load,train",
     "offload-optimizer-only": "train,offload-optimizer,load-optimizer,train,offload,load,train",
+    "checkpoint-between": "train,offload,load,checkpoint,train,checkpoint,offload,load,train",
     "validate-without-refit": "train,offload,rollout,offload,rollout,load,train",
 }
 """Named sequences, each the shape of a reported bug: an offload called again by a
 validation step without a refit or a retried rollout; a load before any offload (a
 colocated role that wakes first); the optimizer moved alone (a role that keeps its
-parameters); a validation that offloads the already offloaded actor again."""
+parameters); a checkpoint saved between phases (verl #5665's host growth); a validation
+that offloads the already offloaded actor again."""
 
 _PART_WORDS = {PARAMS: "parameters", OPTIMIZER: "optimizer"}
 _ORDINALS = ("second", "third", "fourth", "fifth")

@@ -33,7 +33,9 @@ from typing import Any, Protocol
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.records import ResidencyFact
 from offloadprobe.core.sequences import OPTIMIZER, PARAMS, Step, steps_of, train_phases
+from offloadprobe.core.units import gbps
 from offloadprobe.core.verdicts import cycle_residency_problems, staging_allowance
+from offloadprobe.engine.checkpoint import save_and_remove
 from offloadprobe.engine.model import audit
 from offloadprobe.engine.model.integrity import Fingerprints, fingerprint_state, verify_round_trip
 from offloadprobe.engine.model.reference import Checkpoint, checkpoint, differences
@@ -210,6 +212,10 @@ def run_sequence(state: Any) -> None:
                     claim(state.runtime, nbytes, resident=resident, limit=limit)
 
             state.phase(step.number, "rollout", rollout)
+        elif step.name == "checkpoint":
+            written = state.phase(step.number, "checkpoint", lambda: save_and_remove(model))
+            rec = state.phases[-1]
+            state.phases[-1] = replace(rec, bytes_moved=written, gbps=gbps(written, rec.seconds))
 
     steps = Steps(
         state,

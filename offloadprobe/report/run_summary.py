@@ -128,12 +128,30 @@ def detail_lines(run: RunRecord) -> list[str]:
     for part in parts(run):
         if part.note:
             lines.append(part.note)
+    lines += checkpoint_lines(run)
     for part in parts(run):
         if part.name not in (PARAMETERS, OPTIMIZER) or part.kept or not part.left:
             continue
         model = part.name == PARAMETERS
         who = run.strategy if model else run.optimizer_strategy
         lines.append(f"{who} left on the device: {', '.join(left_owners(run, model=model))}")
+    return lines
+
+
+def checkpoint_lines(run: RunRecord) -> list[str]:
+    """One sentence per ``checkpoint`` step: what it wrote, its host transient (peak over
+    the phase start) and what stayed resident after it."""
+    lines = []
+    for p in run.phases:
+        if p.phase != "checkpoint":
+            continue
+        start = p.host.host_rss_before
+        peak, rest = p.host.host_peak - start, p.host.host_rss_after - start
+        lines.append(
+            f"checkpoint at step {p.cycle}: {format_bytes(p.bytes_moved)} written with "
+            f"torch.distributed.checkpoint, then removed; host {format_bytes(peak)} over its "
+            f"start at peak, {'+' if rest >= 0 else ''}{format_bytes(rest)} resident after"
+        )
     return lines
 
 

@@ -64,3 +64,25 @@ def test_a_sequence_that_cannot_run_is_bad_input(invoke, text, words):
     result = invoke("run", "--strategy", "lazy", *SMALLEST, "--sequence", text, "--no-progress")
     assert result.exit_code == 2
     assert words in result.stderr
+
+
+def test_a_checkpoint_step_is_measured_and_its_files_removed(invoke, tmp_path):
+    """``checkpoint-between``: each checkpoint writes at least the parameters and the
+    optimizer state, its host transient and what stays are said, no file stays, and
+    training after it matches the no-offload run."""
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    out = tmp_path / "run.json"
+    args = ["--sequence", "checkpoint-between", "--reference-check", "--no-progress"]
+    env = {"OFFLOADPROBE_CHECKPOINT_DIR": str(folder)}
+    result = invoke("run", "--strategy", "lazy", *SMALLEST, *args, "--json", str(out), env=env)
+    assert result.exit_code == 0, result.stdout
+    (run,) = json.loads(out.read_text())["runs"]
+    phases = [p for c in run["cycles"] for p in c["phases"] if p["phase"] == "checkpoint"]
+    assert [p["cycle"] for p in phases] == [4, 6]
+    state = run["residency"][0]["optimizer_state_bytes"]
+    for p in phases:
+        assert p["bytes_moved"] >= run["payload_bytes"] + state, p["bytes_moved"]
+    assert not list(folder.iterdir())
+    flat = " ".join(result.stdout.split())
+    assert "checkpoint at step 4: " in flat and " resident after" in flat

@@ -149,6 +149,26 @@ OPTIONS: tuple[Option, ...] = (
         group="model",
     ),
     _o(
+        "ref_model",
+        "Add a frozen reference model of the policy's shape, not DDP-wrapped, passed to "
+        "the strategies after the DDP chunks (the KL term's reference policy).",
+        False,
+        bool,
+        target="model.ref_model",
+        group="model",
+        verbs=EVERYWHERE | {SCENARIO},
+    ),
+    _o(
+        "frozen_fraction",
+        "Freeze about this fraction of the policy's parameters outside the DDP buffers, "
+        "as LoRA's base weights are (e.g. 0.5).",
+        0.0,
+        float,
+        target="model.frozen_fraction",
+        group="model",
+        verbs=EVERYWHERE | {SCENARIO},
+    ),
+    _o(
         "workspace_cache",
         "Fill a module-level cache of this many device bytes in the forward pass, "
         "referenced by no parameter (as TransformerEngine's FP8 weight workspaces), e.g. 64MiB.",

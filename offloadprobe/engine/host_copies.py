@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from offloadprobe.core.errors import IntegrityError
 from offloadprobe.engine.model.buffers import (
     free_storage,
+    loose_to_load,
+    loose_to_offload,
     restore_storage,
     restore_zeroed_grads,
     to_load,
@@ -49,7 +51,9 @@ class HostCopies:
 
 class ReusedHostBuffers:
     """Offload into host copies that outlive the cycle; a subclass's ``allocate`` chooses
-    the memory (it is called once per buffer, on the first offload)."""
+    the memory (it is called once per buffer, on the first offload). Parameters outside
+    the DDP buffers (frozen ones, a reference model's) get a copy each, as frameworks
+    move them one by one."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -65,10 +69,16 @@ class ReusedHostBuffers:
             host.copy_(buffer.param_data)
             free_storage(buffer.param_data)
             free_storage(buffer.grad_data)
+        for param in loose_to_offload(models):
+            self.copies.for_buffer(id(param), param).copy_(param.detach())
+            free_storage(param)
 
     def load(self, models: list[Any]) -> None:
         for buffer in to_load(models):
             restore_storage(buffer.param_data)
             buffer.param_data.copy_(self.copies.get(id(buffer)))
             restore_zeroed_grads(buffer)
+        for param in loose_to_load(models):
+            restore_storage(param)
+            param.detach().copy_(self.copies.get(id(param)))
         self.runtime.synchronize()

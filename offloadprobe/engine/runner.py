@@ -37,7 +37,7 @@ from offloadprobe.engine.phase_errors import EmulationBypassed, phase_failure, s
 from offloadprobe.engine.rollout import claim, limit_device_memory
 from offloadprobe.engine.run_record import failed_record, record_of, report_of
 from offloadprobe.engine.runtime import Runtime, open_runtime
-from offloadprobe.engine.sequence import reference_phases, run_sequence
+from offloadprobe.engine.sequence import parts_to_move, reference_phases, run_sequence
 from offloadprobe.engine.strategies import model_strategy
 from offloadprobe.engine.transfers import (
     confirmed_released,
@@ -216,8 +216,7 @@ class _Cycles:
         self.residents = audit.audit(self.model, self.runtime, self.snapshot, released)
         left = audit.bytes_by_key(self.residents)
         hidden = self.ledger.after_offload(self.model)
-        not_state = ("param_data", "grad_data", audit.ALLOCATED_DURING_OFFLOAD)
-        left_optimizer = sum(v for k, v in left.items() if k not in not_state)
+        left_optimizer = audit.optimizer_bytes_left(left)
         self.optimizer_moved = max(0, self.optimizer_bytes - left_optimizer)
         index = max(i for i, p in enumerate(self.phases) if p.phase == "offload")
         self.phases[index] = replace(self.phases[index], left_on_device=left)
@@ -239,6 +238,7 @@ class _Cycles:
             allowance_bytes=staging_allowance(
                 self.param_to_move + (self.optimizer_bytes if self.moves_optimizer else 0)
             ),
+            parts_to_move=parts_to_move(self.model, self.info.moves_params),
         )
         self.residency.append(fact)
         return fact
@@ -248,7 +248,7 @@ class _Cycles:
         verb = "offload" if offload else "load"
         params = getattr(self.strategy, verb)
         code = self.runtime.strategy_code
-        steps = [(verb, lambda: _within(code, params, self.model.chunks))]
+        steps = [(verb, lambda: _within(code, params, self.model.offload_chunks))]
         if self.moves_optimizer:
             optimizer = getattr(self.optimizer_strategy, verb)
             step = (f"{verb} optimizer", lambda: _within(code, optimizer, [self.model.optimizer]))

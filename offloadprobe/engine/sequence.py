@@ -36,7 +36,7 @@ from offloadprobe.core.sequences import OPTIMIZER, PARAMS, Step, steps_of, train
 from offloadprobe.core.units import gbps
 from offloadprobe.core.verdicts import cycle_residency_problems, staging_allowance
 from offloadprobe.engine.checkpoint import save_and_remove
-from offloadprobe.engine.model import audit
+from offloadprobe.engine.model import audit, parts
 from offloadprobe.engine.model.integrity import Fingerprints, fingerprint_state, verify_round_trip
 from offloadprobe.engine.model.reference import Checkpoint, checkpoint, differences
 from offloadprobe.engine.model.residency import device_bytes
@@ -175,6 +175,11 @@ class Steps:
             self.host.problems.append(f"{where}: {line}")
 
 
+def parts_to_move(model: Any, moves_params: bool) -> dict[str, int]:
+    """The model's parts outside the DDP buffers a parameter strategy must move."""
+    return parts.part_bytes(model) if moves_params else {}
+
+
 def reference_phases(cfg: RunConfig) -> int:
     """Train phases the no-offload reference needs for this run."""
     return train_phases(cfg.sequence, cfg.cycles)
@@ -265,8 +270,7 @@ def _audit(state: Any, steps: Steps, step: Step, since: int) -> bool:
     state.residents = audit.audit(model, state.runtime, state.snapshot, released)
     left = audit.bytes_by_key(state.residents)
     hidden = state.ledger.after_offload(model)
-    not_state = ("param_data", "grad_data", audit.ALLOCATED_DURING_OFFLOAD)
-    left_optimizer = sum(v for k, v in left.items() if k not in not_state)
+    left_optimizer = audit.optimizer_bytes_left(left)
     moves_optimizer = state.moves_optimizer and not steps.loaded[OPTIMIZER]
     if moves_optimizer:
         state.optimizer_moved = max(0, state.optimizer_bytes - left_optimizer)
@@ -292,9 +296,10 @@ def _audit(state: Any, steps: Steps, step: Step, since: int) -> bool:
         allowance_bytes=staging_allowance(
             param_to_move + (state.optimizer_bytes if moves_optimizer else 0)
         ),
+        parts_to_move=parts_to_move(model, state.info.moves_params and bool(param_to_move)),
     )
     state.residency.append(fact)
     return bool(cycle_residency_problems(fact))
 
 
-__all__ = ["StepHost", "Steps", "reference_phases", "run_sequence"]
+__all__ = ["StepHost", "Steps", "parts_to_move", "reference_phases", "run_sequence"]

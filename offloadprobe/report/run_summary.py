@@ -65,11 +65,17 @@ def _moves(part: Part) -> str:
     return format_bytes(part.moves)
 
 
+def _host(p: Part, x: float | None, nbytes: int | None) -> str:
+    if p.within:
+        return f"in '{p.within}'"
+    return _x_bytes(x, nbytes) if p.moves else "-"
+
+
 PART_COLUMNS: list[Column[Part]] = [
     Left("part", lambda p: p.name),
     Column("moves", _moves),
-    Column("host peak", lambda p: _x_bytes(p.host_peak_x, p.host_peak) if p.moves else "-"),
-    Column("steady host", lambda p: _x_bytes(p.steady_x, p.steady) if p.moves else "-"),
+    Column("host peak", lambda p: _host(p, p.host_peak_x, p.host_peak)),
+    Column("steady host", lambda p: _host(p, p.steady_x, p.steady)),
     Column("left on device", _left),
 ]
 
@@ -130,7 +136,7 @@ def detail_lines(run: RunRecord) -> list[str]:
             lines.append(part.note)
     lines += checkpoint_lines(run)
     for part in parts(run):
-        if part.name not in (PARAMETERS, OPTIMIZER) or part.kept or not part.left:
+        if part.name not in (PARAMETERS, OPTIMIZER) or part.kept or not part.left or part.within:
             continue
         model = part.name == PARAMETERS
         who = run.strategy if model else run.optimizer_strategy

@@ -7,7 +7,8 @@ emulation, with a bare host in place of the measured runner: what is in question
 whether each strategy keeps the invariant (an offload of what is offloaded, a load of
 what is loaded, is a no-op), not what the phases cost. Its "train" is a stand-in that
 changes every parameter and optimizer tensor (a real step costs more than every move of
-the matrix together), so a load that brings stale bytes back is seen. ``tms`` needs a
+the matrix together), so a load that brings stale bytes back is seen; its checkpoint
+steps save and remove files as the runner's do. ``tms`` needs a
 CUDA GPU (``tests/gpu``). The runner's own path, measured: ``test_sequence_run_cpu.py``.
 """
 
@@ -18,6 +19,7 @@ import torch
 
 from offloadprobe.core.config import ModelConfig
 from offloadprobe.core.sequences import PRESETS, parse_sequence, steps_of
+from offloadprobe.engine.checkpoint import save_and_remove
 from offloadprobe.engine.model.buffers import ddp_buffers, is_freed
 from offloadprobe.engine.model.builder import build_probe_model
 from offloadprobe.engine.model.train import train_step
@@ -59,6 +61,7 @@ class BareHost:
         self.problems: list[str] = []
         self.grads_freed = False
         self.offloads: list[bool] = []
+        self.written: list[int] = []
         with runtime.strategy_code():
             self.strategy = model_strategy(params).build(runtime)
             self.optimizer_strategy = optimizer_strategy(optimizer).build(runtime)
@@ -111,9 +114,19 @@ def _step_of_training(model):
     return train
 
 
+def _checkpoint(host):
+    """The checkpoint step as the runner takes it (the files are written and removed)."""
+
+    def other(step):
+        if step.name == "checkpoint":
+            host.written.append(save_and_remove(host.model))
+
+    return other
+
+
 def _run(runtime, model, params, optimizer, names):
     host = BareHost(runtime, model, params, optimizer)
-    steps = Steps(host, names, train=_step_of_training(model))
+    steps = Steps(host, names, train=_step_of_training(model), other=_checkpoint(host))
     try:
         completed = steps.run()
     finally:
@@ -135,6 +148,7 @@ def test_every_preset_keeps_the_invariant(runtime, model, params, optimizer):
         )
         if params != "none":  # every parameter offload left the buffers freed
             assert host.offloads and all(host.offloads), preset
+        assert len(host.written) == PRESETS[preset].split(",").count("checkpoint")
 
 
 def test_a_stale_load_of_what_is_loaded_is_blamed_on_that_step(runtime, model):

@@ -17,6 +17,10 @@ def phases_per_run(cfg: RunConfig) -> int:
 
     info = optimizer_strategy(cfg.optimizer_strategy)
     moves = info.moves(cfg.optimizer.precision_aware)
+    if cfg.sequence:
+        from offloadprobe.core.sequences import phase_count
+
+        return phase_count(cfg.sequence, moves)
     return cfg.cycles * (3 + bool(cfg.rollout_claim_bytes) + 2 * moves)
 
 

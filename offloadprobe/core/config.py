@@ -85,10 +85,27 @@ class ModelConfig:
     experts every layer's MLP is an MoE layer of experts as wide as the dense MLP (4h)."""
     moe_router_topk: int = 2
     """Experts each token is routed to (with ``num_experts``)."""
+    ref_model: bool = False
+    """A frozen reference model of the policy's shape beside it, not DDP-wrapped (the KL
+    term's reference policy), passed to strategies after the DDP chunks."""
+    frozen_fraction: float = 0.0
+    """Freeze about this fraction of the policy's parameters (decoder weights first) before
+    DDP wraps it, so they live outside the DDP buffers, as LoRA's base weights do."""
+    workspace_cache_bytes: int = 0
+    """Device bytes the forward pass puts in a module-level cache no parameter references,
+    as TransformerEngine's FP8 weight workspaces (``engine/model/workspace.py``); 0: none."""
 
     def __post_init__(self) -> None:
         if self.num_experts < 0:
             raise UsageError(f"--num-experts must be 0 or more, got {self.num_experts}")
+        if not 0 <= self.frozen_fraction < 1:
+            raise UsageError(
+                f"--frozen-fraction must be at least 0 and below 1, got {self.frozen_fraction}"
+            )
+        if self.workspace_cache_bytes < 0:
+            raise UsageError(
+                f"--workspace-cache must be 0 or more, got {self.workspace_cache_bytes}"
+            )
         if self.num_experts and not 1 <= self.moe_router_topk <= self.num_experts:
             raise UsageError(
                 f"--moe-router-topk {self.moe_router_topk} must lie between 1 and "
@@ -218,6 +235,8 @@ class ParallelConfig:
                 f"--layers {model.num_layers} is not a multiple of the {stages} pipeline "
                 "stages (--pp x --vpp): change --layers"
             )
+        if model.ref_model and self.pp > 1:
+            raise UsageError("--ref-model runs beside the policy on one stage: use --pp 1")
         if self.ep > 1 and not model.num_experts:
             raise UsageError("--ep needs an MoE model: add --num-experts")
         if model.num_experts and model.num_experts % self.ep:
@@ -276,10 +295,17 @@ class RunConfig:
     the ``pipelined`` strategy's ``threads``."""
     label: str | None = None
     """The row's name everywhere (``--strategy name=spec``); the pair of strategies if None."""
+    sequence: tuple[str, ...] = ()
+    """The steps to run instead of ``cycles`` fixed cycles (``core.sequences``); empty:
+    the fixed cycle, train -> offload -> load."""
 
     def __post_init__(self) -> None:
         if self.cycles <= 0:
             raise UsageError(f"--cycles must be at least 1, got {self.cycles}")
+        if self.sequence:
+            from offloadprobe.core.sequences import parse_sequence
+
+            parse_sequence(self.sequence)
         if self.train_steps < 0:
             raise UsageError(f"--train-steps must be 0 or more, got {self.train_steps}")
         if self.device not in ("auto", "cuda", "cpu"):
@@ -297,4 +323,5 @@ class RunConfig:
         fields["model"] = ModelConfig(**fields["model"])
         fields["optimizer"] = OptimizerChoice(**fields.get("optimizer") or {})
         fields["parallel"] = ParallelConfig(**fields.get("parallel") or {})
+        fields["sequence"] = tuple(fields.get("sequence") or ())
         return cls(**fields)

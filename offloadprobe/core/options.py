@@ -45,7 +45,8 @@ class Option:
     """A boolean's other spelling (``--classic`` for ``--precision-aware``); ``--no-...``
     when None."""
     unit: str | None = None
-    """``size``: a size with its unit (``512MiB``); ``budget``: see ``core.budgets``."""
+    """``size``: a size with its unit (``512MiB``); ``budget``: see ``core.budgets``;
+    ``sequence``: steps or a preset (``core.sequences``)."""
     target: str | None = None
     """Where the value goes: ``model.num_layers``, ``optimizer.precision_aware``,
     ``parallel.tp`` or a ``RunConfig`` field; None for what a verb uses itself."""
@@ -147,8 +148,46 @@ OPTIONS: tuple[Option, ...] = (
         target="model.moe_router_topk",
         group="model",
     ),
+    _o(
+        "ref_model",
+        "Add a frozen reference model of the policy's shape, not DDP-wrapped, passed to "
+        "the strategies after the DDP chunks (the KL term's reference policy).",
+        False,
+        bool,
+        target="model.ref_model",
+        group="model",
+        verbs=EVERYWHERE | {SCENARIO},
+    ),
+    _o(
+        "frozen_fraction",
+        "Freeze about this fraction of the policy's parameters outside the DDP buffers, "
+        "as LoRA's base weights are (e.g. 0.5).",
+        0.0,
+        float,
+        target="model.frozen_fraction",
+        group="model",
+        verbs=EVERYWHERE | {SCENARIO},
+    ),
+    _o(
+        "workspace_cache",
+        "Fill a module-level cache of this many device bytes in the forward pass, "
+        "referenced by no parameter (as TransformerEngine's FP8 weight workspaces), e.g. 64MiB.",
+        unit="size",
+        target="model.workspace_cache_bytes",
+        group="model",
+        verbs=EVERYWHERE | {SCENARIO},
+    ),
     # the run
     _o("cycles", "Offload/load cycles.", 3, int, target="cycles", verbs=WITH_PLAN | {SCENARIO}),
+    _o(
+        "sequence",
+        "Steps to run instead of --cycles fixed cycles: a list such as "
+        "train,offload,offload,load,train or a preset: double-offload, load-without-offload, "
+        "offload-optimizer-only, checkpoint-between, validate-without-refit.",
+        unit="sequence",
+        target="sequence",
+        verbs=EVERYWHERE | {SCENARIO},
+    ),
     _o(
         "train_steps",
         "Train steps before the first offload and between.",
@@ -325,6 +364,8 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+UNSET: dict[str, Any] = {"rollout_claim_bytes": 0, "sequence": ()}
+"""``RunConfig`` fields whose option is unset by default: their value then."""
 BUDGET_NAMES = tuple(o.name for o in OPTIONS if o.unit == "budget")
 NOT_OPTIONS = frozenset(
     {"model", "strategy", "optimizer_strategy", "optimizer", "parallel", "label"}
@@ -360,6 +401,10 @@ def _convert(option: Option, value: Any) -> Any:
         return None
     if option.unit == "size":
         return parse_size(str(value), what=option.cli_flag)
+    if option.unit == "sequence":
+        from offloadprobe.core.sequences import parse_sequence
+
+        return parse_sequence(value)
     if option.repeatable:
         return _key_values(value, option.cli_flag)
     return value
@@ -391,7 +436,9 @@ def build_config(
         if tail:
             sections[head][tail] = value
         else:
-            run[head] = value if value is not None or head != "rollout_claim_bytes" else 0
+            run[head] = value if value is not None else UNSET.get(head)
+    if model.get("workspace_cache_bytes") is None:
+        model["workspace_cache_bytes"] = 0
     config_model = ModelConfig(**model)
     if merged.get("payload") is not None:
         config_model = size_for_payload(

@@ -58,6 +58,9 @@ class ResidencyFact:
     """Every device byte the process holds over the zero (before the model existed)."""
     allowance_bytes: int = 0
     """Device bytes a strategy may keep beside what stays by design (a staging buffer)."""
+    parts_to_move: dict[str, int] = field(default_factory=dict)
+    """Bytes of the model's parts outside the DDP buffers the parameter strategy should
+    move (``frozen``, ``ref_model``; what each left is in ``left_by_owner``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -319,6 +322,12 @@ class RunRecord:
     """The strategies' construction, measured like a phase: what they hold from then on
     is in every host figure (``baseline_host_bytes`` is the host before they were built,
     in the first offload's terms)."""
+    part_bytes: dict[str, int] = field(default_factory=dict)
+    """Bytes of each model part outside the DDP buffers (``frozen``: the policy's frozen
+    parameters, ``ref_model``: the reference model), beside ``payload_bytes``."""
+    sequence: list[str] = field(default_factory=list)
+    """The steps of a ``--sequence`` run, in order (a phase's ``cycle`` is then its step's
+    number, from 1); empty for fixed cycles."""
 
     @property
     def label(self) -> str:

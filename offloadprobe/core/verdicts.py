@@ -26,7 +26,9 @@ under 1/STAGING_FRACTION of ``param_data`` kept a copy on the device (a staging 
 for reuse is less than that)."""
 ALLOWANCE_FRACTION = 8
 ALLOWANCE_FLOOR = 4 * 2**20
-MODEL_OWNERS = ("param_data", "grad_data")
+MODEL_OWNERS = ("param_data", "grad_data", "frozen", "ref_model")
+"""The model's owners: its DDP buffers and its parts outside them (``engine/model/parts``)."""
+PART_WORDS = {"frozen": "frozen parameters", "ref_model": "reference model"}
 UNOWNED = "allocated during offload"
 """The audit's owner of device storages an offload made that nothing in the model reaches
 (counted with the unreferenced tensors, never as optimizer state)."""
@@ -121,6 +123,13 @@ def cycle_residency_problems(fact: ResidencyFact) -> list[str]:
                 f"{format_bytes(fact.param_bytes_to_move)}"
                 + (f" (less {format_bytes(paid)} the strategy holds otherwise)" if paid else "")
                 + " (a copy kept on the device?)"
+            )
+    for part, nbytes in fact.parts_to_move.items():
+        stayed = fact.left_by_owner.get(part, 0)
+        if nbytes and stayed:
+            lines.append(
+                f"{PART_WORDS.get(part, part)} {format_bytes(stayed)} of "
+                f"{format_bytes(nbytes)} still on device after offload"
             )
     if fact.moves_optimizer and fact.optimizer_state_bytes and not fact.optimizer_moved_bytes:
         lines.append(

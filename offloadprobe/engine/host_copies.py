@@ -11,10 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from offloadprobe.core.errors import IntegrityError
 from offloadprobe.engine.model.buffers import (
-    ddp_buffers,
     free_storage,
+    loose_to_load,
+    loose_to_offload,
     restore_storage,
     restore_zeroed_grads,
+    to_load,
+    to_offload,
 )
 
 if TYPE_CHECKING:
@@ -48,7 +51,9 @@ class HostCopies:
 
 class ReusedHostBuffers:
     """Offload into host copies that outlive the cycle; a subclass's ``allocate`` chooses
-    the memory (it is called once per buffer, on the first offload)."""
+    the memory (it is called once per buffer, on the first offload). Parameters outside
+    the DDP buffers (frozen ones, a reference model's) get a copy each, as frameworks
+    move them one by one."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -59,15 +64,21 @@ class ReusedHostBuffers:
 
     def offload(self, models: list[Any]) -> None:
         self.runtime.synchronize()
-        for buffer in ddp_buffers(models):
+        for buffer in to_offload(models):
             host = self.copies.for_buffer(id(buffer), buffer.param_data)
             host.copy_(buffer.param_data)
             free_storage(buffer.param_data)
             free_storage(buffer.grad_data)
+        for param in loose_to_offload(models):
+            self.copies.for_buffer(id(param), param).copy_(param.detach())
+            free_storage(param)
 
     def load(self, models: list[Any]) -> None:
-        for buffer in ddp_buffers(models):
+        for buffer in to_load(models):
             restore_storage(buffer.param_data)
             buffer.param_data.copy_(self.copies.get(id(buffer)))
             restore_zeroed_grads(buffer)
+        for param in loose_to_load(models):
+            restore_storage(param)
+            param.detach().copy_(self.copies.get(id(param)))
         self.runtime.synchronize()

@@ -58,11 +58,12 @@ import torch
 from offloadprobe.core.errors import OffloadProbeError, UsageError
 from offloadprobe.engine import hostmem
 from offloadprobe.engine.model.buffers import (
-    ddp_buffers,
     free_storage,
     nbytes,
     restore_storage,
     restore_zeroed_grads,
+    to_load,
+    to_offload,
 )
 from offloadprobe.engine.runtime import Runtime
 
@@ -326,7 +327,9 @@ class HugePinStrategy:
     def offload(self, models: list[Any]) -> None:
         self.runtime.synchronize()
         start = time.perf_counter()
-        buffers = list(ddp_buffers(models))
+        buffers = to_offload(models)
+        if not buffers:  # all offloaded already: a no-op
+            return
         copies = [self._host_copy(b) for b in buffers]
         steps = plan([c.chunks for c in copies], [c.locked for c in copies])
         sources = [_bytes_of(b.param_data) for b in buffers]
@@ -385,7 +388,7 @@ class HugePinStrategy:
         releases: list[Future[float]] = []
         later: list[tuple[Any, ...]] = []
         moved = handed_back = 0
-        for buffer in ddp_buffers(models):
+        for buffer in to_load(models):
             copy = self.copies[id(buffer)]
             restore_storage(buffer.param_data)
             target = _bytes_of(buffer.param_data)

@@ -11,6 +11,7 @@ from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.records import Report, RunRecord
 from offloadprobe.core.units import format_bytes
 from offloadprobe.engine.descriptors import notes_of
+from offloadprobe.engine.model.parts import part_bytes
 from offloadprobe.measure.summary import LOADS, OFFLOADS, summarise
 
 
@@ -21,6 +22,7 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
     held = construction_held(state.construction)
     baseline = offloads[0].host.host_rss_before - held if offloads else 0
     summary = None
+    moved_parts = sum(part_bytes(state.model).values()) if state.info.moves_params else 0
     if offloads and any(p.phase in LOADS for p in phases):
         summary = summarise(
             phases,
@@ -30,7 +32,7 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
             registered_bytes=state.registered,
             integrity_ok=not state.problems,
             optimizer_state_bytes=state.optimizer_bytes,
-            param_bytes_to_move=state.param_to_move,
+            param_bytes_to_move=state.param_to_move + moved_parts,
             optimizer_bytes_to_move=state.optimizer_moved if state.moves_optimizer else 0,
         )
     notes = [runtime.note] if runtime.note else []
@@ -68,6 +70,8 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
         residency=state.residency,
         label_override=cfg.label,
         construction=state.construction,
+        sequence=list(cfg.sequence),
+        part_bytes=part_bytes(state.model),
     )
 
 
@@ -114,6 +118,7 @@ def settings(cfg: RunConfig) -> dict[str, Any]:
         "gpu_limit_bytes": cfg.gpu_limit_bytes,
         "reference_check": cfg.reference_check,
         "optimizer_first": cfg.optimizer_first,
+        "sequence": list(cfg.sequence),
     }
 
 

@@ -37,6 +37,7 @@ from offloadprobe.engine.phase_errors import EmulationBypassed, phase_failure, s
 from offloadprobe.engine.rollout import claim, limit_device_memory
 from offloadprobe.engine.run_record import failed_record, record_of, report_of
 from offloadprobe.engine.runtime import Runtime, open_runtime
+from offloadprobe.engine.sequence import parts_to_move, reference_phases, run_sequence
 from offloadprobe.engine.strategies import model_strategy
 from offloadprobe.engine.transfers import (
     confirmed_released,
@@ -106,9 +107,8 @@ class _Cycles:
         self.cfg, self.runtime, self.hooks = cfg, runtime, hooks
         self.reference: list[Checkpoint] = []
         if cfg.reference_check:
-            self.reference = reference_trajectory(
-                self.build, cfg.train_steps, cfg.cycles + 1, runtime.release
-            )
+            n = reference_phases(cfg)
+            self.reference = reference_trajectory(self.build, cfg.train_steps, n, runtime.release)
         self.gpu_baseline = None if runtime.emulated else torch.cuda.memory_allocated()
         limit_device_memory(runtime, cfg.gpu_limit_bytes)
         self.ledger = DeviceLedger(runtime)
@@ -216,8 +216,7 @@ class _Cycles:
         self.residents = audit.audit(self.model, self.runtime, self.snapshot, released)
         left = audit.bytes_by_key(self.residents)
         hidden = self.ledger.after_offload(self.model)
-        not_state = ("param_data", "grad_data", audit.ALLOCATED_DURING_OFFLOAD)
-        left_optimizer = sum(v for k, v in left.items() if k not in not_state)
+        left_optimizer = audit.optimizer_bytes_left(left)
         self.optimizer_moved = max(0, self.optimizer_bytes - left_optimizer)
         index = max(i for i, p in enumerate(self.phases) if p.phase == "offload")
         self.phases[index] = replace(self.phases[index], left_on_device=left)
@@ -239,6 +238,7 @@ class _Cycles:
             allowance_bytes=staging_allowance(
                 self.param_to_move + (self.optimizer_bytes if self.moves_optimizer else 0)
             ),
+            parts_to_move=parts_to_move(self.model, self.info.moves_params),
         )
         self.residency.append(fact)
         return fact
@@ -248,7 +248,7 @@ class _Cycles:
         verb = "offload" if offload else "load"
         params = getattr(self.strategy, verb)
         code = self.runtime.strategy_code
-        steps = [(verb, lambda: _within(code, params, self.model.chunks))]
+        steps = [(verb, lambda: _within(code, params, self.model.offload_chunks))]
         if self.moves_optimizer:
             optimizer = getattr(self.optimizer_strategy, verb)
             step = (f"{verb} optimizer", lambda: _within(code, optimizer, [self.model.optimizer]))
@@ -288,8 +288,7 @@ class _Cycles:
         """Whether the cycles end after ``cycle``: a corruption or a strategy that did not
         offload, on this rank or (over several ranks) on any, so all ranks stop together."""
         here = bool(self.problems) or stuck
-        fence = self.hooks.fence
-        if fence is None:
+        if (fence := self.hooks.fence) is None:
             return here
         failed = fence.failed_anywhere("stop" if here else None)
         if failed and not here:
@@ -299,6 +298,8 @@ class _Cycles:
 
     def run(self) -> None:
         try:
+            if self.cfg.sequence:
+                return run_sequence(self)
             for cycle in range(self.cfg.cycles):
                 if self.stops_here(cycle, self.cycle(cycle)):
                     break
@@ -313,8 +314,7 @@ class _Cycles:
             self.close()
 
     def close(self) -> None:
-        """The strategies' ``close`` hooks; one that raises is a crash in close, and what
-        was recorded before it is kept."""
+        """The strategies' ``close`` hooks; one that raises is a crash in close (kept)."""
         with self.runtime.strategy_code():
             for strategy in (self.strategy, self.optimizer_strategy):
                 self.registered += registered_bytes(strategy)

@@ -16,9 +16,11 @@ from dataclasses import dataclass, replace
 from offloadprobe.core.records import PartSummary, RunRecord
 from offloadprobe.core.verdicts import residency_problems
 
-MODEL_BUFFERS = ("param_data", "grad_data")
-"""Residency owners that belong to the model's DDP buffers; every other owner is
-optimizer state."""
+MODEL_BUFFERS = ("param_data", "grad_data", "frozen", "ref_model")
+"""Residency owners that belong to the model (its DDP buffers, its frozen parameters, the
+reference model); every other owner is optimizer state."""
+PART_NAMES = {"frozen": "frozen params", "ref_model": "ref model"}
+"""The model's parts outside the DDP buffers, as rows under ``parameters``."""
 
 PARAMETERS = "parameters"
 OPTIMIZER = "optimizer"
@@ -44,6 +46,9 @@ class Part:
     load_gbps: float | None = None
     note: str = ""
     """A sentence printed under the summary (why a part stays, how figures were taken)."""
+    within: str = ""
+    """A sub-part (frozen parameters, the reference model): its host figures are in this
+    part's, which moves it in the same phases."""
 
 
 def is_model_owner(owner: str) -> bool:
@@ -87,8 +92,22 @@ def parts(run: RunRecord) -> list[Part]:
         return []
     measured = {PARAMETERS: s.params, OPTIMIZER: s.optimizer}
     if any(m is not None for m in measured.values()):
-        return _measured_parts(run, measured)
-    return _shared_phase_parts(run)
+        found = _measured_parts(run, measured)
+    else:
+        found = _shared_phase_parts(run)
+    return found[:1] + _sub_parts(run) + found[1:]
+
+
+def _sub_parts(run: RunRecord) -> list[Part]:
+    """One row per model part outside the DDP buffers: its bytes, what it left."""
+    by_key = (run.summary.left_after_offload_bytes_by_key if run.summary else None) or {}
+    return [
+        Part(
+            name=PART_NAMES.get(key, key), moves=nbytes, left=by_key.get(key, 0), within=PARAMETERS
+        )
+        for key, nbytes in run.part_bytes.items()
+        if nbytes
+    ]
 
 
 def kept_parts(run: RunRecord) -> set[str]:

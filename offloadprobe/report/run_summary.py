@@ -65,11 +65,17 @@ def _moves(part: Part) -> str:
     return format_bytes(part.moves)
 
 
+def _host(p: Part, x: float | None, nbytes: int | None) -> str:
+    if p.within:
+        return f"in '{p.within}'"
+    return _x_bytes(x, nbytes) if p.moves else "-"
+
+
 PART_COLUMNS: list[Column[Part]] = [
     Left("part", lambda p: p.name),
     Column("moves", _moves),
-    Column("host peak", lambda p: _x_bytes(p.host_peak_x, p.host_peak) if p.moves else "-"),
-    Column("steady host", lambda p: _x_bytes(p.steady_x, p.steady) if p.moves else "-"),
+    Column("host peak", lambda p: _host(p, p.host_peak_x, p.host_peak)),
+    Column("steady host", lambda p: _host(p, p.steady_x, p.steady)),
     Column("left on device", _left),
 ]
 
@@ -130,12 +136,30 @@ def detail_lines(run: RunRecord) -> list[str]:
     for part in parts(run):
         if part.note:
             lines.append(part.note)
+    lines += checkpoint_lines(run)
     for part in parts(run):
-        if part.name not in (PARAMETERS, OPTIMIZER) or part.kept or not part.left:
+        if part.name not in (PARAMETERS, OPTIMIZER) or part.kept or not part.left or part.within:
             continue
         model = part.name == PARAMETERS
         who = run.strategy if model else run.optimizer_strategy
         lines.append(f"{who} left on the device: {', '.join(left_owners(run, model=model))}")
+    return lines
+
+
+def checkpoint_lines(run: RunRecord) -> list[str]:
+    """One sentence per ``checkpoint`` step: what it wrote, its host transient (peak over
+    the phase start) and what stayed resident after it."""
+    lines = []
+    for p in run.phases:
+        if p.phase != "checkpoint":
+            continue
+        start = p.host.host_rss_before
+        peak, rest = p.host.host_peak - start, p.host.host_rss_after - start
+        lines.append(
+            f"checkpoint at step {p.cycle}: {format_bytes(p.bytes_moved)} written with "
+            f"torch.distributed.checkpoint, then removed; host {format_bytes(peak)} over its "
+            f"start at peak, {'+' if rest >= 0 else ''}{format_bytes(rest)} resident after"
+        )
     return lines
 
 

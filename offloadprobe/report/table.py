@@ -79,10 +79,17 @@ def _rows(run: RunRecord) -> list[_Row]:
     return sorted(rows, key=lambda r: r.rec.phase == TRAIN)
 
 
+def _numbered(columns: list[Column[_Row]], run: RunRecord) -> list[Column[_Row]]:
+    """A sequence's phases are numbered by step, not by cycle."""
+    if not run.sequence:
+        return columns
+    return [Column("step", lambda r: str(r.rec.cycle)), *columns[1:]]
+
+
 def phase_table(run: RunRecord, *, gpu: bool) -> RenderableType:
-    """One row per cycle and phase; host figures over the pre-offload baseline."""
+    """One row per cycle (or step) and phase; host figures over the pre-offload baseline."""
     return column_table(
-        HOST_COLUMNS,
+        _numbered(HOST_COLUMNS, run),
         _rows(run),
         title=f"{run.strategy}: {run.description}",
         caption=(
@@ -101,7 +108,7 @@ def device_table(run: RunRecord) -> RenderableType | None:
     if all(r.rec.gpu is None and r.rec.pinned is None for r in rows):
         return None
     return column_table(
-        DEVICE_COLUMNS,
+        _numbered(DEVICE_COLUMNS, run),
         rows,
         title=f"{run.strategy}: pinned and GPU memory after each phase",
         caption=(

@@ -74,12 +74,16 @@ def test_pause_backs_up_params_and_resume_restores_them_with_grads_zeroed(monkey
     assert saver.allocated[(tms.PARAMS_TAG, True)] == [buf.param_data]
     assert saver.allocated[(tms.GRADS_TAG, False)] == [buf.grad_data]
     assert torch.equal(buf.param_data, original)
-    saver.pause(tms.PARAMS_TAG)
-    saver.pause(tms.GRADS_TAG)
+    strategy.offload(models)
+    assert saver.calls == [("pause", tms.PARAMS_TAG), ("pause", tms.GRADS_TAG)]
+    strategy.offload(models)  # an offload of what is offloaded is a no-op
+    assert len(saver.calls) == 2
     strategy.load(models)
     assert torch.equal(buf.param_data, original)
     assert not buf.grad_data.any()
     assert saver.calls[-2:] == [("resume", tms.PARAMS_TAG), ("resume", tms.GRADS_TAG)]
+    strategy.load(models)  # and so is a load of what is loaded
+    assert len(saver.calls) == 4
 
 
 def test_cpu_emulation_is_a_one_line_usage_error():

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from offloadprobe.engine.model import parts
 from offloadprobe.engine.model.buffers import ddp_buffers, nbytes
 from offloadprobe.engine.optimizer.holdings import holdings, main_param_names, storage_key
 from offloadprobe.engine.runtime import Runtime, emulation
@@ -90,6 +91,8 @@ def _entries(model: Any) -> Iterator[_Entry]:
     for buffer in ddp_buffers(model.chunks):
         yield _Entry("param_data", None, buffer.param_data)
         yield _Entry("grad_data", None, buffer.grad_data)
+    for part, name, param in parts.named(model):
+        yield _Entry(part, name, param)
     names = main_param_names([model.optimizer], model.chunks)
     for held in holdings([model.optimizer]):
         name = names.get(id(held.param)) if held.param is not None else None
@@ -170,6 +173,13 @@ def audit(
 
 ALLOCATED_DURING_OFFLOAD = "allocated during offload"
 """The owner of device storages an offload made and nothing in the model reaches."""
+MODEL_OWNERS = ("param_data", "grad_data", *parts.PARTS)
+"""Owners that are the model's, not optimizer state."""
+
+
+def optimizer_bytes_left(left: dict[str, int]) -> int:
+    """Of what an offload left (``bytes_by_key``), the optimizer state's bytes."""
+    return sum(v for k, v in left.items() if k not in (*MODEL_OWNERS, ALLOCATED_DURING_OFFLOAD))
 
 
 def _unreached_emulated(memory: Any, reached: dict[int, str], snapshot: DeviceSnapshot) -> list:

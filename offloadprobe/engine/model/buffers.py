@@ -11,10 +11,56 @@ from typing import Any
 
 
 def ddp_buffers(models: list[Any]) -> Iterator[Any]:
-    """Every ``_ParamAndGradBuffer`` of every chunk, dense then expert-parallel."""
+    """Every ``_ParamAndGradBuffer`` of every chunk, dense then expert-parallel; a chunk
+    that is not DDP-wrapped (a reference model: its ``buffers`` is ``Module.buffers``)
+    has none."""
     for chunk in models:
-        yield from getattr(chunk, "buffers", None) or []
-        yield from getattr(chunk, "expert_parallel_buffers", None) or []
+        for attr in ("buffers", "expert_parallel_buffers"):
+            found = getattr(chunk, attr, None)
+            if isinstance(found, (list, tuple)):
+                yield from found
+
+
+def loose_parameters(models: list[Any]) -> list[Any]:
+    """Parameters of the chunks that live outside every DDP buffer, each storage once:
+    frozen parameters of a DDP-wrapped chunk (DDP buffers only what needs a gradient, so
+    LoRA's base weights stay apart) and every parameter of a chunk that is not wrapped (a
+    reference model). Frameworks move them one by one (``param.data``)."""
+    inside = {b.param_data.untyped_storage()._cdata for b in ddp_buffers(models)}
+    found: dict[int, Any] = {}
+    for chunk in models:
+        for param in chunk.parameters():
+            key = param.untyped_storage()._cdata
+            if key not in inside:
+                found.setdefault(key, param)
+    return list(found.values())
+
+
+def loose_to_offload(models: list[Any]) -> list[Any]:
+    """Loose parameters an offload moves: those holding their storage."""
+    return [p for p in loose_parameters(models) if p.untyped_storage().size()]
+
+
+def loose_to_load(models: list[Any]) -> list[Any]:
+    """Loose parameters a load restores: those whose storage an offload freed."""
+    return [p for p in loose_parameters(models) if nbytes(p) and is_freed(p)]
+
+
+def to_offload(models: list[Any]) -> list[Any]:
+    """The DDP buffers an offload moves: those whose ``param_data`` holds its storage. An
+    offload of what is already offloaded moves nothing (the sequences' invariant)."""
+    return [b for b in ddp_buffers(models) if b.param_data.untyped_storage().size()]
+
+
+def to_load(models: list[Any]) -> list[Any]:
+    """The DDP buffers a load restores: those whose ``param_data`` storage an offload
+    freed. A load of what is on the device restores nothing (the sequences' invariant)."""
+    return [b for b in ddp_buffers(models) if nbytes(b.param_data) and is_freed(b.param_data)]
+
+
+def is_freed(tensor: Any) -> bool:
+    """Whether a buffer's storage was freed in place (``free_storage``)."""
+    return tensor.untyped_storage().size() == 0
 
 
 def nbytes(tensor: Any) -> int:

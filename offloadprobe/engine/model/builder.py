@@ -19,6 +19,7 @@ import torch
 
 from offloadprobe.core.config import ModelConfig, OptimizerChoice
 from offloadprobe.core.world import check_layout
+from offloadprobe.engine.model import workspace
 from offloadprobe.engine.optimizer.build import build_optimizer
 from offloadprobe.engine.runtime import Runtime
 
@@ -38,6 +39,18 @@ class ProbeModel:
     """What the optimizer was built from (precision-aware or not, state dtypes)."""
     batch: dict[str, torch.Tensor] = field(default_factory=dict)
     """Fixed tokens, positions, mask and labels for every train step."""
+    ref_chunks: list[Any] = field(default_factory=list)
+    """``--ref-model``: the frozen reference model (``Float16Module(GPTModel)``, not
+    DDP-wrapped), initialised with the policy's weights; its forward runs in every train
+    step (the KL term's reference log-probs)."""
+    frozen: list[tuple[str, Any]] = field(default_factory=list)
+    """``--frozen-fraction``: the policy's frozen parameters (outside the DDP buffers)."""
+
+    @property
+    def offload_chunks(self) -> list[Any]:
+        """What strategies receive, as frameworks pass it: the DDP chunks, then the
+        reference model's chunks."""
+        return [*self.chunks, *self.ref_chunks]
 
     def buffers(self) -> list[Any]:
         """Every DDP ``_ParamAndGradBuffer``, dense then expert-parallel, in chunk order."""
@@ -136,6 +149,55 @@ def _gpt_chunks(cfg: ModelConfig, tconfig: Any, runtime: Runtime) -> list[Any]:
     return pieces
 
 
+def _freeze(gpts: list[Any], fraction: float) -> list[tuple[str, Any]]:
+    """Freeze about ``fraction`` of the parameters (by count), decoder linear weights
+    first, as LoRA freezes its base weights; at least one parameter stays trainable."""
+    if not fraction:
+        return []
+    named = [
+        (f"{i}.{name}" if len(gpts) > 1 else name, p)
+        for i, gpt in enumerate(gpts)
+        for name, p in gpt.named_parameters()
+    ]
+    order = sorted(named, key=lambda item: not ("linear" in item[0] and item[0].endswith("weight")))
+    total = sum(p.numel() for _, p in named)
+    frozen: list[tuple[str, Any]] = []
+    count = 0
+    for name, p in order[:-1]:
+        if count >= fraction * total:
+            break
+        p.requires_grad_(False)
+        frozen.append((name, p))
+        count += p.numel()
+    return frozen
+
+
+def _reference_model(
+    cfg: ModelConfig, tconfig: Any, runtime: Runtime, policy: list[Any]
+) -> list[Any]:
+    """A frozen copy of the policy (its initial weights), not DDP-wrapped, on the device."""
+    from megatron.core.transformer.module import Float16Module
+
+    (gpt,) = _gpt_chunks(cfg, tconfig, runtime)
+    with torch.no_grad():
+        for mine, theirs in zip(gpt.parameters(), policy[0].parameters(), strict=True):
+            mine.copy_(theirs)
+    ref = Float16Module(tconfig, gpt)
+    ref.requires_grad_(False)
+    ref.eval()
+    if runtime.emulated:
+        ref.cuda()  # emulated device memory (on CUDA the GPTModel was built there)
+    return [ref]
+
+
+def _on_device(frozen: list[tuple[str, Any]], runtime: Runtime) -> None:
+    """CPU emulation: DDP put the trainable parameters in device buffers; the frozen ones
+    it left where megatron made them (host memory) go to the device too, as on a GPU."""
+    if runtime.emulated:
+        for _, p in frozen:
+            p.data = p.data.cuda()
+
+
 def _batch(cfg: ModelConfig, seed: int, device: str) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     shape = (cfg.micro_batch_size, cfg.seq_length)
@@ -173,6 +235,9 @@ def build_probe_model(
         overlap_grad_reduce=False,
         use_distributed_optimizer=True,
     )
+    gpts = _gpt_chunks(cfg, tconfig, runtime)
+    frozen = _freeze(gpts, cfg.frozen_fraction)
+    ref_chunks = _reference_model(cfg, tconfig, runtime, gpts) if cfg.ref_model else []
     chunks = [
         DistributedDataParallel(
             config=tconfig,
@@ -181,11 +246,13 @@ def build_probe_model(
             # as megatron's training loop: only the first chunk is split into buckets
             disable_bucketing=index > 0,
         )
-        for index, gpt in enumerate(_gpt_chunks(cfg, tconfig, runtime))
+        for index, gpt in enumerate(gpts)
     ]
+    _on_device(frozen, runtime)
     # what megatron's schedules call around the micro-batches (see train.py)
     tconfig.no_sync_func = [c.no_sync for c in chunks] if len(chunks) > 1 else chunks[0].no_sync
     tconfig.finalize_model_grads_func = finalize_model_grads
+    workspace.install(chunks, cfg.workspace_cache_bytes)
     choice = optimizer or OptimizerChoice()
     megatron_optimizer, optimizer_name = build_optimizer(choice, chunks)
     return ProbeModel(
@@ -195,4 +262,6 @@ def build_probe_model(
         optimizer_name=optimizer_name,
         optimizer_choice=choice,
         batch=_batch(cfg, seed, runtime.device),
+        ref_chunks=ref_chunks,
+        frozen=frozen,
     )

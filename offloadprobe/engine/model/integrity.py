@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from offloadprobe.engine.model import parts
 from offloadprobe.engine.model.buffer_views import view_problems
 from offloadprobe.engine.model.buffers import ddp_buffers, nbytes
 from offloadprobe.engine.model.fingerprint import FingerprintKey, fingerprint, fingerprints
@@ -56,6 +57,8 @@ class Fingerprints:
     buffers: list[tuple[int, ...]]
     optimizer: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
     groups: list[tuple[str, Any]] = field(default_factory=list)
+    parts: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+    """Each parameter outside the DDP buffers (``parts.py``), by ``part name``."""
 
 
 def fingerprint_buffers(models: list[Any]) -> list[tuple[int, ...]]:
@@ -99,10 +102,15 @@ def fingerprint_state(model: Any) -> Fingerprints:
     """Fingerprint every DDP buffer and every optimizer tensor of ``model`` (before offload)."""
     tensors = _optimizer_tensors(model)
     values = fingerprints(t for _, t in tensors)
+    loose = parts.named(model)
     return Fingerprints(
         buffers=fingerprint_buffers(model.chunks),
         optimizer=[(owner, fp) for (owner, _), fp in zip(tensors, values, strict=True)],
         groups=_group_values(model),
+        parts=[
+            (f"{part} {name}", fp)
+            for (part, name, _), fp in zip(loose, fingerprints(p for *_, p in loose), strict=True)
+        ],
     )
 
 
@@ -132,7 +140,22 @@ def verify_round_trip(
             problems.append(f"{label}: grad_data storage was not restored by load")
         elif grads_zeroed and bool(buffer.grad_data.any()):
             problems.append(f"{label}: grad_data is not zero after load")
-    return problems + _verify_optimizer(model, before, cycle)
+    return problems + _verify_optimizer(model, before, cycle) + _verify_parts(model, before, cycle)
+
+
+def _verify_parts(model: Any, before: Fingerprints, cycle: int) -> list[str]:
+    """Each parameter outside the DDP buffers: its storage back, its bytes unchanged."""
+    loose = parts.named(model)
+    ok = [_storage_ok(p) for *_, p in loose]
+    found = iter(fingerprints(p for (*_, p), good in zip(loose, ok, strict=True) if good))
+    want = dict(before.parts)
+    problems = []
+    for (part, name, _), good in zip(loose, ok, strict=True):
+        if not good:
+            problems.append(f"cycle {cycle}: {part} {name}: storage was not restored by load")
+        elif next(found) != want.get(f"{part} {name}"):
+            problems.append(f"cycle {cycle}: {part} {name} differs from before offload")
+    return problems
 
 
 def _verify_optimizer(model: Any, before: Fingerprints, cycle: int) -> list[str]:

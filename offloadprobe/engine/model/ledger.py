@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from offloadprobe.engine.model import parts
 from offloadprobe.engine.model.buffers import ddp_buffers
 from offloadprobe.engine.model.device_totals import DeviceTotal, device_total, walk
 from offloadprobe.engine.optimizer.holdings import holdings, storage_key
@@ -53,6 +54,7 @@ def _known(model: Any) -> set[int]:
         keys |= {storage_key(buffer.param_data), storage_key(buffer.grad_data)}
     keys |= {storage_key(h.tensor) for h in holdings([model.optimizer])}
     keys |= {storage_key(t) for t in getattr(model, "batch", {}).values()}
+    keys |= {storage_key(p) for *_, p in parts.named(model)}
     return keys
 
 
@@ -63,6 +65,7 @@ def _on_device_bytes(model: Any) -> int:
     tensors += [b.grad_data for b in ddp_buffers(model.chunks)]
     tensors += [h.tensor for h in holdings([model.optimizer])]
     tensors += list(getattr(model, "batch", {}).values())
+    tensors += [p for *_, p in parts.named(model)]
     for tensor in tensors:
         if emulation.on_device(tensor):
             storage = tensor.untyped_storage()

@@ -7,16 +7,18 @@ from typing import Any
 
 import torch
 
+from offloadprobe.engine.model import parts
 from offloadprobe.engine.model.buffers import ddp_buffers
 from offloadprobe.engine.optimizer.holdings import holdings
 from offloadprobe.engine.runtime import emulation
 
 
 def device_tensors(model: Any) -> Iterator[torch.Tensor]:
-    """DDP param/grad buffers and every tensor the optimizer holds."""
+    """DDP param/grad buffers, the parameters outside them, every optimizer tensor."""
     for buffer in ddp_buffers(model.chunks):
         yield buffer.param_data
         yield buffer.grad_data
+    yield from (p for *_, p in parts.named(model))
     yield from (h.tensor for h in holdings([model.optimizer]))
 
 

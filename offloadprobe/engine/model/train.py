@@ -10,6 +10,7 @@ broadcast over the pipeline group, so every rank returns the same loss.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any
 
@@ -17,18 +18,30 @@ import torch
 
 from offloadprobe.engine.model.builder import ProbeModel
 
+REF_WEIGHT = 0.01
+"""With ``--ref-model``: the weight of the squared difference between the policy's and the
+reference model's per-token losses in the loss (a KL-like term, so reference weights that
+did not come back bit for bit change the next step)."""
 
-def _forward_step(batch: dict[str, torch.Tensor]) -> Any:
-    def loss_func(output: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+
+def _forward_step(batch: dict[str, torch.Tensor], ref_chunks: list[Any]) -> Any:
+    def loss_func(
+        ref: torch.Tensor | None, output: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         loss = output.float().mean()
+        if ref is not None:
+            loss = loss + REF_WEIGHT * (output.float() - ref.float()).pow(2).mean()
         return loss, {"loss": loss.detach().clone()}
 
     def forward_step(data_iterator: Any, chunk: Any) -> tuple[torch.Tensor, Any]:
         data = next(data_iterator)
-        output = chunk(
-            data["input_ids"], data["position_ids"], data["attention_mask"], labels=data["labels"]
-        )
-        return output, loss_func
+        inputs = (data["input_ids"], data["position_ids"], data["attention_mask"])
+        output = chunk(*inputs, labels=data["labels"])
+        ref = None
+        if ref_chunks:  # the reference policy's log-probs, as an RL step computes them
+            with torch.no_grad():
+                ref = ref_chunks[0](*inputs, labels=data["labels"])
+        return output, functools.partial(loss_func, ref)
 
     return forward_step
 
@@ -61,7 +74,7 @@ def train_step(model: ProbeModel) -> float:
     microbatches = parallel_state.get_pipeline_model_parallel_world_size() if virtual else 1
     iterators = [itertools.repeat(batch) for _ in model.chunks]
     stored = get_forward_backward_func()(
-        forward_step_func=_forward_step(batch),
+        forward_step_func=_forward_step(batch, model.ref_chunks),
         data_iterator=iterators if virtual else iterators[0],
         model=model.chunks if virtual else model.chunks[0],
         num_microbatches=microbatches,

@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from offloadprobe.engine.descriptors import ModelStrategyInfo
 from offloadprobe.engine.model.buffers import (
-    ddp_buffers,
     free_storage,
+    loose_to_load,
+    loose_to_offload,
     restore_storage,
     restore_zeroed_grads,
+    to_load,
+    to_offload,
 )
 from offloadprobe.layout.pinned import Alloc, Event, Free
 
@@ -35,16 +38,22 @@ class NaiveStrategy:
 
     def offload(self, models: list[Any]) -> None:
         self.runtime.synchronize()
-        for buffer in ddp_buffers(models):
+        for buffer in to_offload(models):
             self._copies[id(buffer)] = buffer.param_data.cpu().pin_memory()
             free_storage(buffer.param_data)
             free_storage(buffer.grad_data)
+        for param in loose_to_offload(models):
+            self._copies[id(param)] = param.detach().cpu().pin_memory()
+            free_storage(param)
 
     def load(self, models: list[Any]) -> None:
-        for buffer in ddp_buffers(models):
+        for buffer in to_load(models):
             restore_storage(buffer.param_data)
             buffer.param_data.copy_(self._copies[id(buffer)], non_blocking=True)
             restore_zeroed_grads(buffer)
+        for param in loose_to_load(models):
+            restore_storage(param)
+            param.detach().copy_(self._copies[id(param)], non_blocking=True)
         self.runtime.synchronize()
 
 

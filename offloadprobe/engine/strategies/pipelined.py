@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING, Any
 from offloadprobe.core.errors import OffloadProbeError, UsageError
 from offloadprobe.engine.descriptors import ModelStrategyInfo
 from offloadprobe.engine.model.buffers import (
-    ddp_buffers,
     free_storage,
     nbytes,
     restore_storage,
     restore_zeroed_grads,
+    to_load,
+    to_offload,
 )
 from offloadprobe.layout.pinned import Alloc, Event
 
@@ -191,7 +192,7 @@ class PipelinedStrategy:
 
     def offload(self, models: list[Any]) -> None:
         self.runtime.synchronize()
-        buffers = list(ddp_buffers(models))
+        buffers = to_offload(models)
         tuning = self.tuning
         new = [
             (b, map_host(b.param_data, tuning.chunk_bytes, huge_pages=tuning.huge_pages))
@@ -215,7 +216,7 @@ class PipelinedStrategy:
             free_storage(buffer.grad_data)
 
     def load(self, models: list[Any]) -> None:
-        for buffer in ddp_buffers(models):
+        for buffer in to_load(models):
             m = self.mappings[id(buffer)]
             restore_storage(buffer.param_data)
             for offset, size in m.chunks:

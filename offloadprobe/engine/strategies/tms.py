@@ -96,6 +96,8 @@ class TmsStrategy:
     def offload(self, models: list[Any]) -> None:
         import torch
 
+        if self._paused:  # offloaded already: a no-op
+            return
         first = not self._moved
         if first:
             self._move_into_regions(models)
@@ -114,6 +116,8 @@ class TmsStrategy:
                 )
 
     def load(self, models: list[Any]) -> None:
+        if not self._paused:  # on the device already (or never offloaded): a no-op
+            return
         self.saver.resume(PARAMS_TAG)
         self.saver.resume(GRADS_TAG)
         self._paused = False

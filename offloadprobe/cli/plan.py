@@ -48,7 +48,8 @@ EXTRA = [
             bool,
             typer.Option(
                 "--terms/--no-terms",
-                help="Print the arithmetic of every figure (term tables) after the verdicts.",
+                help="After the verdicts, print the figures per rank, the DDP buffers by "
+                "pipeline stage and the arithmetic of every figure (term tables).",
             ),
         ],
         False,
@@ -71,7 +72,8 @@ EXTRA = [
 def plan_command(values: dict[str, Any]) -> None:
     """Project host peak, steady and pinned bytes per rank and node for every model
     strategy, and GPU bytes left per device for every optimizer strategy, against the
-    scenario's limits (--terms: with the arithmetic of every figure)."""
+    scenario's limits (--terms: with the figures per rank and the arithmetic of every
+    figure)."""
     from offloadprobe.scenarios import load_scenario
     from offloadprobe.scenarios.catalog import resolve
 

@@ -14,6 +14,7 @@ import typer
 
 from offloadprobe.cli import app
 from offloadprobe.cli.params import parameter, with_options
+from offloadprobe.cli.progress import PROGRESS_FLAGS, quiet_verb_help
 from offloadprobe.core import options as opts
 from offloadprobe.core.errors import ExpectationMismatch, UsageError
 from offloadprobe.report.documents import document
@@ -55,6 +56,11 @@ EXTRA = [
         False,
     ),
     parameter(
+        "progress",
+        Annotated[bool, typer.Option(PROGRESS_FLAGS, help=quiet_verb_help("plan"))],
+        True,
+    ),
+    parameter(
         "json_path",
         Annotated[
             Path | None,
@@ -78,6 +84,7 @@ def plan_command(values: dict[str, Any]) -> None:
     from offloadprobe.scenarios.catalog import resolve
 
     json_path, terms = values.pop("json_path"), values.pop("terms")
+    values.pop("progress")
     scenario, probe = values.pop("scenario"), values.pop("probe")
     check_writable(json_path, "--json")
     if probe == (scenario is not None):

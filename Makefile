@@ -31,6 +31,10 @@ run: env ## Run the main job: the lazy strategy on a 32 MiB model, 2 cycles
 test: env ## Run the whole test suite (GPU tests skip without CUDA)
 	$(BIN)/python -m pytest
 
+.PHONY: excerpts
+excerpts: env ## Regenerate the command output README.md and docs/ show (tools/excerpts.py)
+	$(BIN)/python tools/excerpts.py
+
 .PHONY: lint
 lint: env ## Ruff lint and format check, the layer check, and the type checker
 	$(BIN)/ruff check offloadprobe tests benchmarks examples tools

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -227,6 +228,9 @@ def _file(item: pytest.Item) -> str:
 # ------------------------------------------------------------------ in-process CLI
 
 
+_WROTE = re.compile(r"wrote (JSON|Markdown|trace|plot) ")
+
+
 @dataclass(frozen=True)
 class CliResult:
     """What ``offloadprobe ARGS`` did: exit code and the two streams, as text."""
@@ -241,7 +245,10 @@ class CliResult:
 
     @property
     def error_lines(self) -> list[str]:
-        return [line for line in self.stderr.splitlines() if line.strip()]
+        """What stderr says, less the lines naming a file written (``wrote JSON x.json``)."""
+        return [
+            line for line in self.stderr.splitlines() if line.strip() and not _WROTE.match(line)
+        ]
 
 
 def invoke_cli(

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from offloadprobe.cli import app
+from offloadprobe.cli.progress import PROGRESS_FLAGS, quiet_verb_help
 
 if TYPE_CHECKING:
     from offloadprobe.core.alloc_conf import PinnedSetting
@@ -33,6 +34,9 @@ def alloc_conf_command(
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the list as JSON.")
     ] = None,
+    progress: Annotated[
+        bool, typer.Option(PROGRESS_FLAGS, help=quiet_verb_help("alloc-conf"))
+    ] = True,
 ) -> None:
     """List the pinned-allocator settings (PYTORCH_ALLOC_CONF) the installed torch accepts."""
     import torch

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from offloadprobe.cli import app
+from offloadprobe.cli.progress import PROGRESS_FLAGS, quiet_verb_help
 
 HELP = """Run COMMAND (a script, python -m ..., torchrun ...) unchanged and measure every call
 of the named functions in every Python process of its tree: host peak over the call's
@@ -95,6 +96,7 @@ def attach_command(
         bool,
         typer.Option("--no-cgroup", help="Make no memory cgroup; the node peak is the tree's RSS."),
     ] = False,
+    progress: Annotated[bool, typer.Option(PROGRESS_FLAGS, help=quiet_verb_help("attach"))] = True,
 ) -> None:
     from rich.console import Console
 
@@ -140,4 +142,6 @@ def attach_command(
         write_json(attach_json(record), json_path)
     if markdown_path is not None:
         write_text(attach_markdown(record), markdown_path, "--markdown")
+    if records is not None:
+        print(f"kept the job's records in {records}", file=sys.stderr)
     raise typer.Exit(verdict.exit_code(record))

@@ -14,7 +14,12 @@ from offloadprobe.cli import app
 from offloadprobe.cli.budget_report import enforce
 from offloadprobe.cli.fit import check_fits
 from offloadprobe.cli.params import parameter, with_options
-from offloadprobe.cli.strategies import model_help, optimizer_help, split_label
+from offloadprobe.cli.strategies import (
+    check_strategies,
+    model_help,
+    optimizer_help,
+    split_label,
+)
 from offloadprobe.cli.timeline import TimelineOutputs, compare_rows, output_parameters
 from offloadprobe.compare.comparison import Candidate
 from offloadprobe.core import environment
@@ -97,8 +102,6 @@ def compare_command(values: dict[str, Any]) -> None:
     """Run each strategy in a fresh process with the same model, seed and cycles."""
     from offloadprobe.compare.comparison import candidates, compare
     from offloadprobe.core.alloc_conf import validate_alloc_conf
-    from offloadprobe.engine.optimizer.strategies import OPTIMIZER_STRATEGIES
-    from offloadprobe.engine.strategies import MODEL_STRATEGIES
 
     json_path, markdown = values.pop("json_path"), values.pop("markdown")
     outputs = TimelineOutputs(trace=values.pop("trace"), plot=values.pop("plot"))
@@ -116,10 +119,9 @@ def compare_command(values: dict[str, Any]) -> None:
             "compare starts its own workers: run it outside torchrun, with --nproc-per-node "
             "for several ranks per row"
         )
-    for _, spec in specs:  # a misspelt name fails before anything starts
-        MODEL_STRATEGIES.check(spec)
-    for spec in optimizer_names:
-        OPTIMIZER_STRATEGIES.check(spec)
+    check_strategies(  # a misspelt name fails before anything starts
+        [spec for _, spec in specs], optimizer_names, model_place="compare {} ..."
+    )
     parsed = opts.budgets({k: values.pop(k) for k in opts.BUDGET_NAMES})
     base = opts.build_config(values)
     if nproc < 1:

@@ -14,6 +14,7 @@ import typer
 
 from offloadprobe.cli import app
 from offloadprobe.cli.params import parameter, with_options
+from offloadprobe.cli.progress import PROGRESS_FLAGS, quiet_verb_help
 from offloadprobe.core import options as opts
 from offloadprobe.core.errors import ExpectationMismatch, UsageError
 from offloadprobe.report.documents import document
@@ -48,10 +49,16 @@ EXTRA = [
             bool,
             typer.Option(
                 "--terms/--no-terms",
-                help="Print the arithmetic of every figure (term tables) after the verdicts.",
+                help="After the verdicts, print the figures per rank, the DDP buffers by "
+                "pipeline stage and the arithmetic of every figure (term tables).",
             ),
         ],
         False,
+    ),
+    parameter(
+        "progress",
+        Annotated[bool, typer.Option(PROGRESS_FLAGS, help=quiet_verb_help("plan"))],
+        True,
     ),
     parameter(
         "json_path",
@@ -71,11 +78,13 @@ EXTRA = [
 def plan_command(values: dict[str, Any]) -> None:
     """Project host peak, steady and pinned bytes per rank and node for every model
     strategy, and GPU bytes left per device for every optimizer strategy, against the
-    scenario's limits (--terms: with the arithmetic of every figure)."""
+    scenario's limits (--terms: with the figures per rank and the arithmetic of every
+    figure)."""
     from offloadprobe.scenarios import load_scenario
     from offloadprobe.scenarios.catalog import resolve
 
     json_path, terms = values.pop("json_path"), values.pop("terms")
+    values.pop("progress")
     scenario, probe = values.pop("scenario"), values.pop("probe")
     check_writable(json_path, "--json")
     if probe == (scenario is not None):

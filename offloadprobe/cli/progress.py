@@ -9,6 +9,14 @@ from typing import Any
 
 from offloadprobe.core.config import RunConfig
 
+PROGRESS_FLAGS = "--progress/--no-progress"
+"""Every verb takes both, so one set of flags serves a script that calls several."""
+
+
+def quiet_verb_help(verb: str) -> str:
+    """``--no-progress``'s help on a verb that prints no progress."""
+    return f"No effect: {verb} prints no progress (accepted as by every verb)."
+
 
 def phases_per_run(cfg: RunConfig) -> int:
     """How many phases a run records: train, offload and load per cycle, a rollout where

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from offloadprobe.cli import app
+from offloadprobe.cli.progress import PROGRESS_FLAGS
 from offloadprobe.core.errors import ExpectationMismatch
 from offloadprobe.core.units import parse_size
 from offloadprobe.report.documents import document
@@ -66,6 +67,7 @@ def repro_command(
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the whole repro to this JSON file.")
     ] = None,
+    progress: Annotated[bool, typer.Option(PROGRESS_FLAGS, help="Say which strategy runs.")] = True,
 ) -> None:
     """Run each strategy the scenario names at the [repro] scale, in a fresh process each,
     under the scenario's limit scaled by the same factor, and compare with what it expects."""
@@ -85,7 +87,9 @@ def repro_command(
         else 0,
         timeout_s=child_timeout,
         use_cgroup=cgroup,
-        on_start=lambda name: status.print(f"repro: running {name}", highlight=False),
+        on_start=lambda name: (
+            status.print(f"repro: running {name}", highlight=False) if progress else None
+        ),
     )
     doc = repro.to_dict()
     render(document(doc), sys.stdout)  # what show prints of the saved file, by construction

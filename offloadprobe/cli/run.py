@@ -20,7 +20,12 @@ from offloadprobe.cli.budget_report import enforce
 from offloadprobe.cli.fit import check_fits
 from offloadprobe.cli.params import parameter, with_options
 from offloadprobe.cli.progress import phase_progress
-from offloadprobe.cli.strategies import model_help, optimizer_help, split_label
+from offloadprobe.cli.strategies import (
+    check_strategies,
+    model_help,
+    optimizer_help,
+    split_label,
+)
 from offloadprobe.cli.timeline import TimelineOutputs, output_parameters
 from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
@@ -66,8 +71,6 @@ EXTRA = [
 @with_options(opts.RUN, EXTRA)
 def run_command(values: dict[str, Any]) -> None:
     """Run offload/load cycles of one strategy and print what each phase cost."""
-    from offloadprobe.engine.optimizer.strategies import OPTIMIZER_STRATEGIES
-    from offloadprobe.engine.strategies import MODEL_STRATEGIES
 
     json_path, trace, plot = values.pop("json_path"), values.pop("trace"), values.pop("plot")
     show = values.pop("progress")
@@ -76,8 +79,7 @@ def run_command(values: dict[str, Any]) -> None:
     outputs.check()
     label, strategy = split_label(values.pop("strategy"))
     optimizer_strategy = values.pop("optimizer_strategy")
-    MODEL_STRATEGIES.check(strategy)  # a misspelt name fails before anything starts
-    OPTIMIZER_STRATEGIES.check(optimizer_strategy)
+    check_strategies([strategy], [optimizer_strategy])  # a misspelt name fails here
     nproc, nnodes = values.pop("nproc_per_node"), values.pop("nnodes")
     endpoint, timeout, force = (
         values.pop("rdzv_endpoint"),

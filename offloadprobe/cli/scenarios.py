@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
 from rich.console import Console
 
 from offloadprobe.cli import app
+from offloadprobe.cli.progress import PROGRESS_FLAGS, quiet_verb_help
 from offloadprobe.report.tables import Left, column_table
 from offloadprobe.scenarios import load_scenario
 from offloadprobe.scenarios.catalog import packaged
 
 
 @app.command("scenarios")
-def scenarios_command() -> None:
+def scenarios_command(
+    progress: Annotated[
+        bool, typer.Option(PROGRESS_FLAGS, help=quiet_verb_help("scenarios"))
+    ] = True,
+) -> None:
     """List the packaged scenarios; name one in plan or repro (offloadprobe plan verl-6193)."""
     rows = [(path.stem, load_scenario(path).source.title) for path in packaged()]
     columns = [Left("name", lambda r: r[0]), Left("source", lambda r: r[1])]

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from offloadprobe.cli import app
+from offloadprobe.cli.progress import PROGRESS_FLAGS, quiet_verb_help
 
 
 def _formats() -> str:
@@ -25,6 +26,7 @@ def show_command(
     format: Annotated[
         str, typer.Option("--format", "-f", help=f"How to render it: {_formats()}.")
     ] = "table",
+    progress: Annotated[bool, typer.Option(PROGRESS_FLAGS, help=quiet_verb_help("show"))] = True,
 ) -> None:
     """Render a saved run, comparison, plan or repro (no torch, nothing runs)."""
     from offloadprobe.report.documents import load

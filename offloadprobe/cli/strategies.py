@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from offloadprobe.core.errors import UsageError
+from collections.abc import Iterable
+
+from offloadprobe.core.errors import StrategyError, UsageError
 from offloadprobe.core.registry import is_user_spec
 
 
@@ -32,3 +34,40 @@ def split_label(spec: str) -> tuple[str | None, str]:
     if is_user_spec(name):
         raise UsageError(f"--strategy {spec!r}: a row's name has no colon")
     return name, tail.strip()
+
+
+def check_strategies(
+    models: Iterable[str], optimizers: Iterable[str], *, model_place: str = "--strategy {}"
+) -> None:
+    """Every name registered, or a user's ``package.module:...`` (loaded later), before
+    anything starts: exit 2 with every valid name. A name of the other kind, or nearer to
+    one (``--strategy legasy``), says where it goes (``model_place`` for a model strategy:
+    compare takes them as arguments)."""
+    from offloadprobe.engine.optimizer.strategies import OPTIMIZER_STRATEGIES
+    from offloadprobe.engine.strategies import MODEL_STRATEGIES
+
+    kinds = (
+        (MODEL_STRATEGIES, OPTIMIZER_STRATEGIES, "--optimizer-strategy {}", models),
+        (OPTIMIZER_STRATEGIES, MODEL_STRATEGIES, model_place, optimizers),
+    )
+    for registry, other, place, names in kinds:
+        for name in names:
+            try:
+                registry.check(name)
+            except StrategyError as exc:
+                raise _other_kind(exc, name, registry, other, place) from None
+
+
+def _other_kind(exc: StrategyError, name: str, registry, other, place: str) -> StrategyError:
+    """``exc``, or a better one where ``name`` is (nearly) a name of the ``other`` kind."""
+    own = registry.near(name)
+    theirs = (name, 1.0) if name in other.names() else other.near(name)
+    if theirs is None or (own is not None and own[1] >= theirs[1]):
+        return exc
+    found = theirs[0]
+    what = f"{found!r} is" if found == name else f"did you mean {found!r}? it is"
+    article = "an" if other.kind[0] in "aeiou" else "a"
+    return StrategyError(
+        f"unknown {registry.kind} {name!r} ({what} {article} {other.kind}: "
+        f"{place.format(found)}): choose one of {registry.choices()}"
+    )

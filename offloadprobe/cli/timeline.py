@@ -11,7 +11,7 @@ import typer
 from offloadprobe.core.records import Report, RunRecord
 from offloadprobe.core.units import format_bytes
 from offloadprobe.measure.timeline import Timeline
-from offloadprobe.report.output import check_writable
+from offloadprobe.report.output import announce, check_writable
 from offloadprobe.report.trace import TraceRow, trace_document, write_trace
 
 TracePath = Annotated[
@@ -80,6 +80,7 @@ class TimelineOutputs:
             plot_phases(
                 [row], self.plot, title=_title(report, [row.label]), payload=report.payload_bytes
             )
+            announce(self.plot, "--plot")
 
     def write_rows(self, rows: list[TraceRow], doc: dict[str, Any]) -> None:
         """``compare``: one process track (and plot overlay) per row."""
@@ -95,6 +96,7 @@ class TimelineOutputs:
                 title=_title(report_like, [r.label for r in rows]),
                 payload=report_like.payload_bytes or 1,
             )
+            announce(self.plot, "--plot")
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,11 +117,19 @@ class Registry(Generic[T]):
         """Every registered name and the user forms, for help texts and errors."""
         return ", ".join(self.names()) + ", or your own " + " or ".join(USER_FORMS)
 
-    def _unknown(self, name: str) -> StrategyError:
+    def near(self, name: str) -> tuple[str, float] | None:
+        """The registered name closest to ``name`` and how close (difflib's ratio, at
+        least 0.6), or None."""
         near = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.6)
+        if not near:
+            return None
+        return near[0], difflib.SequenceMatcher(None, name, near[0]).ratio()
+
+    def _unknown(self, name: str) -> StrategyError:
+        near = self.near(name)
         module, dot, obj = name.rpartition(".")
         if near:
-            hint = f" (did you mean {near[0]}?)"
+            hint = f" (did you mean {near[0]!r}?)"
         elif dot and module and obj:
             hint = f" (did you mean {module}:{obj}? a colon separates the module from the object)"
         else:

@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Protocol
 
 from offloadprobe.measure.cgroup import locate
-from offloadprobe.measure.sidecar import PRIORITIES, RECORD
+from offloadprobe.measure.page_changes import CHANGES
+from offloadprobe.measure.sidecar import DROPPED, PRIORITIES, RECORD
 from offloadprobe.measure.timeline import GAP_NS, SAMPLED_NOTE, Gap, PhaseSpan, Series, Timeline
 
 INTERVAL_NS = 1_000_000
@@ -179,12 +180,15 @@ def decode_records(
     data: bytes, epoch_ns: int, names: Sequence[tuple[str, str]]
 ) -> tuple[list[Series], int, list[Gap]]:
     """The sidecar's records as series (times since ``epoch_ns``), its read count, and
-    every stretch of more than ``GAP_NS`` between two records."""
+    every stretch of more than ``GAP_NS`` between two kept records (a record left out
+    across a page change, ``DROPPED``, is counted in ``reads`` but holds no value)."""
     out = [Series(name=n, label=label) for n, label in names]
     previous, reads, gaps = None, 0, []
     for t, *values in RECORD.iter_unpack(data[: len(data) - len(data) % RECORD.size]):
         t -= epoch_ns
         reads += 1
+        if values[0] == DROPPED:
+            continue
         if previous is not None and t - previous > GAP_NS:
             gaps.append(Gap(sampler="process", start_ns=previous, end_ns=t))
         previous = t
@@ -215,11 +219,17 @@ class Sidecar:
         self.priority = ""
         """The CPU priority it got (``sidecar.PRIORITIES``)."""
         self.reads = 0
+        self.dropped = 0
+        """Samples left out: taken while this process changed its emulated device pages."""
         self.gaps: list[Gap] = []
+        self.changes = ""
+        """The file holding this process's page-change count while sampling."""
 
     def start(self) -> None:
         fd, self.path = tempfile.mkstemp(prefix="offloadprobe-samples-", suffix=".bin")
         os.close(fd)
+        self.changes = self.path.removesuffix(".bin") + ".changes"
+        CHANGES.share(self.changes)
         script = str(Path(__file__).with_name("sidecar.py"))
         args = [
             sys.executable,
@@ -229,7 +239,8 @@ class Sidecar:
             str(os.getpid()),
             self.path,
             str(self.interval_ns),
-            *([self.cgroup] if self.cgroup else []),
+            self.cgroup,
+            self.changes,
         ]
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
         # Wait for the first sample, so that the samples cover what follows and the
@@ -248,9 +259,12 @@ class Sidecar:
         self.process.returncode = os.waitstatus_to_exitcode(status)
         self.process = None
         self.cpu_s = usage.ru_utime + usage.ru_stime
+        CHANGES.unshare()
+        Path(self.changes).unlink(missing_ok=True)
         data = Path(self.path).read_bytes()
         Path(self.path).unlink(missing_ok=True)
         series, self.reads, self.gaps = decode_records(data, epoch_ns, self.series)
+        self.dropped = self.reads - max((len(s.times_ns) for s in series), default=0)
         return series
 
     def note(self, seconds: float) -> str:
@@ -269,6 +283,12 @@ class Sidecar:
             f"CPU priority: {self.reads / max(seconds, 1e-9):.0f} reads/s on average, "
             f"{self.reads / free:.0f} outside gaps (target {1e9 / self.interval_ns:.0f}); "
             f"{gaps}; it used {self.cpu_s / max(seconds, 1e-9):.1%} of one CPU"
+            + (
+                f"; {self.dropped} samples left out, taken while CPU emulation moved its "
+                "device pages and ballast (RSS then is between two states)"
+                if self.dropped
+                else ""
+            )
         )
 
 

@@ -17,7 +17,13 @@ it costs one wake-up (about 15 us of CPU on the 2-core CI host, most of the cost
 ``preadv`` into a reused buffer on a descriptor kept open (about 3.5 us: the kernel
 renders the whole file) and the parse of the three adjacent lines (under 2 us).
 
-Standard library only, run as ``python -I -S sidecar.py PID OUT INTERVAL_NS [CGROUP]``
+A sample taken while the measured process changed pages that are not its host memory
+(CPU emulation's device pages and ballast, ``measure.page_changes``) is left out: the
+count in CHANGES is read before and after each read, and a record of ``DROPPED`` stands
+in its place when it was odd or moved.
+
+Standard library only, run as
+``python -I -S sidecar.py PID OUT INTERVAL_NS [CGROUP [CHANGES]]`` (CGROUP may be empty)
 (no site-packages to import: it starts in a few milliseconds). Its timestamps are
 ``time.perf_counter_ns``, CLOCK_MONOTONIC on Linux: the same clock as the parent's.
 The first byte it writes to stdout, once the first sample is taken, names the priority
@@ -38,6 +44,8 @@ KEYS = (b"VmRSS:", b"RssAnon:", b"RssShmem:")
 BATCH = 512
 """Records packed into one reused buffer before one write."""
 PRIORITIES = {b"i": "SCHED_IDLE", b"n": "nice 19", b"r": "normal priority"}
+DROPPED = -2
+"""VmRSS of a record that stands for a sample left out (taken across a page change)."""
 
 
 def lowest_priority() -> bytes:
@@ -74,9 +82,23 @@ def parse_status(text: bytes | bytearray, end: int | None = None) -> list[int]:
     return out
 
 
-def sample(pid: int, out: str, interval_ns: int, cgroup: str = "") -> None:
+def _changes(path: str):
+    """The measured process's page-change count, mapped read-only (None without one)."""
+    if not path:
+        return None
+    import mmap
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return mmap.mmap(fd, 8, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+
+
+def sample(pid: int, out: str, interval_ns: int, cgroup: str = "", changes: str = "") -> None:
     status = os.open(f"/proc/{pid}/status", os.O_RDONLY)
     group = os.open(cgroup, os.O_RDONLY) if cgroup else -1
+    count = _changes(changes)
     priority = lowest_priority()
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -86,6 +108,7 @@ def sample(pid: int, out: str, interval_ns: int, cgroup: str = "") -> None:
     with open(out, "wb", buffering=0) as fh:
         deadline = clock()
         while not stopping:
+            before = count[:8] if count is not None else b""
             now = clock()
             try:
                 size = preadv(status, [text], 0)
@@ -95,6 +118,8 @@ def sample(pid: int, out: str, interval_ns: int, cgroup: str = "") -> None:
             values = parse_status(text, size)
             if values[0] < 0:
                 break  # a zombie has no VmRSS
+            if count is not None and (before[0] & 1 or count[:8] != before):
+                values, usage = [DROPPED, DROPPED, DROPPED], DROPPED  # across a page change
             pack_into(records, offset, now, values[0], values[1], values[2], usage)
             offset += RECORD.size
             if offset == len(records):
@@ -115,4 +140,4 @@ def sample(pid: int, out: str, interval_ns: int, cgroup: str = "") -> None:
 
 
 if __name__ == "__main__":
-    sample(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), *sys.argv[4:5])
+    sample(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), *sys.argv[4:6])

@@ -99,15 +99,19 @@ def _config(options: dict[str, Any]) -> Any:
     )
 
 
-def _render(run: Any, emulated: bool) -> str:
+def _render(run: Any, judged: Any, emulated: bool) -> str:
+    """The failed test's report: the row's verdict (the failure line's own words), each
+    part's figures as multiples of the bytes it moves (the budgets' terms), then the
+    phases in bytes: one meaning of every multiple, and no "ok" under a failure."""
     from rich.console import Console
 
-    from offloadprobe.report.table import phase_table, summary_line
+    from offloadprobe.report.run_summary import summary_block
+    from offloadprobe.report.table import phase_table
 
     buffer = io.StringIO()
     console = Console(file=buffer, width=120, no_color=True, force_terminal=False)
-    console.print(phase_table(run, gpu=not emulated))
-    console.print(summary_line(run))
+    console.print(summary_block(run, judged))
+    console.print(phase_table(run, gpu=not emulated, multiples=False))
     return buffer.getvalue()
 
 
@@ -135,7 +139,7 @@ def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
         if not row.verdict.ok:
             pytest.fail(f"{label}: {row.verdict.line()}\n{row.outcome.stderr_tail}", pytrace=False)
         return run, None
-    table = _render(run, row.report.emulated)
+    table = _render(run, row.verdict, row.report.emulated)
     return run, OffloadBudgetFailure(run, f"{label}: {row.verdict.line()}", table)
 
 

@@ -2,11 +2,13 @@
 
 Every command validates each output path before it builds or runs anything, so an
 unwritable path costs nothing but one line and exit 2. Missing parent folders are created.
+Each file written is named on stderr (``wrote JSON report.json``), stdout being the report.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -34,13 +36,23 @@ def check_writable(path: Path | None, flag: str) -> Path | None:
     return path
 
 
+WHAT = {"--json": "JSON", "--markdown": "Markdown", "--trace": "trace", "--plot": "plot"}
+"""What each output flag writes, in the line that says where it went."""
+
+
+def announce(path: Path, flag: str, note: str = "") -> None:
+    """One line on stderr: which file a flag's output went to (``wrote plot p.png``)."""
+    print(f"wrote {WHAT.get(flag, flag)} {path}{note}", file=sys.stderr, flush=True)
+
+
 def write_text(text: str, path: Path, flag: str) -> None:
-    """Write ``text`` to a path :func:`check_writable` accepted."""
+    """Write ``text`` to a path :func:`check_writable` accepted, and say where."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     except OSError as exc:
         raise UsageError(f"cannot write {flag} {path}: {exc.strerror or exc}") from None
+    announce(path, flag)
 
 
 def write_json(doc: dict[str, Any], path: Path, flag: str = "--json") -> None:

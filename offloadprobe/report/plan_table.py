@@ -75,11 +75,34 @@ def _of(plan: ScenarioPlan, kind: str) -> list[StrategyPlan]:
     return [r for r in plan.strategies if r.kind == kind]
 
 
+TERMS_HINT = (
+    "per-rank figures, DDP buffers by pipeline stage and the arithmetic of every figure: "
+    "add --terms"
+)
+
+
+def scenario_name(path: str) -> str:
+    """A packaged scenario by its name, any other file by its path as given."""
+    from pathlib import Path
+
+    from offloadprobe.scenarios.catalog import packaged
+
+    given = Path(path)
+    files = packaged()
+    if files and given.parent == files[0].parent:
+        return f"{given.stem} (packaged)"
+    return path
+
+
 def render_plan(plan: ScenarioPlan, console: Console, *, terms: bool = True) -> None:
-    """Verdict tables first, then the per-rank figures, then every strategy's terms."""
+    """The verdict tables and the notes; with ``terms``, then the per-rank figures, the
+    buffers by stage and every strategy's arithmetic (a screen's worth without them)."""
     par = ", ".join(f"{k}={v}" for k, v in plan.parallelism.items())
     console.print(
-        Text(f"scenario {plan.path}: {plan.model}; {par}; {plan.cycles} cycles", style="bold")
+        Text(
+            f"scenario {scenario_name(plan.path)}: {plan.model}; {par}; {plan.cycles} cycles",
+            style="bold",
+        )
     )
     params = _of(plan, "params")
     console.print(column_table(PARAMS_VERDICT, params, title="model strategies: host per node"))
@@ -88,24 +111,31 @@ def render_plan(plan: ScenarioPlan, console: Console, *, terms: bool = True) -> 
         console.print(
             column_table(OPTIMIZER_VERDICT, optimizer, title="optimizer strategies: worst device")
         )
-    console.print(
-        column_table(
-            PARAMS_PER_RANK, params, title="model strategies per rank (the worst node's largest)"
-        )
-    )
-    if optimizer:
-        console.print(
-            column_table(OPTIMIZER_PER_RANK, optimizer, title="optimizer strategies per rank")
-        )
-    console.print(
-        column_table(STAGE_COLUMNS, plan.stages, title="DDP buffers per rank, by pipeline stage")
-    )
     if terms:
+        console.print(
+            column_table(
+                PARAMS_PER_RANK,
+                params,
+                title="model strategies per rank (the worst node's largest)",
+            )
+        )
+        if optimizer:
+            console.print(
+                column_table(OPTIMIZER_PER_RANK, optimizer, title="optimizer strategies per rank")
+            )
+        console.print(
+            column_table(
+                STAGE_COLUMNS, plan.stages, title="DDP buffers per rank, by pipeline stage"
+            )
+        )
         console.print(terms_table("buffers of the largest stage", plan.layout_terms))
         for row in plan.strategies:
-            console.print(terms_table(f"{row.strategy} ({row.kind})", row.terms))
+            if row.terms:
+                console.print(terms_table(f"{row.strategy} ({row.kind})", row.terms))
     for note in plan.notes:
         console.print(Text(note))
+    if not terms:
+        console.print(Text(TERMS_HINT, style="dim"))
 
 
 PROBE_COLUMNS: list[Column[RankHost]] = [
@@ -138,4 +168,5 @@ def render_probe(rows: list[RankHost], console: Console, *, title: str, terms: b
     console.print(column_table(PROBE_COLUMNS, rows))
     if terms:
         for r in rows:
-            console.print(terms_table(r.strategy, r.terms))
+            if r.terms:
+                console.print(terms_table(r.strategy, r.terms))

@@ -11,6 +11,14 @@ stacked as areas: that would count them twice.
 
 Lines are samples and draw the shape only. Every number printed is an exact per-phase
 reading from the records (VmHWM, allocator peaks), drawn as a thick bar over its phase.
+
+Each panel's y axis is set by what its phases are about: the panel's first series (host
+RSS, pinned reserved, GPU allocated) inside the phase and the exact peaks, at least one
+payload tall. Another series far from it (a cgroup's usage at 1.9 GiB beside an RSS of
+300 MiB) is not allowed to squash it flat: it is named at the edge it lies beyond, with
+its value. ``compare`` draws the phases the strategies own (offload, load, a rollout):
+construction and train lie before and between them, below the zero of its host panel by
+definition; ``run --plot`` draws every phase.
 """
 
 from __future__ import annotations
@@ -23,7 +31,16 @@ from typing import Any
 
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.records import PhaseRecord
+from offloadprobe.measure.summary import OFFLOADS
 from offloadprobe.measure.timeline import Series
+from offloadprobe.report.plot_axes import (
+    Extent,
+    OffAxis,
+    legend_label,
+    mark_off_axis,
+    share_y,
+)
+from offloadprobe.report.plot_frame import Frame, frame
 from offloadprobe.report.trace import TraceRow
 
 PLOT_SUFFIXES = (".png", ".svg")
@@ -31,9 +48,16 @@ PHASE_COLOURS = {"train": "#dddddd", "offload": "#f6c28b", "load": "#a9cbe8", "r
 GiB, MiB = 1 << 30, 1 << 20
 FOOTNOTE = (
     "lines: samples, shape only (faded outside the phase) · thick bars and printed values: "
-    "exact per-phase peaks (VmHWM, allocator peaks) · shaded: the phase · hatched: no samples"
+    "exact per-phase peaks (VmHWM, allocator peaks; '+ registered': page-locked by the "
+    "strategy itself, outside the allocator the pinned lines draw) · shaded: the phase · "
+    "hatched: no samples"
 )
-ROWS_FOOTNOTE = " (longest row) · dotted: each row's phase end"
+ROWS_FOOTNOTE = (
+    " (longest row) · dotted: each row's phase end · the strategies' phases only "
+    "(run --plot draws construction and train too)"
+)
+OWN_PHASES = ("offload", "load", "offload optimizer", "load optimizer", "rollout")
+"""The phases compare draws: what the strategies do (the others are the framework's)."""
 PANELS = (
     ("host", "host memory", ("host.rss", "host.anon", "host.shmem", "cgroup.current")),
     ("pinned", "pinned allocator", ("pinned.reserved", "pinned.in_use")),
@@ -84,6 +108,18 @@ def _exact_peak(rec: PhaseRecord, panel: str) -> int | None:
     return rec.gpu.allocated_peak if rec.gpu else None
 
 
+def registered(run: Any) -> int:
+    """Bytes the run's strategies page-locked themselves (cudaHostRegister): in the
+    summary's pinned figure, never in PyTorch's allocator that the pinned lines draw."""
+    s = run.summary if run is not None else None
+    offloads = [p for p in (run.phases if run is not None else []) if p.phase in OFFLOADS]
+    if s is None or s.pinned_reserved_bytes is None or not offloads:
+        return 0
+    last = max(p.cycle for p in offloads)
+    after = [p for p in offloads if p.cycle == last][-1].pinned
+    return max(s.pinned_reserved_bytes - (after.reserved_after if after else 0), 0)
+
+
 def _window(series: Series, lo_ns: int, hi_ns: int) -> tuple[list[int], list[int]]:
     """The samples in [lo, hi] plus the value holding at ``lo``."""
     i = max(0, bisect.bisect_right(series.times_ns, lo_ns) - 1)
@@ -107,13 +143,8 @@ def _panels(rows: Sequence[TraceRow], relative: bool, payload: int) -> list[_Pan
         names = tuple(n for n in names if any(r.timeline.get(n) for r in rows))
         if not names:
             continue
-        top = max(
-            (
-                max(s.values)
-                for r in rows
-                for n in names
-                if (s := r.timeline.get(n)) is not None and s.values
-            ),
+        top = max(  # the main series sets the unit, as it sets the axis
+            (max(s.values) for r in rows if (s := r.timeline.get(names[0])) and s.values),
             default=0,
         )
         unit = GiB if top >= GiB else MiB
@@ -149,21 +180,6 @@ def _raw_baseline(row: TraceRow) -> int:
     return first.host.rss_before if first else 0
 
 
-def _share_y(axes: Any, moving: list[bool]) -> None:
-    """One y range per panel row over the offload/load columns (the strategies' phases);
-    train columns keep their own, the framework's memory swinging far wider."""
-    for row_axes in axes:
-        shared = [ax for ax, m in zip(row_axes, moving, strict=True) if m] or list(row_axes)
-        lo = min(ax.get_ylim()[0] for ax in shared)
-        hi = max(ax.get_ylim()[1] for ax in shared)
-        for ax in row_axes:
-            if ax in shared:
-                ax.set_ylim(lo, hi + 0.3 * (hi - lo))
-            else:
-                a, b = ax.get_ylim()
-                ax.set_ylim(a, b + 0.3 * (b - a))
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Cell:
     """One column (a cycle's phase) of the grid: where each row's phase lies."""
@@ -175,8 +191,11 @@ class _Cell:
     pad: int
 
 
-def _draw(ax: Any, cell: _Cell, panel: _Panel, rows: Sequence[TraceRow], colours: Any) -> list:
-    """One panel of one column; returns the exact-peak labels to print there."""
+def _draw(
+    ax: Any, cell: _Cell, panel: _Panel, rows: Sequence[TraceRow], colours: Any, extent: Extent
+) -> list:
+    """One panel of one column; returns the exact-peak labels to print there and adds what
+    the axis must show to ``extent``."""
     relative = len(rows) > 1
     texts = []
     for index, row in enumerate(rows):
@@ -212,6 +231,11 @@ def _draw(ax: Any, cell: _Cell, panel: _Panel, rows: Sequence[TraceRow], colours
                 label=label,
                 **style,
             )
+            shown = [y for x, y in inside if x >= 0] or [inside[-1][1]]
+            if name == panel.names[0]:
+                extent.add(*shown)
+            else:
+                extent.other(series.label, shown, style["color"])
         rec = next(
             (
                 p
@@ -224,6 +248,7 @@ def _draw(ax: Any, cell: _Cell, panel: _Panel, rows: Sequence[TraceRow], colours
         if peak is None:
             continue
         exact = (peak - offset) / panel.unit
+        extent.add(exact)
         ax.hlines(
             exact,
             0,
@@ -233,16 +258,19 @@ def _draw(ax: Any, cell: _Cell, panel: _Panel, rows: Sequence[TraceRow], colours
             label=None if relative else "exact phase peak",
         )
         ax.axvline((span.end_ns - span.start_ns) / 1e6, color=colour, lw=0.8, ls=":")
-        if relative and panel.key == "host":
-            texts.append((f"{row.label} {exact:+.2f}x", colour))
-        else:
-            texts.append((f"{row.label} {human(peak)}" if relative else human(peak), colour))
+        # the colour names the row (the legend says whose): labels would not fit the panel
+        texts.append(
+            (f"{exact:+.2f}x" if relative and panel.key == "host" else human(peak), colour)
+        )
+        locked = registered(row.run) if panel.key == "pinned" and cell.phase != "train" else 0
+        if locked:
+            texts.append((f"+{human(locked)} registered", colour))
     return texts
 
 
 def _hatch_gaps(ax: Any, row: TraceRow, panel: _Panel, span: Any, pad: int) -> None:
-    """Hatch the stretches where this panel's sampler took no sample: a line held flat
-    across one is not a reading."""
+    """Hatch (lightly: the lines stay readable) the stretches where this panel's sampler
+    took no sample: a line held flat across one is not a reading."""
     sampler = "process" if panel.key == "host" else "thread"
     lo, hi = span.start_ns - pad, span.end_ns + pad
     for gap in row.timeline.gaps:
@@ -252,8 +280,8 @@ def _hatch_gaps(ax: Any, row: TraceRow, panel: _Panel, span: Any, pad: int) -> N
             (max(gap.start_ns, lo) - span.start_ns) / 1e6,
             (min(gap.end_ns, hi) - span.start_ns) / 1e6,
             fc="none",
-            ec="#999999",
-            hatch="////",
+            ec="#c8c8c8",
+            hatch="//",
             lw=0,
         )
 
@@ -273,8 +301,10 @@ def _print_peaks(ax: Any, texts: list) -> None:
         )
 
 
-def _cells(rows: Sequence[TraceRow]) -> list[_Cell]:
+def _cells(rows: Sequence[TraceRow], *, relative: bool) -> list[_Cell]:
     slots = list(dict.fromkeys((s.cycle, s.phase) for r in rows for s in r.timeline.spans))
+    if relative:
+        slots = [(c, p) for c, p in slots if p in OWN_PHASES]
     cells = []
     for cycle, phase in slots:
         spans = {i: r.timeline.span(cycle, phase) for i, r in enumerate(rows)}
@@ -291,22 +321,41 @@ def _cells(rows: Sequence[TraceRow]) -> list[_Cell]:
     return cells
 
 
-def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: int) -> None:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Drawn:
+    """What a plot shows, for checks: its columns, each panel's y range, the notes of
+    series beyond an axis, and where the frame's bands went."""
+
+    columns: list[tuple[int, str]]
+    limits: dict[tuple[str, int], tuple[float, float]]
+    """(panel key, column index) -> the y axis's range, in the panel's units."""
+    off_axis: list[OffAxis]
+    legend: list[str]
+    printed: list[str]
+    """The exact figures printed in the panels, in drawing order."""
+    frame: Frame
+
+
+def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: int) -> Drawn:
     """Draw ``rows`` (one: ``run``; several: ``compare``) column by column per phase."""
     plt = _pyplot()
     rows = [r for r in rows if r.timeline is not None and r.timeline.spans]
     if not rows:
         raise UsageError("no timeline with a phase was recorded: nothing to plot")
     relative = len(rows) > 1
-    cells, panels = _cells(rows), _panels(rows, relative, payload)
+    cells, panels = _cells(rows, relative=relative), _panels(rows, relative, payload)
+    if not cells:
+        raise UsageError("no offload or load phase was recorded: nothing to compare")
     colours = plt.get_cmap("tab10").colors
     fig, axes = plt.subplots(
         len(panels),
         len(cells),
-        figsize=(max(12, 1.9 * len(cells)), 1.7 + 2.6 * len(panels)),
+        figsize=(max(12, 1.9 * len(cells)), 1.9 + 2.6 * len(panels)),
         squeeze=False,
         gridspec_kw={"width_ratios": [0.7 if c.phase == "train" else 1.0 for c in cells]},
     )
+    extents: dict[Any, Extent] = {}
+    printed: list[str] = []
     for col, cell in enumerate(cells):
         for panel, ax in zip(panels, axes[:, col], strict=True):
             ax.axvspan(
@@ -316,9 +365,11 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
                 alpha=0.6,
                 lw=0,
             )
-            texts = _draw(ax, cell, panel, rows, colours)
+            extents[ax] = Extent()
+            texts = _draw(ax, cell, panel, rows, colours, extents[ax])
             if cell.phase != "train" and texts:
                 _print_peaks(ax, texts)
+                printed += [text for text, _ in texts]
             ax.set_xlim(-cell.pad / 1e6, (cell.longest + cell.pad) / 1e6)
             ax.grid(axis="y", alpha=0.3)
             ax.tick_params(labelsize=7)
@@ -331,16 +382,47 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
             else ("GiB" if panel.unit == GiB else "MiB")
         )
         ax.set_ylabel(f"{panel.heading}\n({what})", fontsize=8)
-    _share_y(axes, [c.phase != "train" for c in cells])
+    spans = [1.0 if relative and p.key == "host" else payload / p.unit for p in panels]
+    limits = share_y(
+        axes, [c.phase not in ("train", "construction") for c in cells], extents, spans
+    )
+    off_axis = [
+        off
+        for row_axes, panel in zip(axes, panels, strict=True)
+        for ax in row_axes
+        for off in mark_off_axis(ax, extents[ax], limits[ax], panel.unit)
+    ]
     handles, labels = [], []
     for ax in axes[:, 0]:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, loc="upper right", ncols=min(len(labels), 5), fontsize=8)
-    fig.suptitle(title, fontsize=10, x=0.01, ha="left")
-    fig.text(0.01, 0.005, FOOTNOTE + (ROWS_FOOTNOTE if relative else ""), fontsize=8)
-    fig.tight_layout(rect=(0, 0.02, 1, 0.93))
+    if not relative:
+        labels = [
+            legend_label(lab.removesuffix(" (sampled)"), off_axis, human)
+            if lab.endswith(" (sampled)")
+            else lab
+            for lab in labels
+        ]
+    placed = frame(
+        fig,
+        title=title,
+        footnote=FOOTNOTE + (ROWS_FOOTNOTE if relative else ""),
+        handles=handles,
+        labels=labels,
+    )
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return Drawn(
+        columns=[(c.cycle, c.phase) for c in cells],
+        limits={
+            (panel.key, col): limits[axes[row, col]]
+            for row, panel in enumerate(panels)
+            for col in range(len(cells))
+        },
+        off_axis=off_axis,
+        legend=labels,
+        printed=printed,
+        frame=placed,
+    )

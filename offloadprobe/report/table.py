@@ -30,11 +30,14 @@ class _Row:
 
     rec: PhaseRecord
     base: int
-    payload: int
+    payload: int | None
+    """The denominator of the multiples; None for a table in bytes only."""
 
 
 def _host(value: int, row: _Row) -> str:
     delta = value - row.base
+    if row.payload is None:  # bytes only: the report's multiples are the parts' own
+        return format_bytes(delta)
     return f"{format_ratio(delta / row.payload if row.payload else 0.0)} {format_bytes(delta)}"
 
 
@@ -73,9 +76,10 @@ def _pinned(rec: PhaseRecord) -> int | None:
     return rec.pinned.reserved_after if rec.pinned.locked_after is None else rec.pinned.locked_after
 
 
-def _rows(run: RunRecord) -> list[_Row]:
+def _rows(run: RunRecord, *, multiples: bool = True) -> list[_Row]:
     """Offload/load rows in run order, then the train rows."""
-    rows = [_Row(rec, run.baseline_host_bytes, run.payload_bytes) for rec in run.phases]
+    payload = run.payload_bytes if multiples else None
+    rows = [_Row(rec, run.baseline_host_bytes, payload) for rec in run.phases]
     return sorted(rows, key=lambda r: r.rec.phase == TRAIN)
 
 
@@ -86,15 +90,16 @@ def _numbered(columns: list[Column[_Row]], run: RunRecord) -> list[Column[_Row]]
     return [Column("step", lambda r: str(r.rec.cycle)), *columns[1:]]
 
 
-def phase_table(run: RunRecord, *, gpu: bool) -> RenderableType:
-    """One row per cycle (or step) and phase; host figures over the pre-offload baseline."""
+def phase_table(run: RunRecord, *, gpu: bool, multiples: bool = True) -> RenderableType:
+    """One row per cycle (or step) and phase; host figures over the pre-offload baseline,
+    as bytes and (``multiples``) as multiples of the payload."""
+    x = f"x = multiple of the payload ({format_bytes(run.payload_bytes)} of param_data); "
     return column_table(
         _numbered(HOST_COLUMNS, run),
-        _rows(run),
+        _rows(run, multiples=multiples),
         title=f"{run.strategy}: {run.description}",
         caption=(
-            f"x = multiple of the payload ({format_bytes(run.payload_bytes)} of param_data); "
-            f"host over the RSS before the first offload "
+            f"{x if multiples else ''}host over the RSS before the first offload "
             f"({format_bytes(run.baseline_host_bytes)}); train rows, below the gap, are "
             "the framework's own memory and count in no summary figure"
         ),
@@ -161,19 +166,23 @@ def residency_table(run: RunRecord, *, gpu: bool) -> RenderableType | None:
     )
 
 
-def summary_line(run: RunRecord) -> Text:
-    """One line per run for logs (the pytest plugin's report section)."""
+def summary_line(run: RunRecord, judged: Verdict | None = None) -> Text:
+    """One line per run for logs: the whole's figures and the verdict (``judged``, the
+    invocation's, which knows the budgets; else the record's own)."""
     text = Text()
     text.append(f"{label(run)}: ", style="bold")
     s = run.summary
+    words = verdict(run, judged)
     if s is None:
-        text.append(verdict(run), style="red")
+        text.append(words, style="red")
         return text
     text.append(
-        f"host peak {format_ratio(s.host_peak_x)} payload ({format_bytes(s.host_peak_bytes)}), "
-        f"steady host {format_ratio(s.steady_host_x)} ({format_bytes(s.steady_host_bytes)}); "
+        f"host peak {format_ratio(s.host_peak_x)} the bytes moved "
+        f"({format_bytes(s.host_peak_bytes)}), steady host {format_ratio(s.steady_host_x)} "
+        f"({format_bytes(s.steady_host_bytes)}); "
     )
-    text.append(verdict(run), style="green" if s.integrity_ok else "bold red")
+    ok = judged.ok if judged is not None else s.integrity_ok
+    text.append(words, style="green" if ok else "bold red")
     return text
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.records import PhaseRecord, RunRecord
 from offloadprobe.measure.timeline import SAMPLED_NOTE, Timeline
+from offloadprobe.report.output import announce
 from offloadprobe.report.trace_format import validate
 
 PHASE_THREAD = 0
@@ -180,3 +181,4 @@ def write_trace(doc: dict[str, Any], path: Path) -> None:
             path.write_text(text)
     except OSError as exc:
         raise UsageError(f"cannot write --trace {path}: {exc.strerror}") from None
+    announce(path, "--trace", " (open it in ui.perfetto.dev)")

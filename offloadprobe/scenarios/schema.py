@@ -394,6 +394,16 @@ class _Reader:
                 "set host_memory_per_node or "
                 'gpu_memory_per_device, e.g. host_memory_per_node = "1700GiB"',
             )
+        for what in ("host", "gpu"):
+            limit_key = f"{what}_memory_per_node" if what == "host" else "gpu_memory_per_device"
+            reserved_key = f"{what}_reserved_per_{limit_key.rsplit('_', 1)[1]}"
+            limit, reserved = values.get(limit_key), values.get(reserved_key)
+            if limit is not None and reserved is not None and reserved >= limit:
+                raise self.fail(
+                    f"limit.{reserved_key}",
+                    f"{t[reserved_key]!r} is at or above {limit_key} {t[limit_key]!r}: nothing "
+                    f"is left for the trainer; lower {reserved_key} or raise {limit_key}",
+                )
         return LimitSection(**values)
 
     def expect(self, raw: Any) -> tuple[Expectation, ...]:
@@ -526,10 +536,14 @@ class _Reader:
         return value
 
     def size(self, key: str, value: Any) -> int:
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+        """A size string with its unit; a bare number (``512``, ``"512"``) is refused, not
+        read as bytes (``512`` meant 512 GiB and made every strategy "OOM")."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            raise self.fail(key, _no_unit(value))
         if not isinstance(value, str):
             raise self.fail(key, f'expected a size string like "1700GiB", got {_kind(value)}')
+        if value.strip().replace(".", "", 1).isdigit():
+            raise self.fail(key, _no_unit(value.strip()))
         try:
             return parse_size(value, what="size")
         except UsageError as err:
@@ -548,6 +562,10 @@ _SHAPE_TYPES: dict[str, type] = {
     for k, t in _SHAPE_KEYS.items()
 }
 _NAMES = {int: "an integer", bool: "true or false", str: "a string"}
+
+
+def _no_unit(value: Any) -> str:
+    return f'{value!r} has no unit: give a unit, e.g. "{value}GiB" (binary: KiB, MiB, GiB, TiB)'
 
 
 def _kind(value: Any) -> str:

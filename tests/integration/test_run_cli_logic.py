@@ -30,7 +30,7 @@ def test_a_healthy_run_exits_0_and_writes_the_report(invoke, fake_runner, tmp_pa
         str(out),
     )
     assert result.exit_code == 0, result.stderr
-    assert result.stderr == ""
+    assert result.stderr == f"wrote JSON {out}\n"  # and nothing else: no progress
     doc = json.loads(out.read_text())
     assert doc["schema_version"] >= 3 and doc["device"] == "cpu" and doc["emulated"] is True
     (run,) = doc["runs"]

@@ -39,7 +39,7 @@ def test_check_refuses_an_unknown_name_and_imports_no_plug_in():
     registry.register_module("real", "offloadprobe_no_such_package.real")  # never imported
     registry.check("real")  # a registered name passes without importing its module
     with pytest.raises(
-        StrategyError, match=r"unknown thing 'rael' \(did you mean real\?\): choose one of real"
+        StrategyError, match=r"unknown thing 'rael' \(did you mean 'real'\?\): choose one of real"
     ):
         registry.check("rael")
 

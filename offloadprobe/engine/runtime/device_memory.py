@@ -85,6 +85,7 @@ from offloadprobe.engine.runtime.host_pages import (
     populate,
     resident,
 )
+from offloadprobe.measure.page_changes import CHANGES
 
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 128 * 1024
@@ -133,6 +134,23 @@ def _take(storage: torch.UntypedStorage, *, touch: bool, start: int = 0) -> Held
     return Held(size=size, address=address, start=first, pages=pages)
 
 
+class _Changing:
+    """``with``: hold ``lock`` and mark a page change for samplers (odd count) meanwhile."""
+
+    __slots__ = ("lock",)
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        CHANGES.begin()
+
+    def __exit__(self, *exc: object) -> None:
+        CHANGES.end()
+        self.lock.release()
+
+
 class DeviceMemory:
     """Every emulated device storage, held strongly, and the ballast that keeps
     ``device pages + ballast pages`` constant."""
@@ -156,6 +174,9 @@ class DeviceMemory:
         self.lock = threading.RLock()
         """Held by every registry operation (a strategy's threads may allocate and free at
         once); hold it to see the two counts at rest."""
+        self.changing = _Changing(self.lock)
+        """The lock, with the page-change count bumped around it (``measure.page_changes``):
+        entered by every operation that moves device or ballast pages."""
 
     @property
     def constant(self) -> int:
@@ -228,7 +249,7 @@ class DeviceMemory:
         ballast released first, the result's storages registered and their owned pages
         made resident (``touch``: zero-filled). Storages in ``exclude`` (the op's inputs)
         are not the op's to register."""
-        with self.lock:
+        with self.changing:
             released, grew = self._release_for(max(nbytes, 0) // PAGE)
             try:
                 result = make()
@@ -253,7 +274,7 @@ class DeviceMemory:
         """Register storages already allocated and written (their size was unknown
         beforehand): ballast is released after the fact, so the phase's high-water mark may
         carry them once. Used only for device results of ops the emulation cannot size."""
-        with self.lock:
+        with self.changing:
             fresh = [
                 s
                 for s in _storages_of(result)
@@ -265,7 +286,7 @@ class DeviceMemory:
 
     def resize(self, storage: torch.UntypedStorage, size: int) -> Any:
         """``UntypedStorage.resize_`` of a device storage: a free or a (re)allocation."""
-        with self.lock:
+        with self.changing:
             key = storage._cdata
             self.bypassed_bytes += self._reconcile(key, storage)  # its pages are its own
             old = storage.nbytes()
@@ -290,7 +311,7 @@ class DeviceMemory:
     # -- reclaim ---------------------------------------------------------------------------
     def reclaim(self) -> int:
         """Free every device storage that only this registry still references; bytes freed."""
-        with self.lock:
+        with self.changing:
             freed = 0
             for key in list(self._storages):
                 storage = self._storages[key]  # a user's storage object stays: see _refs
@@ -309,7 +330,7 @@ class DeviceMemory:
         pages made resident and counted), owned pages no longer resident (a free and
         regrowth at the same address and size, or swap) made resident again. The RSS the
         change moved was not compensated when it happened: the caller says so."""
-        with self.lock:
+        with self.changing:
             changed = sum(self._reconcile(k, s) for k, s in self._storages.items())
             for key, held in self._held.items():
                 missing = held.pages - resident(held.start, held.pages)
@@ -337,7 +358,7 @@ class DeviceMemory:
         return now if now == held.size else abs(now - held.size)
 
     def close(self) -> None:
-        with self.lock:
+        with self.changing:
             self._storages.clear()
             self._held.clear()
             self.device_pages = 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -92,7 +93,27 @@ def _function(spec: str, flag: str, module: Any, text: str) -> Callable[..., Any
             f"{flag} {spec!r}: arguments of {match[1]!r} must be keyword=literal, "
             "e.g. load_megatron_model_to_gpu(load_grad=True)"
         ) from None
+    _accepts(spec, flag, match[1], fn, kwargs)
     return functools.partial(fn, **kwargs)
+
+
+def _accepts(spec: str, flag: str, name: str, fn: Callable[..., Any], kwargs: dict) -> None:
+    """Every bound keyword is one ``fn`` takes: exit 2 now, not a TypeError at cycle 0."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): called as given
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    named = {k for k, p in params.items() if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
+    unknown = [k for k in kwargs if k not in named]
+    if unknown:
+        words = ", ".join(f"{k}=" for k in unknown)
+        takes = ", ".join(params) or "no parameters"
+        raise StrategyError(
+            f"{flag} {spec!r}: {name}() takes no {words} (its parameters: {takes}); drop it "
+            "or name a function that takes it"
+        )
 
 
 def _pair(spec: str, flag: str, module: Any, attr: str) -> FunctionPair:

@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import re
 from collections.abc import Callable
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from offloadprobe.core.errors import StrategyError
+
+_DECLARES = re.compile(r"^STRATEGY\s*(:[^=]*)?=", re.M)
+"""A module-level ``STRATEGY = ...`` (or annotated): the module is a built-in strategy."""
 
 T = TypeVar("T")
 
@@ -68,6 +73,20 @@ class Registry(Generic[T]):
                 f"and {module}"
             )
         self._modules[name] = module
+
+    def register_package(self, package: str, folder: Path, first: tuple[str, ...] = ()) -> None:
+        """Register every module in ``folder`` (the package ``package``) that assigns
+        ``STRATEGY`` at its top level, by reading its text (nothing is imported); listed
+        with ``first``'s names first, then the rest by name. A new built-in strategy is
+        its module alone."""
+        found = [
+            path.stem
+            for path in sorted(folder.glob("*.py"))
+            if path.stem != "__init__" and _DECLARES.search(path.read_text(encoding="utf-8"))
+        ]
+        order = {name: i for i, name in enumerate(first)}
+        for name in sorted(found, key=lambda n: (order.get(n, len(order)), n)):
+            self.register_module(name, f"{package}.{name}")
 
     def _discover(self) -> None:
         if self._discovered:

@@ -1,15 +1,16 @@
 """Model-parameter offload strategies: one module per strategy, one registry.
 
 A strategy is a module of this package exporting ``STRATEGY``, a
-:class:`~offloadprobe.engine.descriptors.ModelStrategyInfo`, registered below by
-module path (imported on first use). Third parties register a descriptor or a class with
-``offload(models)``/``load(models)`` under the ``offloadprobe.model_strategies``
-entry-point group, or pass ``--strategy package.module:object``. Every verb (run,
-compare, plan, repro) reads this registry.
+:class:`~offloadprobe.engine.descriptors.ModelStrategyInfo`, found by its text and
+registered by module path (imported on first use): adding one is adding its module.
+Third parties register a descriptor or a class with ``offload(models)``/``load(models)``
+under the ``offloadprobe.model_strategies`` entry-point group, or pass ``--strategy
+package.module:object``. Every verb (run, compare, plan, repro) reads this registry.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from offloadprobe.core.registry import Registry, is_user_spec
@@ -26,10 +27,11 @@ def _info_class() -> type:
 
 
 MODEL_STRATEGIES: Registry[Any] = Registry("model strategy", GROUP, third_party(_info_class, FLAG))
-for _name in ("naive", "lazy", "registered", "pipelined", "pageable", "mcore", "tms", "none"):
-    MODEL_STRATEGIES.register_module(_name, f"{__name__}.{_name}")
-MODEL_STRATEGIES.register_module("hugepin", f"{__name__}.hugepin")
-MODEL_STRATEGIES.register_module("relock", f"{__name__}.relock")
+MODEL_STRATEGIES.register_package(
+    __name__,
+    Path(__file__).parent,
+    first=("naive", "lazy", "registered", "pipelined", "pageable", "mcore", "tms", "none"),
+)
 
 
 def model_strategy(spec: str) -> Any:

@@ -1,6 +1,7 @@
 """Optimizer-state offload strategies: one module per strategy, one registry.
 
-A strategy is a module of this package exporting ``STRATEGY``, an
+A strategy is a module of this package exporting ``STRATEGY`` (found by its text, as
+model strategies are), an
 :class:`~offloadprobe.engine.descriptors.OptimizerStrategyInfo`: an object
 with ``offload(optimizers)``/``load(optimizers)`` over ``[model.optimizer]`` (verl's
 signature), plus what ``plan`` needs to project it. Third parties register a descriptor or
@@ -10,6 +11,7 @@ a class under the ``offloadprobe.optimizer_strategies`` entry-point group, or pa
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from offloadprobe.core.registry import Registry, is_user_spec
@@ -28,8 +30,9 @@ def _info_class() -> type:
 OPTIMIZER_STRATEGIES: Registry[Any] = Registry(
     "optimizer strategy", GROUP, third_party(_info_class, FLAG)
 )
-for _name in ("legacy", "fixed", "complete", "none", "mcore"):
-    OPTIMIZER_STRATEGIES.register_module(_name, f"{__name__}.{_name}")
+OPTIMIZER_STRATEGIES.register_package(
+    __name__, Path(__file__).parent, first=("legacy", "fixed", "complete", "none", "mcore")
+)
 
 
 def optimizer_strategy(spec: str) -> Any:

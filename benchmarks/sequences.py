@@ -9,7 +9,10 @@ Rows, each run once per preset (``core.sequences.PRESETS``):
   model pair over the chunk list, the optimizer pair ``@each`` over the one optimizer.
 
 Plus one ``--workspace-cache 64MiB`` run of ``lazy`` (the fixed cycle): on a GPU the device
-ledger must name the cache as unreferenced device memory made during train.
+ledger must name the cache as unreferenced device memory made during train; and
+``--ref-model --frozen-fraction 0.5`` for ``lazy + complete`` (every part moved bit for bit)
+and for the verl-shaped pair (whose model functions iterate ``chunk.buffers`` of every
+chunk, the reference model's too).
 
 Per run: the verdict and exit code, the steps, and per step its phase, bytes moved,
 host peak and host after over the pre-offload baseline, GPU allocated after, and every
@@ -65,6 +68,9 @@ def jobs(payload: str, device: str) -> list[tuple[str, str, list[str]]]:
             ["--strategy", "lazy", "--workspace-cache", "64MiB", "--cycles", "2", *common],
         )
     )
+    parts = ["--ref-model", "--frozen-fraction", "0.5", "--cycles", "2", *common]
+    for row in ("lazy + complete", "verl post-#6193 + post-#6635"):
+        out.append((row, "ref-model + frozen-fraction 0.5", [*ROWS[row], *parts]))
     return out
 
 

@@ -28,12 +28,12 @@ from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.units import parse_size
 from offloadprobe.core.world import check_trainable, under_torchrun
-from offloadprobe.isolation.host_limit import host_limited
 from offloadprobe.isolation.rows import Row, measure
 from offloadprobe.isolation.supervisor import framed_output
 from offloadprobe.report.documents import document
 from offloadprobe.report.output import check_writable, write_json
 from offloadprobe.report.reporters import render
+from offloadprobe.repro.host_limit import host_limited
 
 EXTRA = [
     parameter(

@@ -105,7 +105,7 @@ class _LimitWindow:
 
 
 LimitWindow = _LimitWindow
-"""The same window for ``run --host-limit`` (``isolation/host_limit.py``)."""
+"""The same window for ``run --host-limit`` (``repro/host_limit.py``)."""
 
 
 def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:

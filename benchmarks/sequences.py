@@ -21,7 +21,7 @@ audit after an offload step (what it left, what no part owns). Written to
 killed session keeps what finished) and a Markdown table beside it.
 
     python benchmarks/sequences.py --out benchmarks/results                 # on the H200
-    python benchmarks/sequences.py --only verl   # one row group (the file is named by it)
+    python benchmarks/sequences.py --only lazy   # one row (the file is named by it)
     python benchmarks/sequences.py --device cpu --payload 16MiB --dry-run   # the commands
 """
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 import subprocess
 import sys
 import time
@@ -143,10 +144,12 @@ def main() -> None:
     parser.add_argument("--payload", default="1GiB")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--machine", default="h200")
-    parser.add_argument("--only", default=None, help="run only rows whose name contains this")
+    parser.add_argument(
+        "--only", action="append", choices=list(ROWS), help="run only this row (repeatable)"
+    )
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
-    todo = [j for j in jobs(args.payload, args.device) if not args.only or args.only in j[0]]
+    todo = [j for j in jobs(args.payload, args.device) if not args.only or j[0] in args.only]
     if args.dry_run:
         for row, preset, run_args in todo:
             print(f"{row} / {preset}: offloadprobe run {' '.join(run_args)}")
@@ -157,7 +160,8 @@ def main() -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     day = dt.date.today().isoformat()
-    suffix = "-" + "".join(c if c.isalnum() else "-" for c in args.only) if args.only else ""
+    names = re.sub(r"[^A-Za-z0-9]+", "-", "-".join(args.only or [])).strip("-")
+    suffix = f"-{names}" if names else ""
     path = args.out / f"{args.machine}-{day}-sequences{suffix}.json"
     doc: dict = {
         "benchmark": "benchmarks/sequences.py",

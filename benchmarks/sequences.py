@@ -9,7 +9,10 @@ Rows, each run once per preset (``core.sequences.PRESETS``):
   model pair over the chunk list, the optimizer pair ``@each`` over the one optimizer.
 
 Plus one ``--workspace-cache 64MiB`` run of ``lazy`` (the fixed cycle): on a GPU the device
-ledger must name the cache as unreferenced device memory made during train.
+ledger must name the cache as unreferenced device memory made during train; and
+``--ref-model --frozen-fraction 0.5`` for ``lazy + complete`` (every part moved bit for bit)
+and for the verl-shaped pair (whose model functions iterate ``chunk.buffers`` of every
+chunk, the reference model's too).
 
 Per run: the verdict and exit code, the steps, and per step its phase, bytes moved,
 host peak and host after over the pre-offload baseline, GPU allocated after, and every
@@ -18,7 +21,7 @@ audit after an offload step (what it left, what no part owns). Written to
 killed session keeps what finished) and a Markdown table beside it.
 
     python benchmarks/sequences.py --out benchmarks/results                 # on the H200
-    python benchmarks/sequences.py --only verl   # one row group (the file is named by it)
+    python benchmarks/sequences.py --only lazy   # one row (the file is named by it)
     python benchmarks/sequences.py --device cpu --payload 16MiB --dry-run   # the commands
 """
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 import subprocess
 import sys
 import time
@@ -65,6 +69,9 @@ def jobs(payload: str, device: str) -> list[tuple[str, str, list[str]]]:
             ["--strategy", "lazy", "--workspace-cache", "64MiB", "--cycles", "2", *common],
         )
     )
+    parts = ["--ref-model", "--frozen-fraction", "0.5", "--cycles", "2", *common]
+    for row in ("lazy + complete", "verl post-#6193 + post-#6635"):
+        out.append((row, "ref-model + frozen-fraction 0.5", [*ROWS[row], *parts]))
     return out
 
 
@@ -137,10 +144,12 @@ def main() -> None:
     parser.add_argument("--payload", default="1GiB")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--machine", default="h200")
-    parser.add_argument("--only", default=None, help="run only rows whose name contains this")
+    parser.add_argument(
+        "--only", action="append", choices=list(ROWS), help="run only this row (repeatable)"
+    )
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
-    todo = [j for j in jobs(args.payload, args.device) if not args.only or args.only in j[0]]
+    todo = [j for j in jobs(args.payload, args.device) if not args.only or j[0] in args.only]
     if args.dry_run:
         for row, preset, run_args in todo:
             print(f"{row} / {preset}: offloadprobe run {' '.join(run_args)}")
@@ -151,7 +160,8 @@ def main() -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     day = dt.date.today().isoformat()
-    suffix = "-" + "".join(c if c.isalnum() else "-" for c in args.only) if args.only else ""
+    names = re.sub(r"[^A-Za-z0-9]+", "-", "-".join(args.only or [])).strip("-")
+    suffix = f"-{names}" if names else ""
     path = args.out / f"{args.machine}-{day}-sequences{suffix}.json"
     doc: dict = {
         "benchmark": "benchmarks/sequences.py",

@@ -8,6 +8,7 @@ itself printed, framed, and exits with the verdict's code.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -30,12 +31,14 @@ from offloadprobe.cli.timeline import TimelineOutputs, output_parameters
 from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
+from offloadprobe.core.units import parse_size
 from offloadprobe.core.world import check_trainable, under_torchrun
 from offloadprobe.isolation.rows import Row, measure
 from offloadprobe.isolation.supervisor import framed_output
 from offloadprobe.report.documents import document
 from offloadprobe.report.output import check_writable, write_json
 from offloadprobe.report.reporters import render
+from offloadprobe.repro.host_limit import host_limited
 
 EXTRA = [
     parameter(
@@ -86,6 +89,8 @@ def run_command(values: dict[str, Any]) -> None:
         values.pop("timeout"),
         values.pop("force"),
     )
+    host_limit = values.pop("host_limit")
+    limit = parse_size(host_limit, what="--host-limit") if host_limit is not None else None
     parsed = opts.budgets({k: values.pop(k) for k in opts.BUDGET_NAMES})
     cfg = opts.build_config(
         values, strategy=strategy, optimizer_strategy=optimizer_strategy, label=label
@@ -104,6 +109,11 @@ def run_command(values: dict[str, Any]) -> None:
         raise UsageError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT, the same on every node")
     if ranks and outputs.wanted:
         raise UsageError("--trace/--plot record one process: drop them with several ranks")
+    if limit is not None and (ranks or under_torchrun()):
+        raise UsageError(
+            "--host-limit limits one worker: for a node of ranks use repro with a node "
+            "scenario (its limit holds the node's cgroup)"
+        )
     if ranks:
         cfg.parallel.dp(nproc * nnodes)  # exit 2 before any rank starts
     elif under_torchrun():
@@ -135,6 +145,7 @@ def run_command(values: dict[str, Any]) -> None:
         timeout=timeout,
         show=show,
         timeline=outputs.wanted,
+        host_limit=limit,
     )
     if under_torchrun() and _rank() != 0:  # rank 0 reports for every rank
         sys.stderr.write(framed_output(row.outcome))
@@ -167,16 +178,20 @@ def _measure(
     timeout: float | None,
     show: bool,
     timeline: bool,
+    host_limit: int | None = None,
 ) -> Row:
-    """The row: one worker, or torchrun's launcher with the node's ranks in one cgroup."""
+    """The row: one worker (under ``host_limit`` where given), or torchrun's launcher with
+    the node's ranks in one cgroup."""
     if show and (nproc > 1 or nnodes > 1):
         print(
             f"offloadprobe: starting {nproc} rank(s) on this node through torchrun's launcher",
             file=sys.stderr,
         )
     label = cfg.label or f"{cfg.strategy} + {cfg.optimizer_strategy}"
-    with phase_progress(label, cfg, show=show) as on_phase:
-        return measure(
+    with contextlib.ExitStack() as stack:
+        limited = stack.enter_context(host_limited(host_limit)) if host_limit else None
+        on_phase = stack.enter_context(phase_progress(label, cfg, show=show))
+        row = measure(
             cfg,
             device=device,
             budgets=budgets,
@@ -186,4 +201,6 @@ def _measure(
             rdzv_endpoint=endpoint,
             on_phase=on_phase,
             timeline=timeline,
+            **(limited.measure_options() if limited is not None else {}),
         )
+        return limited.annotated(row) if limited is not None else row

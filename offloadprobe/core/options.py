@@ -315,6 +315,14 @@ OPTIONS: tuple[Option, ...] = (
         group="ranks",
         verbs=frozenset({RUN}),
     ),
+    _o(
+        "host_limit",
+        "Run the worker under a real memory cgroup limit: its usage at the first offload "
+        "plus this size (e.g. 4GiB), from each offload to the end of its load, as repro "
+        "does. An OOM kill is the verdict.",
+        unit="size",
+        verbs=frozenset({RUN}),
+    ),
     # budgets
     _o(
         "max_host_peak",

@@ -104,6 +104,10 @@ class _LimitWindow:
             self.group.lift_limit()
 
 
+LimitWindow = _LimitWindow
+"""The same window for ``run --host-limit`` (``repro/host_limit.py``)."""
+
+
 def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
     window = _LimitWindow(group, job.limit)
     keepers: list[GateKeeper] = []

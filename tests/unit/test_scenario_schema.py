@@ -305,3 +305,37 @@ def test_param_count_model_and_repro(tmp_path: Path) -> None:
         tmp_path, text.replace("expert_params = 10_000_000", "expert_params = 40_000_000")
     )
     assert err.key == "model.expert_params"
+
+
+def test_expectations_name_the_users_own_code(tmp_path: Path) -> None:
+    """A user's object, function pair and ``@each`` optimizer pair are expectations like any
+    registered name: a parameter strategy unless prefixed ``optimizer.``."""
+    pair = "myjob.offload:offload_model,load_model"
+    optimizer = "myjob.offload:offload_optimizer,load_optimizer@each"
+    text = edit(
+        'lazy = "ok"',
+        f'lazy = "ok"\n"{pair}" = "oom"\n"optimizer.{optimizer}" = "ok"\n'
+        '"myjob.offload:ParamOffload" = "ok"',
+    )
+    s = load_scenario(write(tmp_path, text))
+    assert [(e.strategy, e.outcome, e.kind) for e in s.expect][2:] == [
+        (pair, "oom", "params"),
+        (optimizer, "ok", "optimizer"),
+        ("myjob.offload:ParamOffload", "ok", "params"),
+    ]
+    assert s.expected(pair) == "oom"
+
+
+def test_repro_options_take_a_sequence_and_the_model_parts(tmp_path: Path) -> None:
+    text = GOOD + (
+        '\n[repro]\npayload = "16MiB"\nsequence = "double-offload"\nref_model = true\n'
+        'frozen_fraction = 0.5\nworkspace_cache = "8MiB"\n'
+    )
+    s = load_scenario(write(tmp_path, text))
+    assert s.repro is not None
+    assert s.repro.options == {
+        "sequence": "double-offload",
+        "ref_model": True,
+        "frozen_fraction": 0.5,
+        "workspace_cache": "8MiB",
+    }

@@ -21,9 +21,6 @@ from typing import Any, Generic, TypeVar
 
 from offloadprobe.core.errors import StrategyError
 
-_DECLARES = re.compile(r"^STRATEGY\s*(:[^=]*)?=", re.M)
-"""A module-level ``STRATEGY = ...`` (or annotated): the module is a built-in strategy."""
-
 T = TypeVar("T")
 
 DESCRIPTOR_ATTRIBUTE = "STRATEGY"
@@ -75,14 +72,15 @@ class Registry(Generic[T]):
         self._modules[name] = module
 
     def register_package(self, package: str, folder: Path, first: tuple[str, ...] = ()) -> None:
-        """Register every module in ``folder`` (the package ``package``) that assigns
-        ``STRATEGY`` at its top level, by reading its text (nothing is imported); listed
-        with ``first``'s names first, then the rest by name. A new built-in strategy is
-        its module alone."""
+        """Register every module in ``folder`` (the package ``package``) that assigns the
+        registry's attribute (``STRATEGY``, ``REPORTER``) at its top level, found by reading
+        its text (nothing is imported); listed with ``first``'s names first, then the rest
+        by name. A new built-in plug-in is its module alone."""
+        declares = re.compile(rf"^{re.escape(self.attribute)}\s*(:[^=]*)?=", re.M)
         found = [
             path.stem
             for path in sorted(folder.glob("*.py"))
-            if path.stem != "__init__" and _DECLARES.search(path.read_text(encoding="utf-8"))
+            if path.stem != "__init__" and declares.search(path.read_text(encoding="utf-8"))
         ]
         order = {name: i for i, name in enumerate(first)}
         for name in sorted(found, key=lambda n: (order.get(n, len(order)), n)):

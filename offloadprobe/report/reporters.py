@@ -2,7 +2,8 @@
 
 A reporter is one module exporting ``REPORTER``, an object with a ``name``, a one-line
 ``summary``, the document ``kinds`` it renders and ``render(document, out)``. Built-ins are
-registered below by module path (imported on first use); third parties add theirs under
+the modules of ``report/formats/`` that assign ``REPORTER``, registered by module path
+(imported on first use); third parties add theirs under
 the entry-point group ``offloadprobe.reporters``. Every verb prints through the ``table``
 reporter, and ``offloadprobe show FILE --format NAME`` through any.
 """
@@ -10,6 +11,7 @@ reporter, and ``offloadprobe show FILE --format NAME`` through any.
 from __future__ import annotations
 
 from collections.abc import Collection
+from pathlib import Path
 from typing import Any, Protocol, TextIO, runtime_checkable
 
 from offloadprobe.core.errors import UsageError
@@ -37,8 +39,11 @@ def _adapt(name: str, found: Any) -> Reporter:
 REPORTERS: Registry[Reporter] = Registry(
     "reporter", "offloadprobe.reporters", _adapt, attribute="REPORTER"
 )
-for _name in ("table", "markdown", "json"):
-    REPORTERS.register_module(_name, f"offloadprobe.report.formats.{_name}")
+REPORTERS.register_package(
+    "offloadprobe.report.formats",
+    Path(__file__).parent / "formats",
+    first=("table", "markdown", "json"),
+)
 
 
 def render(document: Document, out: TextIO, *, format: str = "table") -> None:

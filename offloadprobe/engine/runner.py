@@ -18,12 +18,12 @@ from offloadprobe.core.errors import UsageError
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.records import PhaseRecord, Report, ResidencyFact, RunRecord
 from offloadprobe.core.units import format_bytes
-from offloadprobe.core.verdicts import cycle_residency_problems, staging_allowance
+from offloadprobe.core.verdicts import cycle_residency_problems
 from offloadprobe.engine.descriptors import close, registered_bytes
 from offloadprobe.engine.model import audit
 from offloadprobe.engine.model.builder import ProbeModel, build_probe_model
 from offloadprobe.engine.model.integrity import fingerprint_state, verify_round_trip
-from offloadprobe.engine.model.ledger import DeviceLedger
+from offloadprobe.engine.model.ledger import DeviceLedger, fact_fields
 from offloadprobe.engine.model.reference import (
     Checkpoint,
     checkpoint,
@@ -230,13 +230,8 @@ class _Cycles:
             optimizer_state_bytes=self.optimizer_bytes,
             optimizer_moved_bytes=self.optimizer_moved,
             left_by_owner=left,
-            unreferenced=hidden.unreferenced,
-            unattributed_bytes=hidden.unattributed,
-            outside_allocator_bytes=hidden.outside_allocator,
-            residue_bytes=hidden.residue,
-            left_total_bytes=hidden.left_total,
-            allowance_bytes=staging_allowance(
-                self.param_to_move + (self.optimizer_bytes if self.moves_optimizer else 0)
+            **fact_fields(
+                hidden, self.param_to_move + (self.optimizer_bytes if self.moves_optimizer else 0)
             ),
             parts_to_move=parts_to_move(self.model, self.info.moves_params),
         )

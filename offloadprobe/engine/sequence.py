@@ -34,10 +34,11 @@ from offloadprobe.core.config import RunConfig
 from offloadprobe.core.records import ResidencyFact
 from offloadprobe.core.sequences import OPTIMIZER, PARAMS, Step, steps_of, train_phases
 from offloadprobe.core.units import gbps
-from offloadprobe.core.verdicts import cycle_residency_problems, staging_allowance
+from offloadprobe.core.verdicts import cycle_residency_problems
 from offloadprobe.engine.checkpoint import save_and_remove
 from offloadprobe.engine.model import audit, parts
 from offloadprobe.engine.model.integrity import Fingerprints, fingerprint_state, verify_round_trip
+from offloadprobe.engine.model.ledger import fact_fields
 from offloadprobe.engine.model.reference import Checkpoint, checkpoint, differences
 from offloadprobe.engine.model.residency import device_bytes
 from offloadprobe.engine.model.train import train_step
@@ -288,14 +289,7 @@ def _audit(state: Any, steps: Steps, step: Step, since: int) -> bool:
         optimizer_state_bytes=state.optimizer_bytes,
         optimizer_moved_bytes=state.optimizer_moved if moves_optimizer else 0,
         left_by_owner=left,
-        unreferenced=hidden.unreferenced,
-        unattributed_bytes=hidden.unattributed,
-        outside_allocator_bytes=hidden.outside_allocator,
-        residue_bytes=hidden.residue,
-        left_total_bytes=hidden.left_total,
-        allowance_bytes=staging_allowance(
-            param_to_move + (state.optimizer_bytes if moves_optimizer else 0)
-        ),
+        **fact_fields(hidden, param_to_move + (state.optimizer_bytes if moves_optimizer else 0)),
         parts_to_move=parts_to_move(model, state.info.moves_params and bool(param_to_move)),
     )
     state.residency.append(fact)

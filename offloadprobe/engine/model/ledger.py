@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from offloadprobe.core.verdicts import staging_allowance
 from offloadprobe.engine.model import parts
 from offloadprobe.engine.model.buffers import ddp_buffers
 from offloadprobe.engine.model.device_totals import DeviceTotal, device_total, walk
@@ -143,3 +144,16 @@ class DeviceLedger:
             residue=self.residue,
             left_total=left,
         )
+
+
+def fact_fields(hidden: Hidden, moving: int) -> dict[str, Any]:
+    """The residency fact's ledger fields: what ``hidden`` names, and the staging allowance
+    for an offload that moves ``moving`` bytes."""
+    return {
+        "unreferenced": hidden.unreferenced,
+        "unattributed_bytes": hidden.unattributed,
+        "outside_allocator_bytes": hidden.outside_allocator,
+        "residue_bytes": hidden.residue,
+        "left_total_bytes": hidden.left_total,
+        "allowance_bytes": staging_allowance(moving),
+    }

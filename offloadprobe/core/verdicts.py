@@ -158,9 +158,14 @@ def optimizer_left(fact: ResidencyFact) -> dict[str, int]:
 
 
 def partly_offloaded(facts: Sequence[ResidencyFact]) -> tuple[str, ...]:
-    """An optimizer strategy that moves state and left some of it: each key, its bytes."""
+    """An optimizer strategy that moves state and left some of it: each key, its bytes;
+    a parameter strategy that moved ``param_data`` and left ``grad_data`` (beyond the
+    staging allowance: room for a copy of the parameters, as a bare buffer holds none)."""
     lines = []
     for fact in facts:
+        grads = fact.left_by_owner.get("grad_data", 0)
+        if fact.param_bytes_to_move and not fact.param_bytes_left and grads > fact.allowance_bytes:
+            lines.append(f"grad_data {format_bytes(grads)} still on device")
         if not fact.moves_optimizer or not fact.optimizer_moved_bytes:
             continue  # moved nothing: the "not offloaded" rule's
         for key, nbytes in sorted(optimizer_left(fact).items(), key=lambda kv: -kv[1]):
@@ -174,6 +179,11 @@ def hidden_bytes(fact: ResidencyFact) -> int:
     return sum(fact.unreferenced.values()) + fact.unattributed_bytes
 
 
+GROWN = "grown beyond the tensors that own them"
+"""The ledger's name for bytes of a known or framework storage beyond what its tensors
+cover (or its size at the model's build): resized under them, they could hold anything."""
+
+
 def hidden_problems(facts: Sequence[ResidencyFact]) -> tuple[str, ...]:
     """Device memory no part of the model or optimizer owns, left on the device after an
     offload beyond the staging allowance: a copy the strategy kept, a cache it filled."""
@@ -182,8 +192,13 @@ def hidden_problems(facts: Sequence[ResidencyFact]) -> tuple[str, ...]:
         hidden = hidden_bytes(fact)
         if hidden <= fact.allowance_bytes:
             continue
-        parts = [f"unreferenced device tensors {format_bytes(n)}, {when}"
-                 for when, n in fact.unreferenced.items() if n]  # fmt: skip
+        parts = [
+            f"storages {format_bytes(n)} {when}"
+            if when == GROWN
+            else f"unreferenced device tensors {format_bytes(n)}, {when}"
+            for when, n in fact.unreferenced.items()
+            if n
+        ]
         if fact.unattributed_bytes:
             where = (
                 f", {format_bytes(fact.outside_allocator_bytes)} of it outside PyTorch's allocator"

@@ -113,6 +113,7 @@ class _Cycles:
         limit_device_memory(runtime, cfg.gpu_limit_bytes)
         self.ledger = DeviceLedger(runtime)
         self.model = self.build()
+        before = self.ledger.before(self.model)  # before a strategy module is imported
         self.info = model_strategy(cfg.strategy)
         memory = runtime.device_memory
         self.meter = PhaseMeter(
@@ -125,7 +126,6 @@ class _Cycles:
             cgroup_reset=hooks.fence is None,
             group=hooks.group,
         )
-        before = self.ledger.before(self.model)
         self.construction, built = self.meter.measure(0, "construction", self.construct)
         """Measured: what they hold from then on counts in every host figure."""
         self.strategy, self.optimizer_strategy = built

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from offloadprobe.core.verdicts import staging_allowance
+from offloadprobe.core.verdicts import GROWN, staging_allowance
 from offloadprobe.engine.model import parts
 from offloadprobe.engine.model.buffers import ddp_buffers
 from offloadprobe.engine.model.device_totals import DeviceTotal, device_total, walk
@@ -59,9 +59,12 @@ def _known(model: Any) -> set[int]:
     return keys
 
 
-def _on_device_bytes(model: Any) -> int:
-    """Bytes of distinct model/optimizer/batch storages on the device right now."""
-    seen: dict[int, int] = {}
+def _known_bytes(model: Any) -> tuple[int, int]:
+    """``(named, grown)``: bytes of the model/optimizer/batch storages on the device now,
+    each up to the end of the furthest tensor the audit knows on it, and the bytes of
+    those storages beyond it (a storage grown under its tensors: room for a hidden copy)."""
+    extent: dict[int, int] = {}
+    size: dict[int, int] = {}
     tensors = [b.param_data for b in ddp_buffers(model.chunks)]
     tensors += [b.grad_data for b in ddp_buffers(model.chunks)]
     tensors += [h.tensor for h in holdings([model.optimizer])]
@@ -70,8 +73,12 @@ def _on_device_bytes(model: Any) -> int:
     for tensor in tensors:
         if emulation.on_device(tensor):
             storage = tensor.untyped_storage()
-            seen[storage._cdata] = storage.nbytes()
-    return sum(seen.values())
+            key = storage._cdata
+            end = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
+            size[key] = storage.nbytes()
+            extent[key] = max(extent.get(key, 0), end)
+    named = sum(min(size[k], extent[k]) for k in size)
+    return named, sum(size.values()) - named
 
 
 class DeviceLedger:
@@ -80,9 +87,13 @@ class DeviceLedger:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
         self.zero: DeviceTotal = device_total(runtime)
-        self.framework: set[int] = set()
+        self.pre_model = set(walk(set()))
+        """Live device tensors before the model was built: not the model's (a user module
+        imported early made them), so never the framework's."""
+        self.framework: dict[int, int] = {}
         """Live device tensors no part reaches that the model's build made (before any
-        strategy existed): the framework's, the same under every strategy."""
+        strategy module was imported), with their bytes then: the framework's, the same
+        under every strategy. Bytes they grow by later are not."""
         self.before_train: set[int] = set()
         self.before_moves: set[int] = set()
         self.first_offload: DeviceTotal | None = None
@@ -91,15 +102,16 @@ class DeviceLedger:
         self.residue = 0
 
     def before(self, model: Any) -> tuple[DeviceTotal, set[int]]:
-        """The moment before the strategies are built."""
-        return device_total(self.runtime), set(walk(_known(model)))
+        """The moment after the model's build, before any strategy module is imported."""
+        walked = walk(_known(model))
+        self.framework = {k: n for k, n in walked.items() if k not in self.pre_model}
+        return device_total(self.runtime), set(walked)
 
     def after_construction(self, model: Any, before: tuple[DeviceTotal, set[int]]) -> int:
         """Device bytes the strategies made when they were built (held from then on)."""
         total, walked_before = before
         built = device_total(self.runtime)
         walked = walk(_known(model))
-        self.framework = walked_before
         self.before_train = set(walked)
         made = max(0, built.total - total.total)
         in_tensors = sum(n for key, n in walked.items() if key not in walked_before)
@@ -115,16 +127,18 @@ class DeviceLedger:
         self.before_moves = set(walked)
         self.first_offload = now
         held = now.total - self.zero.total
-        named = _on_device_bytes(model) + sum(walked.values()) + self.built_untracked
+        named = sum(_known_bytes(model)) + sum(walked.values()) + self.built_untracked
         self.residue = max(0, held - named)
 
     def after_offload(self, model: Any) -> Hidden:
         """The split of what is on the device after a cycle's offloads (see the module)."""
         now = device_total(self.runtime)
         walked = walk(_known(model))
+        known, grown = _known_bytes(model)
         by_when: dict[str, int] = {}
         for key, nbytes in walked.items():
-            if key in self.framework:
+            if key in self.framework:  # the framework's own, up to its size then
+                grown += max(0, nbytes - self.framework[key])
                 continue
             when = (
                 "made before the first train step"
@@ -134,8 +148,10 @@ class DeviceLedger:
                 else "made during the offloads and loads"
             )
             by_when[when] = by_when.get(when, 0) + nbytes
+        if grown:
+            by_when[GROWN] = grown
         left = now.total - self.zero.total
-        named = _on_device_bytes(model) + sum(walked.values()) + self.built_untracked + self.residue
+        named = known + grown + sum(walked.values()) + self.built_untracked + self.residue
         first = self.first_offload or now
         return Hidden(
             unreferenced=by_when,

@@ -182,8 +182,11 @@ def hidden_problems(facts: Sequence[ResidencyFact]) -> tuple[str, ...]:
         hidden = hidden_bytes(fact)
         if hidden <= fact.allowance_bytes:
             continue
-        parts = [f"unreferenced device tensors {format_bytes(n)}, {when}"
-                 for when, n in fact.unreferenced.items() if n]  # fmt: skip
+        parts = [
+            f"unreferenced device tensors {format_bytes(n)}, {when}"
+            for when, n in fact.unreferenced.items()
+            if n
+        ]
         if fact.unattributed_bytes:
             where = (
                 f", {format_bytes(fact.outside_allocator_bytes)} of it outside PyTorch's allocator"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from offloadprobe.attach.records import Breach, Call, JobRecord
 from offloadprobe.attach.run import exit_status
 from offloadprobe.core.errors import UsageError
-from offloadprobe.core.units import format_bytes, format_ratio, parse_size
+from offloadprobe.core.units import MissingUnit, format_bytes, format_ratio, parse_size
 
 _RATIO = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*x\s*$", re.IGNORECASE)
 
@@ -53,6 +53,10 @@ def parse_limit(flag: str, text: str, *, ratio: bool) -> Limit:
         return Limit(flag=flag, text=text, ratio=value)
     try:
         return Limit(flag=flag, text=text, nbytes=parse_size(text, what=flag, allow_zero=True))
+    except MissingUnit as err:
+        if not ratio:
+            raise
+        raise MissingUnit(f"{err}, or a multiple, e.g. {text.strip()}x") from None
     except UsageError:
         example = f"{flag} 40GiB" + (f" or {flag} 1.1x" if ratio else "")
         raise UsageError(f"cannot parse {flag} {text!r}: write it as {example}") from None

@@ -82,7 +82,7 @@ def repro_command(
         only=only or (),
         train_steps=train_steps,
         cycles=cycles,
-        gpu_limit_floor=parse_size(gpu_limit_floor, what="--gpu-limit-floor")
+        gpu_limit_floor=parse_size(gpu_limit_floor, what="--gpu-limit-floor", allow_zero=True)
         if gpu_limit_floor
         else 0,
         timeout_s=child_timeout,

@@ -158,7 +158,7 @@ def _ratio_or_size(
     match = _RATIO.match(text)
     if match:
         return float(match.group(1)), None
-    if re.match(r"^\s*[0-9.]+\s*$", text) and not (allow_zero and float(text) == 0):
+    if re.match(r"^\s*[0-9]*\.?[0-9]+\s*$", text) and not (allow_zero and float(text) == 0):
         raise UsageError(
             f"{flag} {text!r} has no unit: write {text.strip()}x for a multiple of "
             f"the bytes moved or {text.strip()}GiB for a size"

@@ -72,11 +72,14 @@ def parse_sequence(value: str | Iterable[str]) -> tuple[str, ...]:
         text = value.strip()
         if text in PRESETS:
             text = PRESETS[text]
-        names = [s.strip() for s in text.split(",") if s.strip()]
+        names = [s.strip() for s in text.split(",")] if text else []
     else:
         names = [str(s).strip() for s in value]
     if not names:
         raise UsageError("--sequence is empty: give steps such as train,offload,load,train")
+    for number, name in enumerate(names, 1):
+        if not name:
+            raise UsageError(f"--sequence: step {number} is empty")
     for name in names:
         if name not in STEP_NAMES:
             raise UsageError(

@@ -12,7 +12,6 @@ import re
 from offloadprobe.core.errors import UsageError
 
 _UNITS = {
-    "": 1,
     "b": 1,
     "k": 1024,
     "kb": 1000,
@@ -30,11 +29,26 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
+class MissingUnit(UsageError):
+    """A size given as a bare number: bytes to some, MiB or GiB to others, so refused."""
+
+
 def parse_size(text: str, *, what: str = "size", allow_zero: bool = False) -> int:
-    """Parse ``"512MiB"``, ``"5GiB"``, ``"1.5GB"`` or a plain byte count into bytes."""
+    """Parse ``"512MiB"``, ``"5GiB"``, ``"1.5GB"`` or ``"2048B"`` into bytes.
+
+    A bare number is refused (``MissingUnit``): ``--payload 16`` read as 16 bytes made a
+    run that measured nothing, ``--host-limit 4`` one that was OOM-killed at once. Only
+    ``0``, where ``allow_zero``, needs no unit. Code that has bytes holds an ``int`` and
+    does not call this.
+    """
     match = _SIZE.match(str(text))
-    if match and float(match.group(1)) == 0 and allow_zero:
-        return 0
+    if match and float(match.group(1)) == 0:
+        if allow_zero:
+            return 0
+        raise UsageError(f"{what} {text!r} must be positive")
+    if match and not match.group(2):
+        number = match.group(1)
+        raise MissingUnit(f"{what} {number} has no unit: give a unit, e.g. {number}MiB")
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _UNITS:
         raise UsageError(

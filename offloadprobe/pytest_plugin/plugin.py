@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import io
+import re
 from typing import Any
 
 import pytest
@@ -80,10 +81,17 @@ def check_options(options: dict[str, Any], *, where: str = MARKER) -> list[Any]:
     try:
         return budgets(values).budgets
     except UsageError as exc:
-        message = str(exc)
-        for key in BUDGET_NAMES:
-            message = message.replace("--" + key.replace("_", "-"), f"{key}=")
-        raise pytest.UsageError(f"{where}: {message}") from None
+        raise pytest.UsageError(f"{where}: {_keyword_words(str(exc))}") from None
+
+
+def _keyword_words(message: str) -> str:
+    """A message about ``--max-host-peak`` or ``--payload`` in the marker's words
+    (``max_host_peak=``, ``payload=``)."""
+    from offloadprobe.core.options import OPTIONS
+
+    for option in sorted(OPTIONS, key=lambda o: -len(o.cli_flag)):
+        message = re.sub(rf"{re.escape(option.cli_flag)}\b(?!-)", f"{option.name}=", message)
+    return message
 
 
 def _config(options: dict[str, Any]) -> Any:
@@ -126,7 +134,7 @@ def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
     try:
         config = _config(options)
     except UsageError as exc:
-        raise pytest.UsageError(f"{MARKER}: {exc}") from None
+        raise pytest.UsageError(f"{MARKER}: {_keyword_words(str(exc))}") from None
     label = f"{config.strategy} + {config.optimizer_strategy}"
     row = measure(
         config,

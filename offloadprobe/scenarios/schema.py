@@ -371,6 +371,8 @@ class _Reader:
         options = {}
         for key in sorted(scenario_keys - {"payload", "cycles"}):
             if key in t:
+                if BY_NAME[key].unit == "size":
+                    self.size(f"repro.{key}", t[key])  # refused here without its unit
                 options[key] = self.get(t, "repro", key, BY_NAME[key].type)
         if "payload" not in t:
             raise self.fail("repro.payload", 'missing; add payload = "64MiB"')

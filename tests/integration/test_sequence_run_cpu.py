@@ -58,6 +58,8 @@ def test_the_fix_passes_the_same_sequence(invoke, tmp_path):
         ("train,load,train", "needs an offload and a load after it"),
         ("train,offlaod,load", "'offlaod' is not a step or a preset"),
         ("", "--sequence is empty"),
+        ("train,,offload,load", "--sequence: step 2 is empty"),
+        ("train,offload,load,", "--sequence: step 4 is empty"),
     ],
 )
 def test_a_sequence_that_cannot_run_is_bad_input(invoke, text, words):

@@ -21,6 +21,10 @@ def test_limits_parse_bytes_and_ratios_and_refuse_the_rest_in_one_line():
         Budgets.parse(host_peak=None, host_growth=None, node_peak="2x")
     with pytest.raises(UsageError, match="write it as --max-host-peak 40GiB or"):
         Budgets.parse(host_peak="lots", host_growth=None, node_peak=None)
+    with pytest.raises(UsageError, match=r"^--max-node-peak 1700 has no unit: .* 1700MiB$"):
+        Budgets.parse(host_peak=None, host_growth=None, node_peak="1700")
+    with pytest.raises(UsageError, match=r"^--max-host-peak 40 has no unit: .* 40MiB, .* 40x$"):
+        Budgets.parse(host_peak="40", host_growth=None, node_peak=None)
 
 
 def test_an_absolute_host_peak_breach_names_the_call():

@@ -74,3 +74,42 @@ def test_the_alloc_conf_example_in_help_is_valid_on_this_build(invoke):
     text = " ".join(invoke("compare", "--help").stdout.split())
     (example,) = re.findall(r"--alloc-conf .*?e\.g\. (\S+?);", text)
     validate_alloc_conf(example)  # exit 2 (UsageError) if this torch lacks the key
+
+
+def _run_size_flags() -> list[str]:
+    """Every size flag of ``run``, from the option model (a new one is covered by itself),
+    and the residual budget, a size where 0 means none."""
+    from offloadprobe.core.options import RUN, for_verb
+
+    return [o.cli_flag for o in for_verb(RUN) if o.unit == "size"] + ["--max-gpu-residual"]
+
+
+def test_the_size_flags_of_run_are_all_here():
+    known = {"--payload", "--workspace-cache", "--rollout-claim", "--gpu-limit", "--host-limit"}
+    assert known | {"--max-gpu-residual"} <= set(_run_size_flags())
+
+
+@pytest.mark.parametrize("flag", _run_size_flags())
+def test_a_size_flag_without_a_unit_is_exit_2_before_anything_runs(invoke, fake_runner, flag):
+    """16 was 16 bytes: a payload too small, a 16-byte cache, a cgroup OOM at once."""
+    result = invoke("run", "--device", "cpu", "--no-progress", flag, "16")
+    assert result.exit_code == 2, result.stdout
+    assert result.error_lines == [
+        f"offloadprobe: error: {flag} 16 has no unit: give a unit, e.g. 16MiB"
+    ]
+    assert fake_runner.configs == []
+
+
+def test_a_scenario_repro_size_without_a_unit_is_exit_2(invoke, tmp_path):
+    text = GOOD + '\n[repro]\npayload = "16MiB"\nworkspace_cache = "64"\n'
+    (line,) = _plan(invoke, tmp_path, text).error_lines
+    assert "repro.workspace_cache: '64' has no unit" in line
+
+
+def test_a_marker_size_without_a_unit_names_the_keyword():
+    from offloadprobe.pytest_plugin.plugin import probe
+
+    with pytest.raises(pytest.UsageError, match=r"^offload_budget: payload= 16 has no unit: "):
+        probe(payload=16)
+    with pytest.raises(pytest.UsageError, match=r"max_gpu_residual= 5 has no unit: .* 5MiB$"):
+        probe(max_gpu_residual="5")

@@ -1,7 +1,7 @@
 import pytest
 
 from offloadprobe.core.errors import UsageError
-from offloadprobe.core.units import format_bytes, format_ratio, gbps, parse_size
+from offloadprobe.core.units import MissingUnit, format_bytes, format_ratio, gbps, parse_size
 
 
 @pytest.mark.parametrize(
@@ -11,7 +11,7 @@ from offloadprobe.core.units import format_bytes, format_ratio, gbps, parse_size
         ("5GiB", 5 * 2**30),
         ("5 GiB", 5 * 2**30),
         ("1.5GB", 1_500_000_000),
-        ("2048", 2048),
+        ("2048B", 2048),
         ("1700GiB", 1700 * 2**30),
         ("64k", 65536),
     ],
@@ -24,6 +24,22 @@ def test_parse_size_units(text, expected):
 def test_parse_size_rejects_with_a_fix(text):
     with pytest.raises(UsageError, match=r"512MiB|positive"):
         parse_size(text, what="--payload")
+
+
+@pytest.mark.parametrize("text", ["16", " 16 ", "2048", "1.5", ".5"])
+def test_a_bare_number_is_not_bytes_but_refused(text):
+    """Bytes to one flag, MiB to the user: a bare number is refused, zero or not zero."""
+    with pytest.raises(MissingUnit) as err:
+        parse_size(text, what="--payload", allow_zero=True)
+    number = text.strip()
+    assert str(err.value) == f"--payload {number} has no unit: give a unit, e.g. {number}MiB"
+
+
+def test_zero_needs_no_unit_only_where_zero_is_meaningful():
+    assert parse_size("0", allow_zero=True) == 0
+    assert parse_size("0GiB", allow_zero=True) == 0
+    with pytest.raises(UsageError, match="must be positive"):
+        parse_size("0", what="--payload")
 
 
 def test_format_edges():

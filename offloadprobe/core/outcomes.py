@@ -19,6 +19,7 @@ VERDICT_KINDS = (
     "crashed",
     "timed out",
     "inconsistent",
+    "escaped",
     "interrupted",
     "bad input",
 )

@@ -33,6 +33,7 @@ from offloadprobe.core.job import Job, WorkerResult
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.verdicts import ended
 from offloadprobe.isolation import signals
+from offloadprobe.isolation.escapes import EscapeWatch
 from offloadprobe.measure.phase_log import last_started, recorded_phases
 
 OUTPUT_LINES = 30
@@ -136,6 +137,10 @@ def _tail(path: Path, seen: int, on_phase: Callable[[dict[str, Any]], None] | No
     return len(lines)
 
 
+ESCAPED = "escaped.txt"
+"""In the job folder: what the escape watch found (``isolation.escapes``)."""
+
+
 def subprocess_spawner(job: Job, spec: WorkerSpec) -> tuple[int, str]:
     """The real thing: a fresh interpreter in a session of its own."""
     folder = job.folder
@@ -156,6 +161,7 @@ def subprocess_spawner(job: Job, spec: WorkerSpec) -> tuple[int, str]:
     reaper = _reaper(folder, proc.pid, spec.cgroup)
     keeper = spec.on_started(job) if spec.on_started is not None else None
     deadline = time.monotonic() + spec.timeout_s if spec.timeout_s else None
+    watch = EscapeWatch(proc.pid, spec.cgroup) if spec.cgroup is not None else None
     seen = 0
     try:
         while True:
@@ -164,6 +170,8 @@ def subprocess_spawner(job: Job, spec: WorkerSpec) -> tuple[int, str]:
                 break
             except subprocess.TimeoutExpired:
                 seen = _tail(job.phase_log(0), seen, spec.on_phase)
+                if watch is not None:
+                    watch.poll()
                 if deadline is not None and time.monotonic() > deadline:
                     signals.stop(proc, spec.cgroup)
                     raise WorkerTimedOut(spec.timeout_s or 0) from None
@@ -171,6 +179,10 @@ def subprocess_spawner(job: Job, spec: WorkerSpec) -> tuple[int, str]:
     finally:
         if keeper is not None:
             keeper.stop()
+        if watch is not None:
+            watch.kill_found()
+            if watch.found:
+                (folder / ESCAPED).write_text(watch.message() or "")
         signals.stop(proc, spec.cgroup)
         signals.untrack(proc)
         if reaper is not None:
@@ -299,6 +311,9 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
             last_phase=last_started(job.phase_log(0)),
             oom_kills=oom,
         )
+        escaped = folder / ESCAPED
+        if escaped.exists():  # its figures miss what the escaped process held
+            ended_as = Failure(kind="escaped", message=escaped.read_text(), exit_code=1)
         timeline = None
         if job.timeline and job.timeline_path.exists():
             with contextlib.suppress(OSError, ValueError):

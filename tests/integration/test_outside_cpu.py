@@ -116,3 +116,18 @@ def test_in_a_real_worker_process_too(invoke, tmp_path):
     """The product's own path: a fresh worker in a cgroup the parent made and removes."""
     run = _run(invoke, tmp_path, OUT + "ShmFile", isolated=True)
     assert 0.9 <= run["summary"]["steady_host_x"] <= 1.1
+
+
+def test_a_helper_that_leaves_the_group_fails_the_run_and_is_killed(invoke, tmp_path):
+    """As root a process can move itself out of the worker's memory cgroup, its memory with
+    it: the parent finds it among the worker's descendants, kills it, and the run fails."""
+    out = tmp_path / "escaped.json"
+    spec = "tests.integration.escaping_strategies:EscapingHelper"
+    result = invoke(*RUN, "--strategy", spec, "--json", str(out), isolated=True)
+    assert result.exit_code == 1, result.stderr
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["outcome"]["kind"] == "escaped", run["verdict"]
+    pid = int(run["outcome"]["detail"].split("pid ", 1)[1].split()[0])
+    assert (
+        not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
+    )

@@ -1,0 +1,81 @@
+"""Processes the worker started that left its memory cgroup.
+
+Host figures come from the worker's own memory cgroup, which counts everything the
+worker starts. A process with the privilege to write ``cgroup.procs`` (root, in most
+containers) can move itself out, and its memory with it. The parent looks at the
+worker's descendants while it waits on the worker: one outside the group is recorded
+with its RSS; at the end each one found is killed (it may have left the worker's
+session too) and the run fails as ``escaped``: its figures are not the whole truth.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Escaped:
+    pid: int
+    command: str
+    rss: int
+    """Its RSS when it was found outside the group."""
+
+
+class EscapeWatch:
+    """Look for the worker's descendants outside ``group`` every ``every`` polls."""
+
+    def __init__(self, root: int, group: Any, every: int = 5) -> None:
+        self.root, self.group, self.every = root, group, every
+        self.found: dict[int, Escaped] = {}
+        self._polls = 0
+
+    def poll(self) -> None:
+        self._polls += 1
+        if self._polls % self.every == 0:
+            self.look()
+
+    def look(self) -> None:
+        import psutil
+
+        try:
+            descendants = psutil.Process(self.root).children(recursive=True)
+        except psutil.Error:
+            return
+        if not descendants:
+            return
+        try:
+            inside = set(self.group.pids())
+        except OSError:
+            return
+        for proc in descendants:
+            if proc.pid in inside or proc.pid in self.found:
+                continue
+            with contextlib.suppress(psutil.Error):
+                if proc.pid in set(self.group.pids()):  # joined since the first read
+                    continue
+                line = " ".join(proc.cmdline()).splitlines()
+                command = (line[0][:60] if line else "") or proc.name()
+                self.found[proc.pid] = Escaped(proc.pid, command, proc.memory_info().rss)
+
+    def kill_found(self) -> None:
+        for pid in self.found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def message(self) -> str | None:
+        if not self.found:
+            return None
+        from offloadprobe.core.units import format_bytes
+
+        each = "; ".join(
+            f"pid {e.pid} ({e.command}), {format_bytes(e.rss)} resident"
+            for e in self.found.values()
+        )
+        return (
+            f"a process the strategy started left the worker's memory cgroup, so its memory "
+            f"is in no figure: {each} (killed)"
+        )

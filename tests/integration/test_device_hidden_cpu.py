@@ -31,9 +31,9 @@ RUN = [
 ]
 
 
-def _run(invoke, tmp_path, *args: str):
+def _run(invoke, tmp_path, *args: str, isolated: bool = False):
     out = tmp_path / "run.json"
-    result = invoke(*RUN, *args, "--json", str(out))
+    result = invoke(*RUN, *args, "--json", str(out), isolated=isolated)
     return result, json.loads(out.read_text())["runs"][0]
 
 
@@ -97,3 +97,32 @@ def test_a_gpu_residual_budget_allows_what_it_names(invoke, tmp_path):
     )
     assert run["outcome"]["kind"] == "ok", run["verdict"]
     assert result.exit_code == 0, result.stdout
+
+
+GROWN = "tests.integration.grown_storage_strategies:"
+
+
+@pytest.mark.parametrize(
+    ("name", "how"),
+    [
+        ("GrowModuleTensor", "made before the first train step"),
+        ("GrowOptimizerState", "grown beyond the tensors that own them"),
+    ],
+)
+def test_a_copy_in_a_storage_grown_under_its_tensors_is_not_offloaded(invoke, tmp_path, name, how):
+    """A one-byte tensor the strategy module made at import, or an exp_avg's storage the
+    audit knows, grown to hold the parameters: bit-exact, yet nothing left the device."""
+    # the module's import-time tensor needs the worker's device: a worker of its own
+    isolated = name == "GrowModuleTensor"
+    result, run = _run(invoke, tmp_path, "--strategy", GROWN + name, isolated=isolated)
+    assert result.exit_code == 1, result.stdout
+    assert run["outcome"]["kind"] == "not offloaded", run["verdict"]
+    held = run["residency"][-1]["unreferenced"][how]
+    assert held >= 0.95 * run["payload_bytes"], run["residency"][-1]
+
+
+def test_parameters_parked_in_grad_data_are_partly_offloaded(invoke, tmp_path):
+    result, run = _run(invoke, tmp_path, "--strategy", GROWN + "ParkInGradData")
+    assert result.exit_code == 1, result.stdout
+    assert run["outcome"]["kind"] == "partly offloaded", run["verdict"]
+    assert run["not_offloaded"][0].startswith("grad_data ")

@@ -87,13 +87,11 @@ class DeviceLedger:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
         self.zero: DeviceTotal = device_total(runtime)
-        self.pre_model = set(walk(set()))
-        """Live device tensors before the model was built: not the model's (a user module
-        imported early made them), so never the framework's."""
         self.framework: dict[int, int] = {}
-        """Live device tensors no part reaches that the model's build made (before any
-        strategy module was imported), with their bytes then: the framework's, the same
-        under every strategy. Bytes they grow by later are not."""
+        """Live device tensors no part reaches that exist once the model is built, before
+        any strategy module is imported (megatron's own; in a run over several ranks, what
+        the reference model's build left), with their bytes then: the framework's, the
+        same under every strategy. Bytes they grow by later are not."""
         self.before_train: set[int] = set()
         self.before_moves: set[int] = set()
         self.first_offload: DeviceTotal | None = None
@@ -104,7 +102,7 @@ class DeviceLedger:
     def before(self, model: Any) -> tuple[DeviceTotal, set[int]]:
         """The moment after the model's build, before any strategy module is imported."""
         walked = walk(_known(model))
-        self.framework = {k: n for k, n in walked.items() if k not in self.pre_model}
+        self.framework = dict(walked)
         return device_total(self.runtime), set(walked)
 
     def after_construction(self, model: Any, before: tuple[DeviceTotal, set[int]]) -> int:

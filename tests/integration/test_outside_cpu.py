@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -128,6 +129,5 @@ def test_a_helper_that_leaves_the_group_fails_the_run_and_is_killed(invoke, tmp_
     (run,) = json.loads(out.read_text())["runs"]
     assert run["outcome"]["kind"] == "escaped", run["verdict"]
     pid = int(run["outcome"]["detail"].split("pid ", 1)[1].split()[0])
-    assert (
-        not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
-    )
+    status = Path(f"/proc/{pid}/status")
+    assert not status.exists() or "zombie" in status.read_text().lower()  # killed

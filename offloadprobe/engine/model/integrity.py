@@ -10,7 +10,10 @@ values in every optimizer param group. After the load :func:`verify_round_trip` 
   fingerprinted are the bytes the model computes with and the optimizer updates;
 - each ``param_data`` has its fingerprint back; ``grad_data`` is restored (and zero when
   the strategy freed it);
-- each optimizer tensor has its fingerprint back, and each param group its values.
+- each optimizer tensor has its fingerprint back, and each param group its values;
+- each parameter outside the DDP buffers (:mod:`.parts`: frozen ones, a reference
+  model's), read from the modules as they hold it now, by name, has its fingerprint back:
+  a strategy that puts another ``nn.Parameter`` in a module is checked on that one.
 
 Optimizer tensors are matched by name, not by position: ``exp_avg of param 3`` (the state
 key, or the holding's kind, and the index of the inner optimizer's parameter it belongs
@@ -202,12 +205,18 @@ def verify_round_trip(
 
 
 def _verify_parts(model: Any, before: Fingerprints, cycle: int) -> list[str]:
-    """Each parameter outside the DDP buffers: its storage back, its bytes unchanged."""
+    """Each parameter outside the DDP buffers, as the modules hold it now: still there, its
+    storage back, its bytes unchanged."""
     loose = parts.named(model)
     ok = [_storage_ok(p) for *_, p in loose]
     found = iter(fingerprints(p for (*_, p), good in zip(loose, ok, strict=True) if good))
     want = dict(before.parts)
-    problems = []
+    now = {f"{part} {name}" for part, name, _ in loose}
+    problems = [
+        f"cycle {cycle}: {label}: no module holds it as a parameter after load"
+        for label, _ in before.parts
+        if label not in now
+    ]
     for (part, name, _), good in zip(loose, ok, strict=True):
         if not good:
             problems.append(f"cycle {cycle}: {part} {name}: storage was not restored by load")

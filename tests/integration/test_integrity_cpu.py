@@ -201,5 +201,61 @@ def test_every_optimizer_tensor_but_buffer_views_and_main_grads_is_fingerprinted
     from offloadprobe.engine.model.integrity import _optimizer_tensors
 
     found = _optimizer_tensors(model)
-    assert {owner for owner, _ in found} == {"exp_avg", "exp_avg_sq", "master_param"}
+    assert {name.owner for name, _ in found} == {"exp_avg", "exp_avg_sq", "master_param"}
     assert len(found) == 3 * 17 and all(isinstance(t, torch.Tensor) for _, t in found)
+    assert len({name.key for name, _ in found}) == len(found)  # each one its own name
+
+
+# ------------------------------------------------------------------ optimizer state, by name
+
+
+def _inner(model):
+    (part,) = model.optimizer.chained_optimizers
+    return part.optimizer
+
+
+def test_optimizer_state_rebuilt_in_another_order_passes(model):
+    # what ``{k: v.to(...) for k, v in reversed(...)}`` in a strategy does: the same
+    # tensors, the keys of each state dict and the parameters of the state in other orders
+    from offloadprobe.engine.model.integrity import fingerprint_state
+
+    inner = _inner(model)
+    before = fingerprint_state(model)
+    original = inner.state
+    rebuilt = type(original)(dict)
+    for param, state in reversed(list(original.items())):
+        rebuilt[param] = {key: value for key, value in reversed(list(state.items()))}
+    inner.state = rebuilt
+    try:
+        problems = _verify(model, before)
+    finally:
+        inner.state = original
+    assert problems == []
+
+
+def test_an_optimizer_tensor_missing_new_or_changed_is_named(model):
+    from offloadprobe.engine.model.integrity import fingerprint_state
+
+    inner = _inner(model)
+    params = [p for group in inner.param_groups for p in group["params"]]
+    before = fingerprint_state(model)
+    dropped = inner.state[params[3]].pop("exp_avg")
+    inner.state[params[4]]["extra"] = torch.zeros(2)
+    changed = inner.state[params[5]]["exp_avg_sq"]
+    old = changed.clone()
+    changed.view(-1)[0] += 1
+    try:
+        problems = _verify(model, before)
+    finally:
+        inner.state[params[3]]["exp_avg"] = dropped
+        del inner.state[params[4]]["extra"]
+        changed.copy_(old)
+    assert len(problems) == 3, problems
+    missing, new, differs = problems
+    assert missing.startswith("cycle 0: optimizer exp_avg of param 3 (")
+    assert missing.endswith(") missing after load")
+    assert new.startswith("cycle 0: optimizer extra of param 4 (")
+    assert new.endswith(") appeared in the round trip (not held before offload)")
+    expected = "cycle 0: optimizer exp_avg_sq differs from before offload in 1 tensor(s): param 5 ("
+    assert differs.startswith(expected)
+    assert _verify(model) == []

@@ -1,20 +1,24 @@
 """Model parts outside the DDP buffers (``--ref-model``, ``--frozen-fraction``): strategies
 receive them in the chunk list after the DDP chunks; the built-in ones move every part
 bit for bit, code that moves only the DDP buffers leaves the parts on the device (not
-offloaded, exit 1), and a part that comes back changed is corrupted. In process, CPU
-emulation, the smallest tiny model: verdicts and bytes, not host magnitudes."""
+offloaded, exit 1), and a part that comes back changed is corrupted, the frozen
+parameters as the modules hold them after the load (another ``nn.Parameter`` put in a
+module is the one checked). In process, CPU emulation, the smallest tiny model: verdicts
+and bytes, not host magnitudes."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
 from tests.conftest import TINY
 
 SMALLEST = [*TINY, "--hidden", "128", "--vocab", "512"]
 PARTS = ["--ref-model", "--frozen-fraction", "0.5", "--no-progress"]
 HERE = "tests.integration.parts_functions:"
+SWAP = "tests.integration.frozen_swap_strategies:"
 
 
 def _run(invoke, tmp_path, *args: str):
@@ -61,3 +65,76 @@ def test_a_reference_model_changed_on_the_way_back_is_corrupted(invoke, tmp_path
     assert result.exit_code == 1
     assert run["outcome"]["kind"] == "corrupted"
     assert "ref_model " in run["verdict"] and "differs from before offload" in run["verdict"]
+
+
+def test_frozen_parameters_swapped_in_the_modules_are_corrupted(invoke, tmp_path):
+    # the frozen originals come back bit for bit; the modules compute with negated copies
+    result, run = _run(invoke, tmp_path, "--strategy", SWAP + "SwapsFrozenForNegated")
+    assert result.exit_code == 1, result.stdout
+    assert run["outcome"]["kind"] == "corrupted", run["verdict"]
+    problems = run["integrity"]
+    assert problems and all(p.startswith("cycle 0: frozen ") for p in problems), problems
+    assert all(p.endswith(" differs from before offload") for p in problems), problems
+
+
+# ------------------------------------------------------------------ parts read live, by name
+
+
+@pytest.fixture(scope="module")
+def frozen_model():
+    """The smallest model, half frozen (built, not trained: the check reads bytes only)."""
+    from offloadprobe.core.config import ModelConfig
+    from offloadprobe.engine.model.builder import build_probe_model
+    from offloadprobe.engine.runtime import open_runtime
+
+    cfg = ModelConfig(
+        num_layers=1,
+        hidden_size=128,
+        num_attention_heads=4,
+        vocab_size=512,
+        seq_length=32,
+        micro_batch_size=1,
+        frozen_fraction=0.5,
+    )
+    with open_runtime("cpu", 3) as runtime:
+        yield build_probe_model(cfg, runtime, seed=3)
+
+
+def _a_frozen_parameter(model):
+    """``(module, attribute name, parameter)`` of the first frozen parameter."""
+    name = model.frozen[0][0]
+    path, attr = name.rsplit(".", 1)
+    module = model.chunks[0].module.module.get_submodule(path)
+    return module, attr, module._parameters[attr]
+
+
+@pytest.mark.parametrize(
+    "replace",
+    [
+        pytest.param(lambda p: torch.nn.Parameter(p.detach().clone(), False), id="same bytes"),
+        pytest.param(lambda p: torch.nn.Parameter(-p.detach().clone(), False), id="negated"),
+        pytest.param(lambda p: None, id="removed"),
+    ],
+)
+def test_the_frozen_parameter_the_module_holds_is_the_one_checked(frozen_model, replace):
+    from offloadprobe.engine.model.integrity import fingerprint_state, verify_round_trip
+
+    module, attr, original = _a_frozen_parameter(frozen_model)
+    name = frozen_model.frozen[0][0]
+    before = fingerprint_state(frozen_model)
+    swapped = replace(original)
+    if swapped is None:
+        del module._parameters[attr]
+    else:
+        module._parameters[attr] = swapped
+    try:
+        problems = verify_round_trip(frozen_model, before, 0, grads_zeroed=False)
+    finally:
+        module._parameters[attr] = original
+    if swapped is None:
+        assert problems == [f"cycle 0: frozen {name}: no module holds it as a parameter after load"]
+    elif torch.equal(swapped, original):
+        assert problems == []  # another object, the same bytes: what the model computes with
+    else:
+        assert problems == [f"cycle 0: frozen {name} differs from before offload"]
+    assert verify_round_trip(frozen_model, fingerprint_state(frozen_model), 0) == []

@@ -10,7 +10,17 @@ values in every optimizer param group. After the load :func:`verify_round_trip` 
   fingerprinted are the bytes the model computes with and the optimizer updates;
 - each ``param_data`` has its fingerprint back; ``grad_data`` is restored (and zero when
   the strategy freed it);
-- each optimizer tensor has its fingerprint back, and each param group its values.
+- each optimizer tensor has its fingerprint back, and each param group its values;
+- each parameter outside the DDP buffers (:mod:`.parts`: frozen ones, a reference
+  model's), read from the modules as they hold it now, by name, has its fingerprint back:
+  a strategy that puts another ``nn.Parameter`` in a module is checked on that one.
+
+Optimizer tensors are matched by name, not by position: ``exp_avg of param 3`` (the state
+key, or the holding's kind, and the index of the inner optimizer's parameter it belongs
+to, counted over every inner optimizer's param groups). A strategy may rebuild a state
+dict with its keys in another order, as ``{k: v.to(...) for k, v in ...}`` over anything
+does, and the bytes are still the same; a tensor missing after the load, one that was not
+there before, or one whose bytes changed is reported by its name.
 
 Optimizer tensors are all that :func:`holdings` finds (``exp_avg``, ``exp_avg_sq``,
 ``master_param`` in fp32 or int16 remainders, per-state scales, the DistributedOptimizer's
@@ -27,6 +37,7 @@ fp32 main params, torch's ``step`` counts) except two kinds, each for a reason:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,11 +47,17 @@ from offloadprobe.engine.model import parts
 from offloadprobe.engine.model.buffer_views import view_problems
 from offloadprobe.engine.model.buffers import ddp_buffers, nbytes
 from offloadprobe.engine.model.fingerprint import FingerprintKey, fingerprint, fingerprints
-from offloadprobe.engine.optimizer.holdings import holdings, megatron_optimizers, storage_key
+from offloadprobe.engine.optimizer.holdings import (
+    holdings,
+    main_param_names,
+    megatron_optimizers,
+    storage_key,
+)
 
 __all__ = [
     "FingerprintKey",
     "Fingerprints",
+    "HeldName",
     "fingerprint",
     "fingerprint_buffers",
     "fingerprint_state",
@@ -49,13 +66,33 @@ __all__ = [
 ]
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HeldName:
+    """Which optimizer tensor: what it is and whose it is; the same before and after a
+    round trip whatever order the state was rebuilt in."""
+
+    owner: str
+    """The holding's owner (:class:`~offloadprobe.engine.optimizer.holdings.Held`):
+    ``exp_avg``, ``master_param``, ``<key>.scale``, an fp32 group's attribute name."""
+    param: str
+    """``param 3``: the inner optimizers' parameter it belongs to, in param-group order
+    (``#2`` after it where one key holds several tensors); ``tensor 0 outside the param
+    groups`` for one whose parameter no param group lists."""
+    label: str = ""
+    """The model parameter's name, where the optimizer maps it to one (shown, not compared)."""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.owner, self.param)
+
+
 @dataclass(frozen=True, slots=True)
 class Fingerprints:
-    """Everything a round trip must bring back, in a fixed order: each DDP ``param_data``,
-    each optimizer tensor (by owner) and each optimizer param-group value (by name)."""
+    """Everything a round trip must bring back: each DDP ``param_data`` (in buffer order),
+    each optimizer tensor (by name) and each optimizer param-group value (by name)."""
 
     buffers: list[tuple[int, ...]]
-    optimizer: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+    optimizer: list[tuple[HeldName, tuple[int, ...]]] = field(default_factory=list)
     groups: list[tuple[str, Any]] = field(default_factory=list)
     parts: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
     """Each parameter outside the DDP buffers (``parts.py``), by ``part name``."""
@@ -66,18 +103,42 @@ def fingerprint_buffers(models: list[Any]) -> list[tuple[int, ...]]:
     return fingerprints(b.param_data for b in ddp_buffers(models))
 
 
-def _optimizer_tensors(model: Any) -> list[tuple[str, torch.Tensor]]:
-    """Optimizer tensors to check, in holdings order: views into the DDP buffers and the
+def _param_indices(model: Any) -> dict[int, int]:
+    """``id(inner optimizer parameter) -> its index`` over every inner optimizer's groups."""
+    found: dict[int, int] = {}
+    for part in megatron_optimizers([model.optimizer]):
+        for group in part.optimizer.param_groups:
+            for param in group["params"]:
+                found.setdefault(id(param), len(found))
+    return found
+
+
+def _optimizer_tensors(model: Any) -> list[tuple[HeldName, torch.Tensor]]:
+    """Optimizer tensors to check, each by its name: views into the DDP buffers and the
     gradients on the main params (rebuilt every step) are left out (see the module doc)."""
     ddp = set()
     for buffer in ddp_buffers(model.chunks):
         ddp.add(storage_key(buffer.param_data))
         ddp.add(storage_key(buffer.grad_data))
+    index = _param_indices(model)
+    labels = main_param_names([model.optimizer], model.chunks)
+    seen: dict[tuple[str, str], int] = {}
     found = []
     for held in holdings([model.optimizer]):
         if held.owner.startswith("main_param.") or storage_key(held.tensor) in ddp:
             continue
-        found.append((held.owner, held.tensor))
+        at = index.get(id(held.param)) if held.param is not None else None
+        if at is None:  # no param group lists its parameter: numbered among its owner's
+            outside = (held.owner, "outside")
+            seen[outside] = seen.get(outside, 0) + 1
+            param = f"tensor {seen[outside] - 1} outside the param groups"
+        else:
+            param = f"param {at}"
+        count = seen[(held.owner, param)] = seen.get((held.owner, param), 0) + 1
+        if count > 1:  # one state entry of several tensors (a wrapper subclass's leaves)
+            param = f"{param} #{count}"
+        label = labels.get(id(held.param), "") if held.param is not None else ""
+        found.append((HeldName(owner=held.owner, param=param, label=label), held.tensor))
     return found
 
 
@@ -105,7 +166,7 @@ def fingerprint_state(model: Any) -> Fingerprints:
     loose = parts.named(model)
     return Fingerprints(
         buffers=fingerprint_buffers(model.chunks),
-        optimizer=[(owner, fp) for (owner, _), fp in zip(tensors, values, strict=True)],
+        optimizer=[(name, fp) for (name, _), fp in zip(tensors, values, strict=True)],
         groups=_group_values(model),
         parts=[
             (f"{part} {name}", fp)
@@ -144,12 +205,18 @@ def verify_round_trip(
 
 
 def _verify_parts(model: Any, before: Fingerprints, cycle: int) -> list[str]:
-    """Each parameter outside the DDP buffers: its storage back, its bytes unchanged."""
+    """Each parameter outside the DDP buffers, as the modules hold it now: still there, its
+    storage back, its bytes unchanged."""
     loose = parts.named(model)
     ok = [_storage_ok(p) for *_, p in loose]
     found = iter(fingerprints(p for (*_, p), good in zip(loose, ok, strict=True) if good))
     want = dict(before.parts)
-    problems = []
+    now = {f"{part} {name}" for part, name, _ in loose}
+    problems = [
+        f"cycle {cycle}: {label}: no module holds it as a parameter after load"
+        for label, _ in before.parts
+        if label not in now
+    ]
     for (part, name, _), good in zip(loose, ok, strict=True):
         if not good:
             problems.append(f"cycle {cycle}: {part} {name}: storage was not restored by load")
@@ -158,23 +225,55 @@ def _verify_parts(model: Any, before: Fingerprints, cycle: int) -> list[str]:
     return problems
 
 
+def _listed(names: list[HeldName], shown: int = 3) -> str:
+    """``param 3 (its model name)``, or ``params 1, 3, 5 and 6 more`` (names of one owner)."""
+    if len(names) == 1:
+        name = names[0]
+        return name.param + (f" ({name.label})" if name.label else "")
+    listed = ", ".join(n.param.removeprefix("param ") for n in names[:shown])
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"params {listed}{more}"
+
+
+def _by_owner(names: Iterable[HeldName]) -> dict[str, str]:
+    """``owner -> _listed(its names)``, owners in first-seen order."""
+    grouped: dict[str, list[HeldName]] = {}
+    for name in names:
+        grouped.setdefault(name.owner, []).append(name)
+    return {owner: _listed(found) for owner, found in grouped.items()}
+
+
 def _verify_optimizer(model: Any, before: Fingerprints, cycle: int) -> list[str]:
+    """Each optimizer tensor by name: still there, its storage back, its bytes unchanged;
+    none there that was not before; then each param group's values."""
     after = _optimizer_tensors(model)
-    if [o for o, _ in after] != [o for o, _ in before.optimizer]:
-        shape = f"{len(before.optimizer)} tensors before, {len(after)} after"
-        return [f"cycle {cycle}: the optimizer's state changed shape in the round trip ({shape})"]
-    ok = [_storage_ok(tensor) for _, tensor in after]
-    found = iter(fingerprints(t for (_, t), good in zip(after, ok, strict=True) if good))
-    changed: dict[str, int] = {}
-    for (owner, _), good, (_, want) in zip(after, ok, before.optimizer, strict=True):
-        if not good:
-            owner = f"{owner} (storage not restored)"
-        elif next(found) == want:
-            continue
-        changed[owner] = changed.get(owner, 0) + 1
-    problems = [
-        f"cycle {cycle}: optimizer {owner} differs from before offload in {n} tensor(s)"
-        for owner, n in changed.items()
+    now = {name.key for name, _ in after}
+    expected = {name.key: fp for name, fp in before.optimizer}
+    at = f"cycle {cycle}: optimizer"
+    missing = _by_owner(name for name, _ in before.optimizer if name.key not in now)
+    problems = [f"{at} {owner} of {which} missing after load" for owner, which in missing.items()]
+    new = _by_owner(name for name, _ in after if name.key not in expected)
+    problems += [
+        f"{at} {owner} of {which} appeared in the round trip (not held before offload)"
+        for owner, which in new.items()
+    ]
+    kept = [(name, tensor) for name, tensor in after if name.key in expected]
+    readable = [(name, tensor) for name, tensor in kept if _storage_ok(tensor)]
+    lost = _by_owner(name for name, tensor in kept if not _storage_ok(tensor))
+    problems += [
+        f"{at} {owner} of {which}: storage was not restored by load"
+        for owner, which in lost.items()
+    ]
+    values = fingerprints(tensor for _, tensor in readable)
+    changed = [
+        name for (name, _), fp in zip(readable, values, strict=True) if fp != expected[name.key]
+    ]
+    counts: dict[str, int] = {}
+    for name in changed:
+        counts[name.owner] = counts.get(name.owner, 0) + 1
+    problems += [
+        f"{at} {owner} differs from before offload in {counts[owner]} tensor(s): {which}"
+        for owner, which in _by_owner(changed).items()
     ]
     groups = dict(_group_values(model))
     for label, want in before.groups:

@@ -72,12 +72,26 @@ def _rows(run: RunRecord) -> list[_Row]:
     return sorted(rows, key=lambda r: r.rec.phase == TRAIN)
 
 
+def _head(run: RunRecord) -> str:
+    """A table's title names the row: its own name (``--strategy NAME=SPEC``), else the
+    parameter strategy its description is of."""
+    return run.label if run.label_override else run.strategy
+
+
+def _description(run: RunRecord) -> str:
+    """What the strategy is; a named row's title leaves its spec out (the row's name
+    stands for it, and a long ``module:offload,load`` would split at 80 columns)."""
+    if run.label_override and run.strategy in run.description:
+        return " ".join(run.description.replace(run.strategy, "").split()) or "user strategy"
+    return run.description
+
+
 def phase_table(run: RunRecord, *, gpu: bool) -> RenderableType:
     """One row per cycle and phase; host figures over the pre-offload baseline."""
     return column_table(
         HOST_COLUMNS,
         _rows(run),
-        title=f"{run.strategy}: {run.description}",
+        title=f"{_head(run)}: {_description(run)}",
         caption=(
             f"x = multiple of the payload ({format_bytes(run.payload_bytes)} of param_data); "
             f"host over the RSS before the first offload "
@@ -96,7 +110,7 @@ def device_table(run: RunRecord) -> RenderableType | None:
     return column_table(
         DEVICE_COLUMNS,
         rows,
-        title=f"{run.strategy}: pinned and GPU memory after each phase",
+        title=f"{_head(run)}: pinned and GPU memory after each phase",
         sections=lambda r: r.rec.phase == TRAIN,
     )
 

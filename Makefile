@@ -10,25 +10,32 @@ BIN := $(VENV)/bin
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 TORCH_SPEC ?= $(if $(HAS_GPU),torch,torch==2.13.0)
 
+# One line of its own, the rest to a log shown only on failure: a fresh clone's `make run`
+# shows its table within the first 15 lines. Bytecode for the package and the tests is
+# compiled once: every run, child and rank imports them (where PYTHONDONTWRITEBYTECODE is
+# set, as here, Python would compile them each time).
+SETUP_LOG := $(VENV)/setup.log
 $(BIN)/offloadprobe: pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	# bytecode for the package and the tests, once: every run, child and rank imports them
-	# (where PYTHONDONTWRITEBYTECODE is set, as here, Python would compile them each time)
-	$(BIN)/python -m compileall -q offloadprobe tests benchmarks examples
-	touch $@
+	@echo "make: setting up $(VENV) with $(TORCH_SPEC), megatron-core and offloadprobe (once)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@{ $(BIN)/python -m pip install --upgrade pip \
+	  && $(BIN)/python -m pip install "$(TORCH_SPEC)" \
+	  && $(BIN)/python -m pip install -e ".[dev]" \
+	  && $(BIN)/python -m compileall -q offloadprobe tests benchmarks examples; } \
+	  > $(SETUP_LOG) 2>&1 || { tail -n 40 $(SETUP_LOG); \
+	  echo "make: setting up $(VENV) failed; the whole log: $(SETUP_LOG)"; exit 1; }
+	@touch $@
 
 .PHONY: env
 env: $(BIN)/offloadprobe ## Create the virtual environment if it is missing
 
-# The problem and the fix side by side: naive (a fresh pinned copy every offload) breaks a
-# 1.5x host-peak budget, as expected (the row says so and the exit code stays 0), lazy
-# keeps to it; on a GPU, registered as well. About 24 CPU-seconds on a 2-core CPU host.
+# The problem and the fix side by side: naive (a fresh pinned copy every offload) breaks
+# the host-peak budget, as expected (the row says so and the exit code stays 0), lazy keeps
+# to it; on a GPU, registered as well, and 2.5x: there lazy's pinned block is rounded up to
+# a power of two (16 MiB for 8). About 24 CPU-seconds on a 2-core CPU host.
 RUN_ROWS ?= $(strip naive lazy $(if $(HAS_GPU),registered))
 RUN_MODEL ?= --payload 8MiB --cycles 2
-RUN_BUDGETS ?= --max-host-peak 1.5x --expect naive=over-budget
+RUN_BUDGETS ?= --max-host-peak $(if $(HAS_GPU),2.5x,1.5x) --expect naive=over-budget
 
 .PHONY: run
 run: env ## Compare naive (the problem) and lazy (the fix) on an 8 MiB model, 2 cycles

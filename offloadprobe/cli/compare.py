@@ -30,6 +30,9 @@ from offloadprobe.report.output import check_writable, write_json, write_text
 from offloadprobe.report.reporters import render
 from offloadprobe.report.step_summary import append_step_summary
 
+EXPECTABLE = tuple(k for k in VERDICT_KINDS if k != "unexpected pass")
+"""What a canary row can be expected to be (``ok`` too: what every other row must be)."""
+
 EXTRA = [
     parameter(
         "strategies",
@@ -65,7 +68,7 @@ EXTRA = [
             typer.Option(
                 "--expect",
                 help="A canary row: ROW=VERDICT, e.g. naive=over-budget (any verdict: "
-                + ", ".join(k.replace(" ", "-") for k in VERDICT_KINDS if k != "ok")
+                + ", ".join(k.replace(" ", "-") for k in EXPECTABLE if k != "ok")
                 + "). That failure keeps the exit code 0 and is marked expected; a pass or "
                 "another verdict exits 1. Repeatable.",
             ),
@@ -249,9 +252,9 @@ def verdict_kind(text: str, flag: str = "--expect") -> str:
     import difflib
 
     kind = " ".join(text.replace("-", " ").replace("_", " ").lower().split())
-    if kind in VERDICT_KINDS:
+    if kind in EXPECTABLE:
         return kind
-    names = [k.replace(" ", "-") for k in VERDICT_KINDS]
+    names = [k.replace(" ", "-") for k in EXPECTABLE]
     near = difflib.get_close_matches(text.lower(), names, n=1)
     hint = f"did you mean {near[0]}? " if near else ""
     raise UsageError(f"{flag}: no verdict {text!r}; {hint}verdicts: {', '.join(names)}")

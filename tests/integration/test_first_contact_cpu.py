@@ -28,8 +28,9 @@ def make_run(tmp_path_factory):
         pytest.skip("make is not installed")
     venv = tmp_path_factory.mktemp("venv")
     program = venv / "bin" / "offloadprobe"
-    # -o: the environment is taken as made (the recipe is what runs once it exists)
-    make = ["make", "-s", "-n", "-o", str(program), "run", f"VENV={venv}"]
+    # -o: the environment is taken as made (the recipe is what runs once it exists);
+    # HAS_GPU empty: the CPU host's recipe, whatever this host has (the model is on CPU)
+    make = ["make", "-s", "-n", "-o", str(program), "run", f"VENV={venv}", "HAS_GPU="]
     recipe = subprocess.run(
         [*make, f"RUN_MODEL={shlex.join([*TINY, '--train-steps', '0'])}"],
         cwd=ROOT,

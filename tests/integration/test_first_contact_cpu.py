@@ -1,9 +1,9 @@
 """``make run``: the problem and the fix side by side in the first lines a new user sees.
 
-The Makefile's own recipe, as ``make -n`` expands it, runs under bash at 80 columns with
-``offloadprobe`` the CLI in this process (``tests/shell_cli.py``), on the tiny model
-(``RUN_MODEL``, the Makefile's knob for it). What a terminal shows is make's echo of the
-command, the progress lines, then the report.
+The Makefile's own recipe, as ``make -n`` expands it on a CPU host, runs under bash at 80
+columns with ``offloadprobe`` the CLI in this process (``tests/shell_cli.py``), its model
+flags (``--payload``, ``--cycles``) swapped for the tiny model's. What a terminal shows is
+make's echo of the command, the progress lines, then the report.
 """
 
 from __future__ import annotations
@@ -32,14 +32,12 @@ def make_run(tmp_path_factory):
     # HAS_GPU empty: the CPU host's recipe, whatever this host has (the model is on CPU)
     make = ["make", "-s", "-n", "-o", str(program), "run", f"VENV={venv}", "HAS_GPU="]
     recipe = subprocess.run(
-        [*make, f"RUN_MODEL={shlex.join([*TINY, '--train-steps', '0'])}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PATH": "/usr/bin:/bin"},
+        make, cwd=ROOT, capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"}
     ).stdout.strip()
-    command = recipe.replace(str(program), "offloadprobe", 1)
+    argv = shlex.split(recipe.replace(str(program), "offloadprobe", 1))
+    for flag in ("--payload", "--cycles"):  # the model's size: the tiny one's instead
+        del argv[argv.index(flag) : argv.index(flag) + 2]
+    command = shlex.join([*argv, *TINY, "--train-steps", "0"])
     result = run_script(command, cwd=ROOT, env={}, columns=WIDTH)
     echoed = recipe.replace(str(program), ".venv/bin/offloadprobe", 1)
     return recipe, echoed, result

@@ -120,6 +120,7 @@ def job(tmp_path_factory, flow):
             CI="true",
         )
     out = where / flow.env["OUT"]
+    assert (out / "compare.json").exists(), step.stdout + step.stderr
     doc = json.loads((out / "compare.json").read_text())
     return step, doc, where, drawn
 

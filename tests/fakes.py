@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from offloadprobe.core.config import RunConfig
@@ -176,6 +176,7 @@ class FakeRunner:
         self.configs.append(cfg)
         kwargs = {"cycles": cfg.cycles, "optimizer_strategy": cfg.optimizer_strategy}
         record = fake_run(cfg.strategy, **{**kwargs, **self.runs.get(cfg.strategy, {})})
+        record = replace(record, label_override=cfg.label)  # as the real runner records it
         for rec in record.phases:
             if hooks is not None and hooks.on_start is not None:
                 hooks.on_start(rec.cycle, rec.phase)

@@ -106,6 +106,7 @@ def attach_command(
     from offloadprobe.attach.report_table import render_attach
     from offloadprobe.attach.run import AttachJob, resolve_command, run_attached
     from offloadprobe.report.output import check_writable, write_json, write_text
+    from offloadprobe.report.step_summary import append_step_summary, step_summary_path
 
     specs = spec.resolve(list(phase or []), list(preset or []))
     budgets = verdict.Budgets.parse(
@@ -144,4 +145,6 @@ def attach_command(
         write_text(attach_markdown(record), markdown_path, "--markdown")
     if records is not None:
         print(f"kept the job's records in {records}", file=sys.stderr)
+    if step_summary_path() is not None:
+        append_step_summary("attach", attach_markdown(record))
     raise typer.Exit(verdict.exit_code(record))

@@ -1,4 +1,4 @@
-"""Shared end of every verb that judges rows: print what failed, exit 0/1 by the verdicts."""
+"""Shared end of every verb that judges rows: name what failed, exit by the verdicts."""
 
 from __future__ import annotations
 
@@ -9,23 +9,47 @@ from offloadprobe.core.errors import RowsFailed
 from offloadprobe.core.outcomes import Verdict
 
 
+def _breach_line(breach: Breach) -> str:
+    head = "budget exceeded" if breach.kind == "over budget" else breach.kind
+    return f"{head}: {breach.line()}"
+
+
+def _failed_text(label: str, verdict: Verdict, breaches: list[Breach]) -> str:
+    """A row broken by budgets: its kind and the flags (the report above gives the
+    figures, once); any other failure: its whole verdict."""
+    if breaches:
+        flags = ", ".join(dict.fromkeys(b.budget for b in breaches))
+        return f"{label}: {verdict.kind} ({flags})"
+    return f"{label}: {verdict.line()}"
+
+
 def enforce(rows: list[tuple[str, Verdict, list[Breach]]]) -> None:
-    """One line per broken budget and per failed row on stderr, then ``RowsFailed``
-    (exit 1) unless every row is ok."""
-    for _, _, breaches in rows:
-        for breach in breaches:
-            print(f"budget exceeded: {breach.line()}", file=sys.stderr)
-    failed = [(label, verdict) for label, verdict, _ in rows if not verdict.ok]
+    """Print each broken budget once, then raise ``RowsFailed`` (exit 1, or 2 where a row
+    was bad input) unless every row passes: ok, or the failure a canary row expects.
+
+    The verdict the report printed names a row's first breach; only the others get a
+    line here. The last line names every failed row.
+    """
+    for _, verdict, breaches in rows:
+        if not verdict.passes:
+            for breach in breaches[1:]:
+                print(_breach_line(breach), file=sys.stderr)
+    failed = [(label, v, b) for label, v, b in rows if not v.passes]
     if not failed:
         return
+    code = max(v.exit_code for _, v, _ in failed)
     if len(failed) == 1:
-        label, verdict = failed[0]
-        error = RowsFailed(f"{label}: {verdict.line()}")
+        label, verdict, breaches = failed[0]
+        error = RowsFailed(_failed_text(label, verdict, breaches))
         error.kind = verdict.kind  # a child's parent reads the row's own kind
+        error.exit_code = code
         raise error
-    for label, verdict in failed:
-        print(f"failed: {label}: {verdict.line()}", file=sys.stderr)
-    raise RowsFailed(
+    for label, verdict, breaches in failed:
+        if not breaches:  # a breach is in the report already
+            print(f"failed: {label}: {verdict.line()}", file=sys.stderr)
+    error = RowsFailed(
         f"{len(failed)} of {len(rows)} rows failed: "
-        + ", ".join(f"{label} ({verdict.kind})" for label, verdict in failed)
+        + ", ".join(f"{label} ({verdict.kind})" for label, verdict, _ in failed)
     )
+    error.exit_code = code
+    raise error

@@ -26,11 +26,17 @@ from offloadprobe.core import environment
 from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
+from offloadprobe.core.outcomes import VERDICT_KINDS
+from offloadprobe.core.regression import check_rows
 from offloadprobe.core.world import check_trainable
 from offloadprobe.report.documents import document
 from offloadprobe.report.markdown import comparison_markdown, environment_line
 from offloadprobe.report.output import check_writable, write_json, write_text
 from offloadprobe.report.reporters import render
+from offloadprobe.report.step_summary import append_step_summary
+
+EXPECTABLE = tuple(k for k in VERDICT_KINDS if k != "unexpected pass")
+"""What a canary row can be expected to be (``ok`` too: what every other row must be)."""
 
 EXTRA = [
     parameter(
@@ -56,6 +62,20 @@ EXTRA = [
                 help="PyTorch allocator settings for the workers (PYTORCH_ALLOC_CONF), e.g. "
                 "pinned_use_background_threads:True; see offloadprobe alloc-conf for the keys "
                 "this torch has. Repeat to compare settings.",
+            ),
+        ],
+        None,
+    ),
+    parameter(
+        "expect",
+        Annotated[
+            list[str] | None,
+            typer.Option(
+                "--expect",
+                help="A canary row: ROW=VERDICT, e.g. naive=over-budget (any verdict: "
+                + ", ".join(k.replace(" ", "-") for k in EXPECTABLE if k != "ok")
+                + "). That failure keeps the exit code 0 and is marked expected; a pass or "
+                "another verdict exits 1. Repeatable.",
             ),
         ],
         None,
@@ -113,6 +133,7 @@ def compare_command(values: dict[str, Any]) -> None:
     optimizer_names = values.pop("optimizer_strategy") or []
     alloc_confs = values.pop("alloc_conf") or []
     baseline = values.pop("baseline")
+    expect = values.pop("expect") or []
     nproc, timeout, force = values.pop("nproc_per_node"), values.pop("timeout"), values.pop("force")
     if int(os.environ.get("WORLD_SIZE", "1") or "1") > 1:
         raise UsageError(
@@ -133,8 +154,10 @@ def compare_command(values: dict[str, Any]) -> None:
     device = guess_device(base.device)
     for conf in alloc_confs:
         validate_alloc_conf(conf)
-    items = candidates(specs, optimizer_names, alloc_confs)
+    items = _expecting(candidates(specs, optimizer_names, alloc_confs), expect)
     _unique(items)
+    for line in check_rows(parsed.budgets, [c.label for c in items]):
+        print(f"offloadprobe: {line}", file=sys.stderr)
     pairs = [(c.strategy, c.optimizer_strategy or "none") for c in items]
     check_fits(
         base.model,
@@ -184,9 +207,10 @@ def compare_command(values: dict[str, Any]) -> None:
         outputs.write_rows(compare_rows([c.label for c in items], runs, drawn, doc), doc)
     if json_path is not None:
         write_json(doc, json_path)
+    text = comparison_markdown(comparison, environment=environment_line(doc))
     if markdown is not None:
-        text = comparison_markdown(comparison, environment=environment_line(doc))
         write_text(text, markdown, "--markdown")
+    append_step_summary("compare", text)
     enforce([(r.candidate.label, r.verdict, r.breaches) for r in comparison.rows])
 
 
@@ -220,6 +244,44 @@ def _unique(items: list[Candidate]) -> None:
         raise UsageError(f"row {twice[0]!r} is given twice: name rows apart with name=strategy")
 
 
+def _rows_named(name: str, items: list[Candidate]) -> list[Candidate]:
+    """The rows ``name`` names: a full label, a row's own name, or a strategy."""
+    return [c for c in items if name in (c.label, c.name, c.strategy, c.label.split(" [")[0])]
+
+
+def verdict_kind(text: str, flag: str = "--expect") -> str:
+    """A verdict's name as the command line spells it (``over-budget``) as its kind."""
+    import difflib
+
+    kind = " ".join(text.replace("-", " ").replace("_", " ").lower().split())
+    if kind in EXPECTABLE:
+        return kind
+    names = [k.replace(" ", "-") for k in EXPECTABLE]
+    near = difflib.get_close_matches(text.lower(), names, n=1)
+    hint = f"did you mean {near[0]}? " if near else ""
+    raise UsageError(f"{flag}: no verdict {text!r}; {hint}verdicts: {', '.join(names)}")
+
+
+def _expecting(items: list[Candidate], pairs: list[str]) -> list[Candidate]:
+    """Each ``ROW=VERDICT`` set on the rows ``ROW`` names (every one of them)."""
+    from dataclasses import replace
+
+    wanted: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, kind = pair.rpartition("=")
+        if not sep or not name.strip() or not kind.strip():
+            raise UsageError(f"--expect {pair!r}: give ROW=VERDICT, e.g. naive=over-budget")
+        named = _rows_named(name.strip(), items)
+        if not named:
+            labels = ", ".join(c.label for c in items)
+            raise UsageError(f"--expect {pair!r}: no compared row is {name.strip()!r} ({labels})")
+        for c in named:
+            if c.label in wanted:
+                raise UsageError(f"--expect: row {c.label!r} is expected twice; keep one")
+            wanted[c.label] = verdict_kind(kind.strip())
+    return [replace(c, expect=wanted.get(c.label)) for c in items]
+
+
 def _baseline(requested: str | None, items: list[Candidate]) -> str:
     """The row ratios are taken against: a full label, or a strategy naming one row."""
     labels = [c.label for c in items]
@@ -227,7 +289,7 @@ def _baseline(requested: str | None, items: list[Candidate]) -> str:
         return labels[0]
     if requested in labels:
         return requested
-    named = [c.label for c in items if requested in (c.strategy, c.name, c.label.split(" [")[0])]
+    named = [c.label for c in _rows_named(requested, items)]
     if len(named) == 1:
         return named[0]
     raise UsageError(

@@ -16,6 +16,7 @@ from offloadprobe.core.units import parse_size
 from offloadprobe.report.documents import document
 from offloadprobe.report.output import check_writable, write_json
 from offloadprobe.report.reporters import render
+from offloadprobe.report.step_summary import append_step_summary, step_summary_path
 from offloadprobe.scenarios import load_scenario
 from offloadprobe.scenarios.catalog import resolve
 
@@ -92,9 +93,14 @@ def repro_command(
         ),
     )
     doc = repro.to_dict()
-    render(document(doc), sys.stdout)  # what show prints of the saved file, by construction
+    saved = document(doc)
+    render(saved, sys.stdout)  # what show prints of the saved file, by construction
     if json_path is not None:
         write_json(doc, json_path)
+    if step_summary_path() is not None:
+        from offloadprobe.report.markdown import render as markdown
+
+        append_step_summary("repro", markdown(saved))
     if repro.mismatches:
         raise ExpectationMismatch(
             f"{s.name}: "

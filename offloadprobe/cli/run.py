@@ -31,6 +31,7 @@ from offloadprobe.cli.timeline import TimelineOutputs, output_parameters
 from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
+from offloadprobe.core.regression import check_rows
 from offloadprobe.core.units import parse_size
 from offloadprobe.core.world import check_trainable, under_torchrun
 from offloadprobe.isolation.rows import Row, measure
@@ -38,6 +39,7 @@ from offloadprobe.isolation.supervisor import framed_output
 from offloadprobe.report.documents import document
 from offloadprobe.report.output import check_writable, write_json
 from offloadprobe.report.reporters import render
+from offloadprobe.report.step_summary import append_step_summary, step_summary_path
 from offloadprobe.repro.host_limit import host_limited
 
 EXTRA = [
@@ -92,6 +94,8 @@ def run_command(values: dict[str, Any]) -> None:
     host_limit = values.pop("host_limit")
     limit = parse_size(host_limit, what="--host-limit") if host_limit is not None else None
     parsed = opts.budgets({k: values.pop(k) for k in opts.BUDGET_NAMES})
+    for line in check_rows(parsed.budgets, [label or f"{strategy} + {optimizer_strategy}"]):
+        print(f"offloadprobe: {line}", file=sys.stderr)
     cfg = opts.build_config(
         values, strategy=strategy, optimizer_strategy=optimizer_strategy, label=label
     )
@@ -152,12 +156,17 @@ def run_command(values: dict[str, Any]) -> None:
         raise SystemExit(row.outcome.exit_code if row.outcome.exit_code >= 0 else 1)
     report = replace(row.report, budgets=parsed.budget_words)
     doc = report.to_dict()
-    render(document(doc), sys.stdout)  # what show prints of the saved file, by construction
+    saved = document(doc)
+    render(saved, sys.stdout)  # what show prints of the saved file, by construction
     sys.stderr.write(framed_output(row.outcome))
     if json_path is not None:
         write_json(doc, json_path)
     if outputs.wanted and row.outcome.timeline is not None:
         outputs.write_run(report, row.outcome.timeline)
+    if step_summary_path() is not None:
+        from offloadprobe.report.markdown import render as markdown
+
+        append_step_summary("run", markdown(saved))
     enforce([(row.label, row.verdict, row.breaches)])
 
 

@@ -123,11 +123,10 @@ class _ReportView:
 
 
 def _run_label(report: Report, timeline: Timeline) -> str:
+    """The row's label (its own name, or both strategies), as every table calls it."""
     run = report.runs[0] if report.runs else None
-    name = run.strategy if run else "run"
-    if run and run.optimizer_strategy not in ("", "none"):
-        name += f"+{run.optimizer_strategy}"
-    return f"rank {timeline.rank}: {name}"
+    name = run.label if run else "run"
+    return f"rank {timeline.rank}: {name}" if timeline.rank else name
 
 
 def _title(report: Any, labels: list[str]) -> str:

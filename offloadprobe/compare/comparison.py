@@ -35,6 +35,8 @@ class Candidate:
     alloc_conf: str | None = None
     name: str | None = None
     """The row's own name (``--strategy name=spec``)."""
+    expect: str | None = None
+    """A canary row's expected verdict kind (``--expect naive=over-budget``)."""
 
     @property
     def label(self) -> str:
@@ -61,6 +63,11 @@ class ComparisonRow:
     @property
     def ok(self) -> bool:
         return self.verdict.ok
+
+    @property
+    def passes(self) -> bool:
+        """Ok, or the failure its canary expectation names (exit 0 either way)."""
+        return self.verdict.passes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -98,6 +105,8 @@ class Comparison:
                 name=row.candidate.name,
                 optimizer_strategy=row.candidate.optimizer_strategy or "none",
                 alloc_conf=row.candidate.alloc_conf,
+                expect=row.candidate.expect,
+                budgets=list(self.budgets),
                 worker_exit_code=row.worker_exit_code,
                 breaches=[asdict(b) for b in row.breaches],
             )
@@ -118,6 +127,7 @@ class Comparison:
                 optimizer_strategy=entry.get("optimizer_strategy"),
                 alloc_conf=entry.get("alloc_conf"),
                 name=entry.get("name"),
+                expect=entry.get("expect"),
             )
             run = run_from_dict(entry) if "description" in entry else None
             rows.append(
@@ -172,8 +182,10 @@ def compare(
     budgets: Sequence[str] = (),
     on_start: Callable[[int, Candidate], None] | None = None,
 ) -> Comparison:
-    """Run every candidate in its own worker, one after another."""
+    """Run every candidate in its own worker, one after another; a canary row's verdict
+    is held to what it expects (``core.verdicts.expecting``)."""
     from offloadprobe.core.alloc_env import alloc_conf_env
+    from offloadprobe.core.verdicts import expecting
 
     rows = []
     environment = dict(environment or {})
@@ -195,7 +207,7 @@ def compare(
             ComparisonRow(
                 candidate=item,
                 run=row.run,
-                verdict=row.verdict,
+                verdict=expecting(row.verdict, item.expect),
                 breaches=row.breaches,
                 worker_exit_code=row.outcome.exit_code,
                 timeline=row.outcome.timeline,

@@ -25,6 +25,9 @@ class Breach:
     budget: str
     """The flag that set the budget, e.g. ``--max-host-peak``."""
     message: str
+    kind: str = "over budget"
+    """The verdict a row that broke it gets: ``over budget``, ``regressed`` (a figure grew
+    over a stored run's), ``bad input`` (a stored run that cannot be compared)."""
 
     def line(self) -> str:
         return f"{self.strategy}: {self.budget}: {self.message}"
@@ -199,6 +202,9 @@ def budgets_from_flags(
     max_gpu_residual: str | None,
     min_offload_bandwidth: str | None,
     max_host_held: str | None = None,
+    *,
+    baseline_json: str | None = None,
+    max_increase: str | None = None,
 ) -> list[Budget]:
     """The budgets a command line sets (validated up front, before anything runs)."""
     budgets: list[Budget] = []
@@ -214,6 +220,11 @@ def budgets_from_flags(
         budgets.append(parse_bandwidth(min_offload_bandwidth))
     if max_host_held is not None:
         budgets.append(parse_host_held(max_host_held))
+    if baseline_json is not None or max_increase is not None:
+        from offloadprobe.core.regression import regression_budget
+
+        # last: a broken budget names the verdict before a regression does
+        budgets.append(regression_budget(baseline_json, max_increase))
     return budgets
 
 

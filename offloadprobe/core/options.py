@@ -350,6 +350,20 @@ OPTIONS: tuple[Option, ...] = (
         unit="budget",
         group="budgets",
     ),
+    _o(
+        "baseline_json",
+        "Regression gate: a result run or compare --json wrote before; each row is held "
+        "to the stored row of the same label (with --max-increase).",
+        unit="budget",
+        group="budgets",
+    ),
+    _o(
+        "max_increase",
+        "Regression gate: fail a row whose host peak, steady host, pinned or GPU-left "
+        "bytes grew by more than this over --baseline-json, e.g. 5%.",
+        unit="budget",
+        group="budgets",
+    ),
     # how the verb runs
     _o(
         "timeout",
@@ -478,10 +492,10 @@ def budgets(values: Mapping[str, Any], rename: Callable[[str], str] | None = Non
     """The budgets among ``values`` (validated up front) and how they were given."""
     from offloadprobe.core.budgets import budgets_from_flags
 
-    given = [values.get(name) for name in BUDGET_NAMES]
+    given = {name: values.get(name) for name in BUDGET_NAMES}
     words = [
         f"{(rename or (lambda f: f))(BY_NAME[n].cli_flag)} {v}"
-        for n, v in zip(BUDGET_NAMES, given, strict=True)
+        for n, v in given.items()
         if v is not None
     ]
-    return Parsed(budgets=budgets_from_flags(*given), budget_words=words)
+    return Parsed(budgets=budgets_from_flags(**given), budget_words=words)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 VERDICT_KINDS = (
     "ok",
     "over budget",
+    "regressed",
     "corrupted",
     "not offloaded",
     "partly offloaded",
@@ -22,8 +23,12 @@ VERDICT_KINDS = (
     "escaped",
     "interrupted",
     "bad input",
+    "unexpected pass",
 )
-"""Every outcome a row can have; only ``ok`` exits 0, ``bad input`` exits 2, the rest 1."""
+"""Every outcome a row can have; only ``ok`` exits 0, ``bad input`` exits 2, the rest 1
+(a canary row's expected failure exits 0 too, ``Verdict.expected``). ``regressed``: a
+figure grew over a stored run's (``--baseline-json``); ``unexpected pass``: a row expected
+to fail (``compare --expect``) passed every check."""
 
 
 def where_text(cycle: int | None, phase: str | None) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from offloadprobe.core.budgets import Breach, Budget
 from offloadprobe.core.outcomes import Failure, Verdict
@@ -80,8 +81,22 @@ def judge(
     breaches = [b for budget in budgets if (b := budget.check(run)) is not None]
     if breaches:
         more = f" (+{len(breaches) - 1} more)" if len(breaches) > 1 else ""
-        return Verdict(kind="over budget", detail=breaches[0].message + more), breaches
+        return Verdict(kind=breaches[0].kind, detail=breaches[0].message + more), breaches
     return OK, []
+
+
+def expecting(verdict: Verdict, kind: str | None) -> Verdict:
+    """A canary row's verdict: the failure the user said to expect passes (marked
+    expected, exit 0); a row that passed instead is an ``unexpected pass``; any other
+    verdict stays what it is, and says what was expected (exit 1)."""
+    if kind is None or kind == "ok":
+        return verdict
+    if verdict.kind == kind:
+        return replace(verdict, expected=True)
+    if verdict.ok:
+        return Verdict(kind="unexpected pass", detail=f"expected {kind}, but every check passed")
+    detail = f"{verdict.detail}; expected {kind}" if verdict.detail else f"expected {kind}"
+    return replace(verdict, detail=detail)
 
 
 def _judge_ranks(run: RunRecord, budgets: list[Budget]) -> tuple[Verdict, list[Breach]]:

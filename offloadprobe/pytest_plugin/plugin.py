@@ -17,12 +17,18 @@ no pinned cache carries over), then fails with the row's one-line verdict, such 
 is not ok (a broken budget, corrupted data, a crash, an OOM, nothing offloaded); the full
 phase table is attached to the report as the "offloadprobe" section. A misspelt keyword
 or an unparsable budget is a ``pytest.UsageError`` that names the keyword.
+
+Against a stored run, as ``--baseline-json PATH --max-increase 5%`` on the command line:
+``baseline_json="ci/offload.json", max_increase="5%"`` fails the test when the row's host
+peak, steady host, pinned or GPU-left bytes grew by more than 5% over the stored row of
+the same label (``lazy + none``), with both figures and the change.
 """
 
 from __future__ import annotations
 
 import difflib
 import io
+import os
 import re
 from typing import Any
 
@@ -75,6 +81,8 @@ def check_options(options: dict[str, Any], *, where: str = MARKER) -> list[Any]:
         valid = ", ".join(sorted(known))
         raise pytest.UsageError(f"{where}: unknown keyword {key}={hint} (valid: {valid})")
     values = {k: options.get(k) for k in BUDGET_NAMES}
+    if isinstance(values.get("baseline_json"), os.PathLike):
+        values["baseline_json"] = os.fspath(values["baseline_json"])
     for key, value in values.items():
         if value is not None and not isinstance(value, str):
             raise pytest.UsageError(f"{where}: {key}= takes a string like '1.1x', got {value!r}")

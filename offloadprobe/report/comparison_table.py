@@ -26,7 +26,7 @@ def comparison_table(comparison: Comparison) -> RenderableType:
         rows(comparison),
         title="offloadprobe compare",
         caption=caption(comparison),
-        style=lambda c: None if c.row.ok else "red",
+        style=lambda c: None if c.row.ok else "yellow" if c.row.passes else "red",
     )
 
 
@@ -57,10 +57,15 @@ def parts_table(comparison: Comparison) -> RenderableType | None:
     )
 
 
+def _noted(comparison: Comparison) -> list[bool]:
+    """Whether each noted row passes (a canary's expected failure), in note order."""
+    return [c.row.passes for c in rows(comparison) if c.note is not None]
+
+
 def render_comparison(comparison: Comparison, console: Console) -> None:
     console.print(comparison_table(comparison))
-    for line in verdict_notes(comparison):
-        console.print(Text(line, style="red"))
+    for line, passes in zip(verdict_notes(comparison), _noted(comparison), strict=True):
+        console.print(Text(line, style="yellow" if passes else "red"))
     parts = parts_table(comparison)
     if parts is not None:
         console.print(parts)

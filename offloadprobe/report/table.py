@@ -83,6 +83,20 @@ def _rows(run: RunRecord, *, multiples: bool = True) -> list[_Row]:
     return sorted(rows, key=lambda r: r.rec.phase == TRAIN)
 
 
+def _head(run: RunRecord) -> str:
+    """A table's title names the row: its own name (``--strategy NAME=SPEC``), else the
+    parameter strategy its description is of."""
+    return run.label if run.label_override else run.strategy
+
+
+def _description(run: RunRecord) -> str:
+    """What the strategy is; a named row's title leaves its spec out (the row's name
+    stands for it, and a long ``module:offload,load`` would split at 80 columns)."""
+    if run.label_override and run.strategy in run.description:
+        return " ".join(run.description.replace(run.strategy, "").split()) or "user strategy"
+    return run.description
+
+
 def _numbered(columns: list[Column[_Row]], run: RunRecord) -> list[Column[_Row]]:
     """A sequence's phases are numbered by step, not by cycle."""
     if not run.sequence:
@@ -97,7 +111,7 @@ def phase_table(run: RunRecord, *, gpu: bool, multiples: bool = True) -> Rendera
     return column_table(
         _numbered(HOST_COLUMNS, run),
         _rows(run, multiples=multiples),
-        title=f"{run.strategy}: {run.description}",
+        title=f"{_head(run)}: {_description(run)}",
         caption=(
             f"{x if multiples else ''}host over the RSS before the first offload "
             f"({format_bytes(run.baseline_host_bytes)}); train rows, below the gap, are "
@@ -115,7 +129,7 @@ def device_table(run: RunRecord) -> RenderableType | None:
     return column_table(
         _numbered(DEVICE_COLUMNS, run),
         rows,
-        title=f"{run.strategy}: pinned and GPU memory after each phase",
+        title=f"{_head(run)}: pinned and GPU memory after each phase",
         caption=(
             "pinned: page-locked host bytes by CUPTI's records (any allocator)"
             if any(r.rec.pinned and r.rec.pinned.locked_after is not None for r in rows)

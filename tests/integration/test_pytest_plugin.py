@@ -25,11 +25,29 @@ def _plugin_args() -> list[str]:
     return [] if installed else ["-p", "offloadprobe.pytest_plugin.plugin"]
 
 
+def _keep_torch_imported(pytester, monkeypatch) -> None:
+    """pytester drops every module first imported during its inner session. A run in this
+    process imports torch's lazy modules there (dynamo's, inductor's), and some register
+    operator libraries when imported: imported again, they raise ("Only a single
+    TORCH_LIBRARY ...") in every later run in this process, whatever test it is. torch and
+    megatron stay imported."""
+    from _pytest.pytester import SysModulesSnapshot
+
+    def snapshot() -> SysModulesSnapshot:
+        kept = ("zope", "readline", "torch", "megatron")  # the first two: pytester's own
+        return SysModulesSnapshot(preserve=lambda name: name.startswith(kept))
+
+    # the inner session's snapshot, and the test's own (taken when pytester was made)
+    monkeypatch.setattr(pytester, "_Pytester__take_sys_modules_snapshot", snapshot)
+    monkeypatch.setattr(pytester, "_sys_modules_snapshot", snapshot())
+
+
 @pytest.fixture
 def run_plugin(pytester, monkeypatch):
     from tests.conftest import ROOT
 
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the children import tests.integration
+    _keep_torch_imported(pytester, monkeypatch)
 
     def go(source: str | None = None, **files: str):
         pytester.makepyfile(**({"test_offload": source} if source is not None else files))

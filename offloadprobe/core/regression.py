@@ -1,0 +1,220 @@
+"""Regression against a stored run: each row's figures over the same row's in a saved JSON.
+
+``--baseline-json PATH --max-increase 5%`` (and the plugin's ``baseline_json=`` and
+``max_increase=``) hold every row to the record of the same label in a result ``run`` or
+``compare`` wrote before (``--json``). A row regresses when its host peak, steady host,
+pinned or GPU-left bytes grew by more than the limit over the stored figure; the breach
+names both figures and the change, as in
+``host peak 35.31 MiB vs 32.10 MiB stored (+10.0% > +5.0%)``.
+
+A stored figure at or below zero (nothing left on the device) has no percentage to grow
+by: there the growth is taken over the row's payload instead. A figure one side did not
+measure (pinned memory in CPU emulation) is not compared.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from offloadprobe.core.budgets import Breach
+from offloadprobe.core.errors import UsageError
+from offloadprobe.core.records import RunRecord
+from offloadprobe.core.units import format_bytes
+
+FLAG = "--max-increase"
+FIGURES = ("host peak", "steady host", "pinned", "GPU left")
+"""The figures a stored run holds a row to, in the order a breach names them."""
+PAYLOAD_TOLERANCE = 0.01
+"""A stored row whose payload differs by more than this fraction measured another model."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Stored:
+    """One row of the stored result: its payload and its figures by name (None: not
+    measured there)."""
+
+    label: str
+    payload_bytes: int
+    figures: dict[str, int | None]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Change:
+    """One figure of one row: the stored bytes, this run's, and how much it grew."""
+
+    figure: str
+    stored_bytes: int
+    bytes: int
+    payload_bytes: int
+
+    @property
+    def over_payload(self) -> bool:
+        """Whether the growth is taken over the payload (a stored figure at or below 0)."""
+        return self.stored_bytes <= 0
+
+    @property
+    def increase(self) -> float:
+        """The growth as a fraction of the stored figure (or of the payload, see above)."""
+        base = self.payload_bytes if self.over_payload else self.stored_bytes
+        return (self.bytes - self.stored_bytes) / max(base, 1)
+
+    def exceeds(self, limit: float) -> bool:
+        return self.increase > limit
+
+    def text(self, limit: float) -> str:
+        of = " of the payload" if self.over_payload else ""
+        return (
+            f"{self.figure} {format_bytes(self.bytes)} vs {format_bytes(self.stored_bytes)} "
+            f"stored ({self.increase:+.1%}{of} > +{limit:.1%})"
+        )
+
+
+def _figures(summary: Mapping[str, Any]) -> dict[str, int | None]:
+    left = summary.get("gpu_left_after_offload_bytes")
+    audited = summary.get("left_after_offload_bytes_by_key")
+    if left is None and audited is not None:
+        left = sum(audited.values())  # CPU emulation: what the residency audit found
+    return {
+        "host peak": summary.get("host_peak_bytes"),
+        "steady host": summary.get("steady_host_bytes"),
+        "pinned": summary.get("pinned_reserved_bytes"),
+        "GPU left": left,
+    }
+
+
+def figures_of(run: RunRecord) -> dict[str, int | None]:
+    """A measured row's figures by name (empty without a summary)."""
+    if run.summary is None:
+        return {}
+    from dataclasses import asdict
+
+    return _figures(asdict(run.summary))
+
+
+def load_stored(path: Path) -> dict[str, Stored]:
+    """Every row of a saved ``run`` or ``compare`` result that has figures, by label."""
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read --baseline-json {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(
+            f"--baseline-json {path} is not JSON ({exc}): give a file run or compare --json wrote"
+        ) from None
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if not isinstance(runs, list):
+        raise UsageError(
+            f"--baseline-json {path} has no rows: give a file run or compare --json wrote"
+        )
+    stored = {}
+    for entry in runs:
+        summary = entry.get("summary") if isinstance(entry, dict) else None
+        if not isinstance(summary, dict) or not entry.get("label"):
+            continue  # a row that failed before it measured anything holds nothing
+        label = str(entry["label"])
+        stored[label] = Stored(
+            label=label,
+            payload_bytes=int(entry.get("payload_bytes") or 0),
+            figures=_figures(summary),
+        )
+    if not stored:
+        raise UsageError(f"--baseline-json {path} has no row with figures to compare against")
+    return stored
+
+
+def parse_increase(text: str) -> float:
+    """``5%`` (or ``5 %``, ``0.5%``) as a fraction."""
+    match = re.match(r"^\s*([0-9]*\.?[0-9]+)\s*%\s*$", str(text))
+    if not match:
+        raise UsageError(
+            f"cannot parse {FLAG} {text!r}: give a percentage of the stored figure, e.g. 5%"
+        )
+    return float(match.group(1)) / 100
+
+
+def changes(stored: Stored, run: RunRecord) -> list[Change]:
+    """Every figure both the stored row and this run measured."""
+    now = figures_of(run)
+    return [
+        Change(
+            figure=name,
+            stored_bytes=int(before),
+            bytes=int(after),
+            payload_bytes=run.payload_bytes,
+        )
+        for name in FIGURES
+        if (before := stored.figures.get(name)) is not None and (after := now.get(name)) is not None
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class RegressionBudget:
+    """Each row's figures over the stored row of the same label, by at most ``limit``."""
+
+    path: Path
+    limit: float
+    stored: Mapping[str, Stored]
+    flag: str = FLAG
+
+    def check(self, run: RunRecord) -> Breach | None:
+        stored = self.stored.get(run.label)
+        if stored is None or run.summary is None:
+            return None
+        if stored.payload_bytes and run.payload_bytes:
+            apart = abs(run.payload_bytes - stored.payload_bytes) / stored.payload_bytes
+            if apart > PAYLOAD_TOLERANCE:
+                message = (
+                    f"{self.path} measured {run.label} at a payload of "
+                    f"{format_bytes(stored.payload_bytes)}, this run at "
+                    f"{format_bytes(run.payload_bytes)}: store a run of the same model"
+                )
+                return Breach(run.label, self.flag, message, kind="bad input")
+        grown = [c for c in changes(stored, run) if c.exceeds(self.limit)]
+        if not grown:
+            return None
+        message = "; ".join(c.text(self.limit) for c in grown)
+        return Breach(run.label, self.flag, message, kind="regressed")
+
+    def unmatched(self, labels: Iterable[str]) -> list[str]:
+        """The labels the stored result has no row of (they are not compared)."""
+        return [label for label in labels if label not in self.stored]
+
+
+def regression_budget(baseline_json: str | None, max_increase: str | None) -> RegressionBudget:
+    """The budget both flags give (each needs the other), read and checked up front."""
+    if baseline_json is None:
+        raise UsageError(f"{FLAG} needs --baseline-json PATH: the result to compare against")
+    if max_increase is None:
+        raise UsageError(
+            f"--baseline-json needs {FLAG} too: how much a figure may grow, e.g. {FLAG} 5%"
+        )
+    path = Path(baseline_json)
+    return RegressionBudget(path=path, limit=parse_increase(max_increase), stored=load_stored(path))
+
+
+def regression_of(budgets: Iterable[Any]) -> RegressionBudget | None:
+    return next((b for b in budgets if isinstance(b, RegressionBudget)), None)
+
+
+def check_rows(budgets: Iterable[Any], labels: list[str]) -> list[str]:
+    """Before anything runs: exit 2 when the stored result has none of the rows (another
+    file, or rows renamed); else one line per row that has no stored record."""
+    budget = regression_of(budgets)
+    if budget is None:
+        return []
+    missing = budget.unmatched(labels)
+    if missing and len(missing) == len(labels):
+        have = ", ".join(sorted(budget.stored))
+        raise UsageError(
+            f"--baseline-json {budget.path} has no row of {', '.join(labels)} (it has: {have}); "
+            "name the rows as they were stored"
+        )
+    return [
+        f"--baseline-json {budget.path} has no row {label!r}: that row is not compared"
+        for label in missing
+    ]

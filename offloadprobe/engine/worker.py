@@ -85,8 +85,8 @@ def _with_host_note(report: Report, job: Job) -> Report:
 
         path = Path(job.own_cgroup)
         note = (
-            f"host figures: the worker's own memory cgroup (v{version_at(path)} {path.name}) "
-            "beside its own RSS, the larger governs; page cache is not counted as held"
+            f"host figures: each worker's own memory cgroup (v{version_at(path)}) beside "
+            "its own RSS, the larger governs; page cache is not counted as held"
         )
     elif job.cgroup_missing:
         note = (

@@ -65,7 +65,7 @@ def _run(invoke, tmp_path, strategy: str, *extra: str, isolated: bool = False) -
     result = invoke(*RUN, "--strategy", strategy, "--json", str(out), *extra, isolated=isolated)
     assert out.exists(), result.stderr
     (run,) = json.loads(out.read_text())["runs"]
-    assert "host figures: the worker's own memory cgroup" in " ".join(run["notes"])
+    assert "host figures: each worker's own memory cgroup" in " ".join(run["notes"])
     return run
 
 

@@ -26,6 +26,7 @@ from offloadprobe.engine.runtime.device_memory import (
     _libc,
     fix_malloc_threshold,
 )
+from offloadprobe.engine.runtime import host_gemm
 from offloadprobe.engine.runtime.imports import import_run_modules
 
 NOTE = (
@@ -151,6 +152,8 @@ class _CudaToHost(TorchFunctionMode):
             # no device asked for and nothing derived from a device tensor: a plain op
             if _STRATEGY_CODE and _reads_device(args, kwargs):
                 return _device_op(func, args, kwargs or {})
+            if func in host_gemm.GEMMS:
+                return host_gemm.matmul(func, args, kwargs)
             return func(*args, **(kwargs or {}))
         kwargs = dict(kwargs or {})
         if func in _RESIZES:

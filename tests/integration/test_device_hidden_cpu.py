@@ -23,7 +23,7 @@ RUN = [
     "--layers",
     "1",
     "--payload",
-    "32MiB",
+    "16MiB",
     "--cycles",
     "2",
     "--no-reference-check",

@@ -20,13 +20,13 @@ from unittest import mock
 import torch
 from torch.overrides import TorchFunctionMode
 
+from offloadprobe.engine.runtime import host_gemm
 from offloadprobe.engine.runtime.device_memory import (
     _ORIGINAL_RESIZE,
     DeviceMemory,
     _libc,
     fix_malloc_threshold,
 )
-from offloadprobe.engine.runtime import host_gemm
 from offloadprobe.engine.runtime.imports import import_run_modules
 
 NOTE = (

@@ -123,7 +123,7 @@ def test_state_copied_but_kept_on_the_device_is_not_called_moved(runs, capsys):
 
 @pytest.mark.parametrize("spec", ["NoOp", "CopyWithoutFree"])
 def test_an_offload_that_leaves_param_data_on_the_device_fails(runs, capsys, spec):
-    code, report, err = runs("--strategy", ADV + spec, capsys=capsys)
+    code, report, err = runs("--strategy", ADV + spec, *VERDICT_ONLY, capsys=capsys)
     assert code == 1
     assert "not offloaded: param_data" in err and "still on device" in err
     assert err.count("\n") == 1
@@ -131,7 +131,7 @@ def test_an_offload_that_leaves_param_data_on_the_device_fails(runs, capsys, spe
 
 
 def test_a_no_op_moves_nothing_and_says_so(runs, capsys):
-    _, report, _ = runs("--strategy", ADV + "NoOp", capsys=capsys)
+    _, report, _ = runs("--strategy", ADV + "NoOp", *VERDICT_ONLY, capsys=capsys)
     offload = report["runs"][0]["cycles"][0]["phases"][1]
     assert offload["phase"] == "offload"
     assert offload["bytes_moved"] == 0 and offload["gbps"] is None
@@ -139,14 +139,19 @@ def test_a_no_op_moves_nothing_and_says_so(runs, capsys):
 
 
 def test_two_words_swapped_65521_apart_fail_without_the_reference_run(runs, capsys):
-    code, _, err = runs("--strategy", ADV + "SwapsTwoWords", capsys=capsys)
+    code, _, err = runs("--strategy", ADV + "SwapsTwoWords", *VERDICT_ONLY, capsys=capsys)
     assert code == 1
     assert "param_data differs from before offload" in err
 
 
 def test_optimizer_exp_avg_zeroed_fails_without_the_reference_run(runs, capsys):
     code, _, err = runs(
-        "--strategy", ADV + "Pageable", "--optimizer-strategy", ADV + "ZeroesExpAvg", capsys=capsys
+        "--strategy",
+        ADV + "Pageable",
+        "--optimizer-strategy",
+        ADV + "ZeroesExpAvg",
+        *VERDICT_ONLY,
+        capsys=capsys,
     )
     assert code == 1
     assert "optimizer exp_avg differs from before offload" in err

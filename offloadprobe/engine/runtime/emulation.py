@@ -19,6 +19,7 @@ from unittest import mock
 import torch
 from torch.overrides import TorchFunctionMode
 
+from offloadprobe.engine.runtime import host_gemm
 from offloadprobe.engine.runtime.device_memory import (
     _ORIGINAL_RESIZE,
     DeviceMemory,
@@ -92,6 +93,8 @@ class _CudaToHost(TorchFunctionMode):
             # no device asked for and nothing derived from a device tensor: a plain op
             if _STRATEGY_CODE and _reads_device(args, kwargs):
                 return _device_op(func, args, kwargs or {})
+            if func in host_gemm.GEMMS:
+                return host_gemm.matmul(func, args, kwargs)
             return func(*args, **(kwargs or {}))
         kwargs = dict(kwargs or {})
         if func in RESIZES:

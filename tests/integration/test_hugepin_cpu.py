@@ -95,5 +95,6 @@ def test_a_host_held_budget_fails_the_strategy_that_keeps_its_copy(tmp_path):
 
     args = [*RUN, "--max-host-held", "0.05x", "--json", str(tmp_path / "r.json")]
     kept = invoke_cli(*args, "--strategy", "lazy")
-    assert kept.exit_code == 1 and "--max-host-held: held while training" in kept.stderr
+    assert kept.exit_code == 1 and "(--max-host-held)" in kept.stderr
+    assert "held while training 1." in kept.stdout  # the figure and the limit, once
     assert invoke_cli(*args, "--strategy", "relock").exit_code == 0

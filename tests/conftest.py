@@ -331,3 +331,17 @@ def run_each(tmp_dir: Path, specs, *args: str, timeout: int = SUBPROCESS_TIMEOUT
         assert proc.returncode == 0, proc.stderr + proc.stdout
         out[spec] = (json.loads(path.read_text()), proc.stdout)
     return out
+
+
+def cgroup_reason() -> str | None:
+    """Why no memory cgroup can be made here (None: one can); tests that need one skip."""
+    import os
+
+    from offloadprobe.measure.cgroup import CgroupUnavailable, create_group
+
+    try:
+        group = create_group(f"offloadprobe-test-{os.getpid()}")
+    except CgroupUnavailable as why:
+        return str(why)
+    group.remove()
+    return None

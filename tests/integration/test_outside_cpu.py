@@ -11,12 +11,11 @@ process held before stays out of them); one run goes through a real worker proce
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from offloadprobe.measure.cgroup import CgroupUnavailable, create_group
+from tests.conftest import cgroup_reason
 from tests.fakes import InProcessChild, install_child
 
 pytestmark = pytest.mark.processes(1)  # the one real worker
@@ -42,16 +41,7 @@ RUN = [
 ]
 
 
-def _cgroup_reason() -> str | None:
-    try:
-        group = create_group(f"offloadprobe-test-{os.getpid()}")
-    except CgroupUnavailable as why:
-        return str(why)
-    group.remove()
-    return None
-
-
-NO_CGROUP = _cgroup_reason()
+NO_CGROUP = cgroup_reason()
 pytestmark = [pytestmark, pytest.mark.skipif(NO_CGROUP is not None, reason=f"{NO_CGROUP}")]
 
 

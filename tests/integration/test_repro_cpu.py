@@ -9,27 +9,16 @@ fresh process does not change: its children run in this process (``InProcessChil
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from offloadprobe.measure.cgroup import CgroupUnavailable, create_group
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cgroup_reason
 from tests.fakes import InProcessChild, install_child
 
 pytestmark = pytest.mark.processes(2)  # naive's and lazy's children under the cgroup limit
 
 
-def _cgroup_reason() -> str | None:
-    try:
-        group = create_group(f"offloadprobe-test-{os.getpid()}")
-    except CgroupUnavailable as why:
-        return str(why)
-    group.remove()
-    return None
-
-
-NO_CGROUP = _cgroup_reason()
+NO_CGROUP = cgroup_reason()
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,10 @@ emulation (2x the payload); after it, one reused copy (1x).
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from offloadprobe.measure.cgroup import CgroupUnavailable, create_group
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cgroup_reason
 
 pytestmark = pytest.mark.processes(1)  # the repro's child
 
@@ -23,16 +21,7 @@ VERL = "tests.integration.verl_shaped:"
 PRE_6193 = VERL + "offload_megatron_model_to_cpu_pre6193,load_megatron_model_to_gpu"
 
 
-def _cgroup_reason() -> str | None:
-    try:
-        group = create_group(f"offloadprobe-test-{os.getpid()}")
-    except CgroupUnavailable as why:
-        return str(why)
-    group.remove()
-    return None
-
-
-NO_CGROUP = _cgroup_reason()
+NO_CGROUP = cgroup_reason()
 needs_cgroup = pytest.mark.skipif(
     NO_CGROUP is not None, reason=f"no memory cgroup can be made: {NO_CGROUP}"
 )

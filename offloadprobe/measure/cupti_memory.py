@@ -162,5 +162,14 @@ def active() -> _Recorder | None:
     return _RECORDER
 
 
+def outside_pytorch(reserved: int) -> int | None:
+    """Device bytes this process allocated outside PyTorch's caching allocator, whose
+    reserved bytes are ``reserved``; None where CUPTI is not recording."""
+    if _RECORDER is None:
+        return None
+    _RECORDER.flush()
+    return max(0, _RECORDER.log.live(DEVICE) - reserved)
+
+
 def why_not() -> str:
     return _WHY_NOT

@@ -148,3 +148,13 @@ def test_page_cache_leaves_shared_memory_in_the_held_bytes():
     assert _file({"file": 10 * MiB, "shmem": 8 * MiB, "anon": MiB}) == 2 * MiB
     assert _file({"cache": 10 * MiB, "shmem": 8 * MiB}) == 2 * MiB
     assert _file({"anon": MiB}) is None
+
+
+def test_outside_pytorch_is_the_recorded_device_bytes_beyond_the_reserved(monkeypatch):
+    recorder = cupti_memory._Recorder(_fake_cupti())
+    recorder.completed([_record(_Kind.MEMORY2, _MemKind.DEVICE, _Op.ALLOCATION, 2, 96 * MiB, 1)])
+    monkeypatch.setattr(cupti_memory, "_RECORDER", None)
+    assert cupti_memory.outside_pytorch(64 * MiB) is None  # not recording: unknown
+    monkeypatch.setattr(cupti_memory, "_RECORDER", recorder)
+    assert cupti_memory.outside_pytorch(64 * MiB) == 32 * MiB
+    assert cupti_memory.outside_pytorch(128 * MiB) == 0

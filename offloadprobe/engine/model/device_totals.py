@@ -51,14 +51,11 @@ def device_total(runtime: Any) -> DeviceTotal:
         runtime.settle()
         return DeviceTotal(allocated=memory.device_bytes(), outside=0)
     reserved = torch.cuda.memory_reserved()
-    recorder = cupti_memory.active()
-    if recorder is not None:  # this process's own allocations, whoever made them
-        recorder.flush()
-        outside = recorder.log.live(cupti_memory.DEVICE) - reserved
-    else:  # the whole device's count: other processes on the GPU move it too
+    outside = cupti_memory.outside_pytorch(reserved)  # this process's own allocations
+    if outside is None:  # the whole device's count: other processes on the GPU move it too
         free, total = torch.cuda.mem_get_info()
-        outside = total - free - reserved
-    return DeviceTotal(allocated=torch.cuda.memory_allocated(), outside=max(0, outside))
+        outside = max(0, total - free - reserved)
+    return DeviceTotal(allocated=torch.cuda.memory_allocated(), outside=outside)
 
 
 def _device_storage(obj: object) -> Any:

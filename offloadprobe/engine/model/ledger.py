@@ -49,14 +49,17 @@ class Hidden:
     """All device bytes over the zero, after the offload."""
 
 
+def _known_tensors(model: Any) -> list[Any]:
+    """Every tensor the audit names: DDP buffers, optimizer holdings, the batch, the parts."""
+    tensors = [t for b in ddp_buffers(model.chunks) for t in (b.param_data, b.grad_data)]
+    tensors += [h.tensor for h in holdings([model.optimizer])]
+    tensors += list(getattr(model, "batch", {}).values())
+    tensors += [p for *_, p in parts.named(model)]
+    return tensors
+
+
 def _known(model: Any) -> set[int]:
-    keys = set()
-    for buffer in ddp_buffers(model.chunks):
-        keys |= {storage_key(buffer.param_data), storage_key(buffer.grad_data)}
-    keys |= {storage_key(h.tensor) for h in holdings([model.optimizer])}
-    keys |= {storage_key(t) for t in getattr(model, "batch", {}).values()}
-    keys |= {storage_key(p) for *_, p in parts.named(model)}
-    return keys
+    return {storage_key(t) for t in _known_tensors(model)}
 
 
 def _known_bytes(model: Any) -> tuple[int, int]:
@@ -65,12 +68,7 @@ def _known_bytes(model: Any) -> tuple[int, int]:
     those storages beyond it (a storage grown under its tensors: room for a hidden copy)."""
     extent: dict[int, int] = {}
     size: dict[int, int] = {}
-    tensors = [b.param_data for b in ddp_buffers(model.chunks)]
-    tensors += [b.grad_data for b in ddp_buffers(model.chunks)]
-    tensors += [h.tensor for h in holdings([model.optimizer])]
-    tensors += list(getattr(model, "batch", {}).values())
-    tensors += [p for *_, p in parts.named(model)]
-    for tensor in tensors:
+    for tensor in _known_tensors(model):
         if emulation.on_device(tensor):
             storage = tensor.untyped_storage()
             key = storage._cdata

@@ -28,11 +28,7 @@ class GpuProbe:
             return None
         free, total = torch.cuda.mem_get_info()
         reserved = torch.cuda.memory_reserved()
-        outside = None
-        recorder = cupti_memory.active()
-        if recorder is not None:
-            recorder.flush()
-            outside = max(0, recorder.log.live(cupti_memory.DEVICE) - reserved)
+        outside = cupti_memory.outside_pytorch(reserved)
         return GpuReading(
             allocated_before=self._allocated_before,
             allocated_after=torch.cuda.memory_allocated(),

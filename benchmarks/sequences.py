@@ -147,6 +147,11 @@ def main() -> None:
     parser.add_argument(
         "--only", action="append", choices=list(ROWS), help="run only this row (repeatable)"
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs of today's file that finished and run only the others",
+    )
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
     todo = [j for j in jobs(args.payload, args.device) if not args.only or j[0] in args.only]
@@ -171,7 +176,17 @@ def main() -> None:
         "cuda": torch.cuda.is_available(),
         "results": [],
     }
+    finished = {}
+    if args.resume and path.exists():  # a session cut short: its finished runs stand
+        finished = {
+            (r["row"], r["preset"]): r
+            for r in json.loads(path.read_text())["results"]
+            if r.get("verdict") is not None
+        }
     for index, (row, preset, run_args) in enumerate(todo):
+        if (row, preset) in finished:
+            doc["results"].append(finished[(row, preset)])
+            continue
         out = args.out / f".sequences-{index}.json"
         cmd = [sys.executable, "-m", "offloadprobe", "run", *run_args, "--json", str(out)]
         print(f"[{index + 1}/{len(todo)}] {row} / {preset}", flush=True)

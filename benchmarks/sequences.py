@@ -11,8 +11,10 @@ Rows, each run once per preset (``core.sequences.PRESETS``):
 Plus one ``--workspace-cache 64MiB`` run of ``lazy`` (the fixed cycle): on a GPU the device
 ledger must name the cache as unreferenced device memory made during train; and
 ``--ref-model --frozen-fraction 0.5`` for ``lazy + complete`` (every part moved bit for bit)
-and for the verl-shaped pair (whose model functions iterate ``chunk.buffers`` of every
-chunk, the reference model's too).
+and for the verl-shaped pair (which branch per chunk as verl's do: DDP buffers, frozen
+parameters, then the reference model parameter by parameter); and the same parts under
+``double-offload``: a second ``.to("cpu")`` of a host tensor returns that tensor, and code
+that frees the old storage after the move frees its only copy.
 
 Per run: the verdict and exit code, the steps, and per step its phase, bytes moved,
 host peak and host after over the pre-offload baseline, GPU allocated after, and every
@@ -72,6 +74,9 @@ def jobs(payload: str, device: str) -> list[tuple[str, str, list[str]]]:
     parts = ["--ref-model", "--frozen-fraction", "0.5", "--cycles", "2", *common]
     for row in ("lazy + complete", "verl post-#6193 + post-#6635"):
         out.append((row, "ref-model + frozen-fraction 0.5", [*ROWS[row], *parts]))
+    twice = [*parts, "--sequence", "double-offload"]
+    for row in ("lazy + complete", "verl post-#6193 + post-#6635"):
+        out.append((row, "ref-model + frozen 0.5, double-offload", [*ROWS[row], *twice]))
     return out
 
 
@@ -150,7 +155,7 @@ def main() -> None:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="keep the runs of today's file that finished and run only the others",
+        help="keep the runs of today's file that passed (exit 0) and run the others again",
     )
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
@@ -181,7 +186,7 @@ def main() -> None:
         finished = {
             (r["row"], r["preset"]): r
             for r in json.loads(path.read_text())["results"]
-            if r.get("verdict") is not None
+            if r.get("exit_code") == 0
         }
     for index, (row, preset, run_args) in enumerate(todo):
         if (row, preset) in finished:

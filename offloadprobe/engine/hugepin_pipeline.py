@@ -9,7 +9,9 @@ driver's parts and those overlap:
 1. each DDP buffer gets one private anonymous mapping of exactly its bytes (whole 4 KiB
    pages; its whole 2 MiB huge pages advised ``MADV_HUGEPAGE``, the tail not), reused on
    every later cycle. Where the kernel refuses the advice the mapping keeps 4 KiB pages
-   and the strategy's ``notes`` say so;
+   and the strategy's ``notes`` say so. Each parameter outside the DDP buffers (frozen
+   ones, a reference model's: ``engine/model/sources.py``) is one more source of the same
+   pipeline, with its own exact mapping;
 2. the mapping is cut into chunks (``CHUNK_MIB``, 64 MiB); a pool of threads sized to
    the CPUs this process may use (its affinity mask over the ranks on the node, less the
    thread issuing copies and the registering one) first-touches them
@@ -20,8 +22,9 @@ driver's parts and those overlap:
    soon as it is registered, one copy per registered range (a copy across two separately
    registered ranges fails with "invalid argument").
 
-Loads copy chunk by chunk from the registered memory at link speed. Host memory: the
-payload, once (no power-of-two rounding). ``registered_bytes`` counts exactly the bytes
+Loads copy chunk by chunk from the registered memory at link speed. Host memory: every
+source's bytes, once (no power-of-two rounding; each mapping rounded to whole 4 KiB pages,
+which a small loose parameter feels most). ``registered_bytes`` counts exactly the bytes
 passed to successful ``cudaHostRegister`` calls and held when the last offload returned.
 The ``relock`` strategy is the same machinery with every page handed back after each load.
 
@@ -32,10 +35,10 @@ constants, not payload-sized; ``warmup_seconds`` records them.
 In CPU emulation the same pipeline runs without CUDA: chunks are touched on the threads,
 nothing is page-locked (``registered_bytes`` stays 0), and copies are host copies.
 
-Options (``--strategy-option key=value``, for sweeps): ``threads``, ``chunk_mib``,
-``huge_pages`` (``0`` for 4 KiB pages), ``touch`` (auto, populate, memset) and ``stages``
-(a path: every offload's and load's stage timings are written there as JSON at
-``close()``).
+Settings (``engine/hugepin_settings.py``; ``--strategy-option key=value``, for sweeps):
+``threads``, ``chunk_mib``, ``huge_pages`` (``0`` for 4 KiB pages), ``touch`` (auto,
+populate, memset) and ``stages`` (a path: every offload's and load's stage timings are
+written there as JSON at ``close()``).
 
 The descriptors (``engine/strategies/hugepin.py``, ``relock.py``) name this module and
 load it only when the strategy is built: it imports torch.
@@ -45,79 +48,32 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
-from offloadprobe.core.errors import OffloadProbeError, UsageError
+from offloadprobe.core.errors import OffloadProbeError
 from offloadprobe.engine import hostmem
-from offloadprobe.engine.model.buffers import (
-    free_storage,
-    nbytes,
-    restore_storage,
-    restore_zeroed_grads,
-    to_load,
-    to_offload,
-)
+from offloadprobe.engine.hugepin_settings import CHUNK_MIB, OPTIONS, Settings
+from offloadprobe.engine.model.sources import Source, to_load_sources, to_offload_sources
 from offloadprobe.engine.runtime import Runtime
 
-OPTIONS = ("threads", "chunk_mib", "huge_pages", "touch", "stages")
-CHUNK_MIB = 64
-"""Measured best on the H200 (12 threads: 26.2 GB/s at 64 MiB, 25.1 at 32, 19.8 at 256)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Settings:
-    """How the pipeline runs: its threads, chunk size, page size and first-touch method."""
-
-    threads: int
-    chunk_bytes: int
-    huge_pages: bool = True
-    touch: str = "auto"
-    stages: str | None = None
-    """Where ``close()`` writes the stage timings (JSON), if anywhere."""
-
-    @classmethod
-    def from_options(
-        cls, options: Mapping[str, str] | None = None, *, local_ranks: int | None = None
-    ) -> Settings:
-        """From ``--strategy-option`` pairs; threads default to the CPUs this process may
-        use, shared with the other ranks of its node (torchrun's ``LOCAL_WORLD_SIZE``)."""
-        options = dict(options or {})
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
-            raise UsageError(
-                f"--strategy-option {unknown[0]}: hugepin and relock take " + ", ".join(OPTIONS)
-            )
-        if local_ranks is None:
-            local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or "1")
-        threads = hostmem.worker_threads(hostmem.available_cpus(), local_ranks)
-        hpage = hostmem.huge_page_size()
-        try:
-            threads = int(options.get("threads") or threads)
-            chunk = int(options.get("chunk_mib") or CHUNK_MIB) * 2**20
-        except ValueError:
-            raise UsageError("--strategy-option threads= and chunk_mib= take integers") from None
-        chunk = max(hpage, -(-chunk // hpage) * hpage)  # whole huge pages
-        touch = options.get("touch") or "auto"
-        if touch not in hostmem.TOUCH_METHODS:
-            raise UsageError(
-                f"--strategy-option touch={touch!r}: choose one of {hostmem.TOUCH_METHODS}"
-            )
-        huge = options.get("huge_pages", "1") not in ("0", "false", "no")
-        return cls(
-            threads=max(1, threads),
-            chunk_bytes=chunk,
-            huge_pages=huge,
-            touch=touch,
-            stages=options.get("stages") or None,
-        )
+__all__ = [  # Settings and its constants live in hugepin_settings (torch-free)
+    "CHUNK_MIB",
+    "OPTIONS",
+    "HugePinStrategy",
+    "Settings",
+    "Stages",
+    "Step",
+    "hugepin",
+    "plan",
+    "relock",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -125,7 +81,7 @@ class Step:
     """One unit of the pipeline: one registered range of one host copy, one copy."""
 
     copy: int
-    """Index of the host copy (the DDP buffer)."""
+    """Index of the host copy (the source: a DDP buffer or a loose parameter)."""
     chunk: int
     offset: int
     nbytes: int
@@ -136,7 +92,7 @@ class Step:
 def plan(
     chunks: Sequence[Sequence[tuple[int, int]]], locked: Sequence[Sequence[bool]]
 ) -> list[Step]:
-    """The pipeline's steps, buffer by buffer and chunk by chunk in address order: each
+    """The pipeline's steps, source by source and chunk by chunk in address order: each
     chunk is exactly one registered range and gets exactly one copy."""
     return [
         Step(copy=c, chunk=i, offset=o, nbytes=n, lock=not locked[c][i])
@@ -168,7 +124,8 @@ class Stages:
 
 @dataclass(slots=True)
 class HostCopy:
-    """One DDP buffer's host memory: its mapping, a byte view of it, its chunks."""
+    """One source's host memory (a DDP buffer's or a loose parameter's): its mapping, a
+    byte view of it, its chunks."""
 
     mapping: hostmem.Mapping
     host: torch.Tensor | None
@@ -266,15 +223,14 @@ class HugePinStrategy:
                 self._touch = used
         return time.perf_counter() - start
 
-    def _host_copy(self, buffer: Any) -> HostCopy:
-        key = id(buffer)
-        size = nbytes(buffer.param_data)
+    def _host_copy(self, source: Source) -> HostCopy:
+        key, size = source.key, source.nbytes
         found = self.copies.get(key)
         if found is not None:
             if found.mapping.nbytes != size:
                 raise OffloadProbeError(
-                    f"host copy of {found.mapping.nbytes} bytes no longer matches its DDP "
-                    f"buffer of {size} bytes: the model's buffers were rebuilt"
+                    f"host copy of {found.mapping.nbytes} bytes no longer matches its "
+                    f"{source.kind} of {size} bytes: the model was rebuilt"
                 )
             return found
         mapping = hostmem.map_exact(size, huge=self.settings.huge_pages)
@@ -327,12 +283,12 @@ class HugePinStrategy:
     def offload(self, models: list[Any]) -> None:
         self.runtime.synchronize()
         start = time.perf_counter()
-        buffers = to_offload(models)
-        if not buffers:  # all offloaded already: a no-op
+        moving = to_offload_sources(models)  # DDP buffers, then parameters outside them
+        if not moving:  # all offloaded already: a no-op
             return
-        copies = [self._host_copy(b) for b in buffers]
+        copies = [self._host_copy(m) for m in moving]
         steps = plan([c.chunks for c in copies], [c.locked for c in copies])
-        sources = [_bytes_of(b.param_data) for b in buffers]
+        sources = [_bytes_of(m.data) for m in moving]
         touched: dict[Step, Future[float]] = {}
         locked: dict[Step, Future[tuple[float, float]]] = {}
         for s in steps:
@@ -363,9 +319,8 @@ class HugePinStrategy:
             if stream is not None:
                 stream.synchronize()
         self.runtime.synchronize()  # every copy landed before any device storage is freed
-        for buffer in buffers:
-            free_storage(buffer.param_data)
-            free_storage(buffer.grad_data)
+        for m in moving:
+            m.free()
         self.registered_bytes = self.locked_bytes
         timings = [f.result() for f in locked.values()]
         self.stages.append(
@@ -388,10 +343,10 @@ class HugePinStrategy:
         releases: list[Future[float]] = []
         later: list[tuple[Any, ...]] = []
         moved = handed_back = 0
-        for buffer in to_load(models):
-            copy = self.copies[id(buffer)]
-            restore_storage(buffer.param_data)
-            target = _bytes_of(buffer.param_data)
+        for source in to_load_sources(models):
+            copy = self.copies[source.key]
+            source.restore()
+            target = _bytes_of(source.data)
             assert copy.host is not None
             for index, (offset, size) in enumerate(copy.chunks):
                 self._copy(target[offset : offset + size], copy.host[offset : offset + size])
@@ -407,7 +362,7 @@ class HugePinStrategy:
                 releases.append(
                     self._serial.submit(self._unlock_chunk, copy, offset, size, index, done)
                 )
-            restore_zeroed_grads(buffer)
+            source.restore_grads()
         # CPU emulation accounts each device allocation by the RSS change around it: pages
         # go back only once every allocation of the phase is made (on CUDA, as copies land)
         releases += [self._pool.submit(self._unlock_chunk, *args) for args in later]

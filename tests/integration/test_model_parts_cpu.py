@@ -1,18 +1,21 @@
 """Model parts outside the DDP buffers (``--ref-model``, ``--frozen-fraction``): strategies
 receive them in the chunk list after the DDP chunks; the built-in ones move every part
-bit for bit, code that moves only the DDP buffers leaves the parts on the device (not
-offloaded, exit 1), and a part that comes back changed is corrupted, the frozen
-parameters as the modules hold them after the load (another ``nn.Parameter`` put in a
-module is the one checked). In process, CPU emulation, the smallest tiny model: verdicts
-and bytes, not host magnitudes."""
+bit for bit (and an offload or a load repeated moves no part again), code that moves only
+the DDP buffers leaves the parts on the device (not offloaded, exit 1), and a part that
+comes back changed is corrupted, the frozen parameters as the modules hold them after the
+load (another ``nn.Parameter`` put in a module is the one checked). In process, CPU
+emulation, the smallest tiny model: verdicts and bytes, not host magnitudes."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
 import torch
 
+from offloadprobe.engine.model import parts
+from offloadprobe.engine.strategies import MODEL_STRATEGIES
 from tests.conftest import TINY
 
 SMALLEST = [*TINY, "--hidden", "128", "--vocab", "512"]
@@ -28,7 +31,24 @@ def _run(invoke, tmp_path, *args: str):
     return result, run
 
 
-@pytest.mark.parametrize("strategy", ["lazy", "registered"])
+NO_TMS = (
+    "tms pauses CUDA virtual memory through torch_memory_saver "
+    f"({'installed' if importlib.util.find_spec('torch_memory_saver') else 'not installed'}): "
+    "CPU emulation exits 2; its parts are tests/unit/test_tms_strategy.py and, on a GPU, "
+    "benchmarks/h200_parts.sh"
+)
+
+
+def _moving_built_ins():
+    """Every built-in strategy that moves parameters (``none`` keeps them on purpose)."""
+    for name in MODEL_STRATEGIES.builtin_names():
+        if not MODEL_STRATEGIES.get(name).moves_params:
+            continue
+        marks = [pytest.mark.skip(reason=NO_TMS)] if name == "tms" else []
+        yield pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("strategy", list(_moving_built_ins()))
 def test_built_in_strategies_move_every_part_bit_for_bit(invoke, tmp_path, strategy):
     args = ("--strategy", strategy, "--optimizer-strategy", "complete", "--reference-check")
     result, run = _run(invoke, tmp_path, *args)
@@ -81,11 +101,19 @@ def test_frozen_parameters_swapped_in_the_modules_are_corrupted(invoke, tmp_path
 
 
 @pytest.fixture(scope="module")
-def frozen_model():
-    """The smallest model, half frozen (built, not trained: the check reads bytes only)."""
+def runtime():
+    from offloadprobe.engine.runtime import open_runtime
+
+    with open_runtime("cpu", 3) as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def frozen_model(runtime):
+    """The smallest model, half frozen, with a reference model (built, not trained: the
+    checks read bytes only)."""
     from offloadprobe.core.config import ModelConfig
     from offloadprobe.engine.model.builder import build_probe_model
-    from offloadprobe.engine.runtime import open_runtime
 
     cfg = ModelConfig(
         num_layers=1,
@@ -95,9 +123,9 @@ def frozen_model():
         seq_length=32,
         micro_batch_size=1,
         frozen_fraction=0.5,
+        ref_model=True,
     )
-    with open_runtime("cpu", 3) as runtime:
-        yield build_probe_model(cfg, runtime, seed=3)
+    return build_probe_model(cfg, runtime, seed=3)
 
 
 def _a_frozen_parameter(model):
@@ -138,3 +166,46 @@ def test_the_frozen_parameter_the_module_holds_is_the_one_checked(frozen_model, 
     else:
         assert problems == [f"cycle 0: frozen {name} differs from before offload"]
     assert verify_round_trip(frozen_model, fingerprint_state(frozen_model), 0) == []
+
+
+CPU_MOVERS = [p.id for p in _moving_built_ins() if not p.marks]
+
+
+@pytest.mark.parametrize("strategy", CPU_MOVERS)
+def test_a_repeated_offload_or_load_moves_no_part_again(runtime, frozen_model, strategy):
+    """offload, offload, load, load on every part (the sequences' invariant): the second
+    offload keeps the host copies the first made, and the second load keeps what was
+    written on the device between the loads."""
+    from offloadprobe.engine.descriptors import close
+    from offloadprobe.engine.model.buffers import is_freed, loose_parameters
+    from offloadprobe.engine.model.integrity import fingerprint_state, verify_round_trip
+    from offloadprobe.engine.strategies import model_strategy
+
+    chunks = frozen_model.offload_chunks
+    loose = loose_parameters(chunks)
+    assert {part for part, *_ in parts.named(frozen_model)} == set(parts.PARTS)
+    before = fingerprint_state(frozen_model)
+    with runtime.strategy_code():
+        moves = model_strategy(strategy).build(runtime)
+
+    def step(verb):
+        with runtime.strategy_code():
+            getattr(moves, verb)(chunks)
+
+    try:
+        for _ in range(2):
+            step("offload")
+            assert all(is_freed(p) for p in loose)
+        step("load")
+        assert verify_round_trip(frozen_model, before, 0) == []
+        with torch.no_grad():
+            for p in loose:
+                p.neg_()  # exact, and undone below
+        step("load")
+        with torch.no_grad():
+            for p in loose:
+                p.neg_()
+        assert verify_round_trip(frozen_model, before, 0) == []
+    finally:
+        with runtime.strategy_code():
+            close(moves)

@@ -187,3 +187,42 @@ def test_both_are_registered_strategies():
         assert strategy.ephemeral and isinstance(strategy, HugePinStrategy)
     finally:
         strategy.close()
+
+
+def _reference(seed):
+    """A chunk that is not DDP-wrapped (a reference model): every parameter is loose."""
+    torch.manual_seed(seed)
+    module = torch.nn.Linear(1024, 700).to(torch.bfloat16)  # weight over two chunks, bias tiny
+    module.requires_grad_(False)
+    return module
+
+
+@pytest.mark.parametrize("ephemeral", [False, True])
+def test_parameters_outside_the_buffers_go_through_the_same_pipeline(ephemeral):
+    models, buffers = _models()
+    reference = _reference(3)
+    models.append(reference)
+    loose = list(reference.parameters())
+    originals = [p.detach().clone() for p in loose]
+    payload = sum(b.param_data.numel() * 2 for b in buffers) + sum(p.numel() * 2 for p in loose)
+    cudart = FakeCudart()
+    strategy = _strategy(ephemeral, cudart)
+    try:
+        for cycle in range(2):
+            strategy.offload(models)
+            assert all(p.untyped_storage().nbytes() == 0 for p in loose)
+            assert len(strategy.copies) == len(buffers) + len(loose)  # one mapping a source
+            if cycle == 0 or ephemeral:  # every byte page-locked, the parameters' too
+                assert sum(n for _, n in cudart.registered) == payload
+            assert strategy.registered_bytes == payload
+            lengths = [c.mapping.length for c in strategy.copies.values()]
+            assert _resident(strategy) == lengths
+            strategy.load(models)
+            for p, original in zip(loose, originals, strict=True):
+                assert torch.equal(p, original)
+            # relock hands every page back, the parameters' included: none held while training
+            assert _resident(strategy) == ([0] * len(lengths) if ephemeral else lengths)
+            assert strategy.locked_bytes == (0 if ephemeral else payload)
+            cudart.registered.clear()
+    finally:
+        strategy.close()

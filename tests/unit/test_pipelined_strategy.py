@@ -48,3 +48,23 @@ def test_host_mapping_is_reused_after_the_first_offload():
     strategy.offload(models)
     assert next(iter(strategy.mappings.values())).address == first
     strategy.close()
+
+
+def test_parameters_outside_the_buffers_get_an_exact_mapping_each():
+    models, buf = _model(4096)
+    torch.manual_seed(2)
+    reference = torch.nn.Linear(64, 96).to(torch.bfloat16).requires_grad_(False)
+    models.append(reference)  # not DDP-wrapped: every parameter is loose
+    loose = list(reference.parameters())
+    originals = [p.detach().clone() for p in loose]
+    strategy = pipelined.PipelinedStrategy(CPU)
+    for _ in range(2):
+        strategy.offload(models)
+        assert all(p.untyped_storage().nbytes() == 0 for p in loose)
+        strategy.offload(models)  # offloaded already: nothing to copy, nothing freed twice
+        strategy.load(models)
+        strategy.load(models)
+        assert all(torch.equal(p, o) for p, o in zip(loose, originals, strict=True))
+    sizes = sorted(m.nbytes for m in strategy.mappings.values())
+    assert sizes == sorted([buf.param_data.numel() * 2] + [p.numel() * 2 for p in loose])
+    strategy.close()

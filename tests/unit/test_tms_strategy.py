@@ -112,3 +112,55 @@ def test_every_pause_pins_a_fresh_exact_backup():
         "Alloc",
         "Alloc",
     ]
+
+
+def _reference(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Linear(16, 8).to(torch.bfloat16).requires_grad_(False)
+
+
+def test_parameters_outside_the_buffers_pause_in_the_region_or_say_why_not(monkeypatch):
+    saver = FakeSaver()
+    strategy = tms.TmsStrategy(Runtime(device="cpu", emulated=False, note=None), saver=saver)
+    models, _ = _model()
+    reference = _reference(1)
+    models.append(reference)  # not DDP-wrapped: every parameter is loose
+    homed = [p.detach() for p in reference.parameters()]
+    originals = [p.clone() for p in homed]
+    real_restore = tms.restore_storage
+
+    def restore_and_note(tensor):
+        real_restore(tensor)
+        saver.note(tensor)
+
+    monkeypatch.setattr(tms, "restore_storage", restore_and_note)
+    # the driver gets memory back with every pause (the first offload checks it did)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (2**30 * len(saver.calls), 0))
+    strategy.offload(models)
+    # the first offload took them into the backed-up region, beside param_data
+    in_region = saver.allocated[(tms.PARAMS_TAG, True)]
+    assert [t.untyped_storage()._cdata for t in in_region[1:]] == [
+        t.untyped_storage()._cdata for t in homed
+    ]
+    released = {s._cdata for s in strategy.released_storages(models)}
+    assert {t.untyped_storage()._cdata for t in homed} <= released
+    assert all(t.isnan().all() for t in homed)  # paused: the fake wiped them
+    strategy.load(models)
+    assert all(torch.equal(t, o) for t, o in zip(homed, originals, strict=True))
+    assert strategy.notes == []
+    # a chunk that appears after the regions were filled cannot be paused: a host copy each
+    late = _reference(2)
+    models.append(late)
+    late_originals = [p.detach().clone() for p in late.parameters()]
+    strategy.offload(models)
+    assert all(p.untyped_storage().nbytes() == 0 for p in late.parameters())
+    # freed by PyTorch, not released through the driver: not claimed as paused
+    late_keys = {p.untyped_storage()._cdata for p in late.parameters()}
+    assert not late_keys & {s._cdata for s in strategy.released_storages(models)}
+    strategy.offload(models)  # offloaded already: a no-op
+    strategy.load(models)
+    strategy.load(models)  # loaded already: a no-op
+    assert all(torch.equal(p, o) for p, o in zip(late.parameters(), late_originals, strict=True))
+    assert all(torch.equal(t, o) for t, o in zip(homed, originals, strict=True))
+    (note,) = strategy.notes
+    assert note.startswith("tms: 2 parameters outside the DDP buffers were not in")

@@ -25,11 +25,13 @@ def loose_parameters(models: list[Any]) -> list[Any]:
     """Parameters of the chunks that live outside every DDP buffer, each storage once:
     frozen parameters of a DDP-wrapped chunk (DDP buffers only what needs a gradient, so
     LoRA's base weights stay apart) and every parameter of a chunk that is not wrapped (a
-    reference model). Frameworks move them one by one (``param.data``)."""
+    reference model). Frameworks move them one by one (``param.data``). A chunk that is
+    no module (a bare holder of buffers, as tests build) has none."""
     inside = {b.param_data.untyped_storage()._cdata for b in ddp_buffers(models)}
     found: dict[int, Any] = {}
     for chunk in models:
-        for param in chunk.parameters():
+        parameters = getattr(chunk, "parameters", None)
+        for param in parameters() if callable(parameters) else ():
             key = param.untyped_storage()._cdata
             if key not in inside:
                 found.setdefault(key, param)

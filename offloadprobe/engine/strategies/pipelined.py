@@ -14,6 +14,11 @@ CUDA. The main thread issues each chunk's device-to-host copy as soon as its chu
 ready, so page-locking overlaps the copies. Later offloads copy chunk by chunk into the
 same memory. Host memory: the payload, exactly, once.
 
+Each parameter outside the DDP buffers (frozen ones, a reference model's:
+``engine/model/sources.py``) is one more source: its own exact mapping, prepared and
+copied the same way (a mapping is whole pages, so a small parameter holds up to 4 KiB
+more than its bytes).
+
 Copies stay within one registered chunk each, so every one is a direct DMA. The chunks
 are unregistered and the mappings unmapped in ``close()``.
 """
@@ -30,14 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from offloadprobe.core.errors import OffloadProbeError, UsageError
 from offloadprobe.engine.descriptors import ModelStrategyInfo
-from offloadprobe.engine.model.buffers import (
-    free_storage,
-    nbytes,
-    restore_storage,
-    restore_zeroed_grads,
-    to_load,
-    to_offload,
-)
+from offloadprobe.engine.model.buffers import nbytes
+from offloadprobe.engine.model.sources import Source, to_load_sources, to_offload_sources
 from offloadprobe.layout.pinned import Alloc, Event
 
 if TYPE_CHECKING:
@@ -73,7 +72,8 @@ _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 @dataclass(slots=True)
 class HostMapping:
-    """One anonymous mapping holding one DDP buffer's host copy, in chunks."""
+    """One anonymous mapping holding one source's host copy (a DDP buffer's or a loose
+    parameter's), in chunks."""
 
     address: int
     length: int
@@ -169,61 +169,70 @@ class PipelinedStrategy:
 
         return tensor.view(-1).view(torch.uint8)[offset : offset + size]
 
-    def _first_offload(self, work: list[tuple[Any, HostMapping]]) -> None:
+    def _first_offload(self, work: list[tuple[Source, HostMapping]]) -> None:
         if self.runtime.can_pin:
             import torch
 
             self._cudart, self._device = torch.cuda.cudart(), torch.cuda.current_device()
         with ThreadPoolExecutor(max_workers=self.tuning.threads) as pool:
             futures = {
-                pool.submit(self._prepare, m, o, n): (buffer, m)
-                for buffer, m in work
+                pool.submit(self._prepare, m, o, n): (source, m)
+                for source, m in work
                 for o, n in m.chunks
             }
             for future in as_completed(futures):
-                buffer, m = futures[future]
+                source, m = futures[future]
                 offset, size = future.result()
                 if self.runtime.can_pin:
                     m.registered.append(m.address + offset)
                     self.registered_bytes += size
                 self._chunk(m.host, offset, size).copy_(
-                    self._chunk(buffer.param_data, offset, size), non_blocking=True
+                    self._chunk(source.data, offset, size), non_blocking=True
                 )
+
+    def _mapping(self, source: Source) -> HostMapping:
+        m = self.mappings[source.key]
+        if m.nbytes != source.nbytes:
+            raise OffloadProbeError(
+                f"host mapping of {m.nbytes} bytes no longer matches its {source.kind} of "
+                f"{source.nbytes} bytes: the model was rebuilt"
+            )
+        return m
 
     def offload(self, models: list[Any]) -> None:
         self.runtime.synchronize()
-        buffers = to_offload(models)
+        moving = to_offload_sources(models)  # DDP buffers, then parameters outside them
         tuning = self.tuning
         new = [
-            (b, map_host(b.param_data, tuning.chunk_bytes, huge_pages=tuning.huge_pages))
-            for b in buffers
-            if id(b) not in self.mappings
+            (s, map_host(s.data, tuning.chunk_bytes, huge_pages=tuning.huge_pages))
+            for s in moving
+            if s.key not in self.mappings
         ]
-        if new:
-            self.mappings.update({id(b): m for b, m in new})
+        if new:  # the first offload of these sources: prepared while they copy
+            self.mappings.update({s.key: m for s, m in new})
             self._first_offload(new)
-        for buffer in buffers:
-            if any(buffer is b for b, _ in new):
+        fresh = {s.key for s, _ in new}
+        for source in moving:
+            if source.key in fresh:
                 continue
-            m = self.mappings[id(buffer)]
+            m = self._mapping(source)
             for offset, size in m.chunks:
                 self._chunk(m.host, offset, size).copy_(
-                    self._chunk(buffer.param_data, offset, size), non_blocking=True
+                    self._chunk(source.data, offset, size), non_blocking=True
                 )
         self.runtime.synchronize()  # every copy lands before any device storage is freed
-        for buffer in buffers:
-            free_storage(buffer.param_data)
-            free_storage(buffer.grad_data)
+        for source in moving:
+            source.free()
 
     def load(self, models: list[Any]) -> None:
-        for buffer in to_load(models):
-            m = self.mappings[id(buffer)]
-            restore_storage(buffer.param_data)
+        for source in to_load_sources(models):
+            m = self._mapping(source)
+            source.restore()
             for offset, size in m.chunks:
-                self._chunk(buffer.param_data, offset, size).copy_(
+                self._chunk(source.data, offset, size).copy_(
                     self._chunk(m.host, offset, size), non_blocking=True
                 )
-            restore_zeroed_grads(buffer)
+            source.restore_grads()
         self.runtime.synchronize()
 
     def close(self) -> None:

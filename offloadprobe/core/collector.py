@@ -21,6 +21,29 @@ IMPORT_THRESHOLD = 20_000
 """Allocations between two collections of the youngest generation while paused."""
 
 _saved: tuple[int, ...] | None = None
+_frozen = False
+"""Whether objects were frozen through this module (``gc.get_freeze_count`` walks every
+frozen object, some 40 ms once torch is imported: asked around every run, it added up)."""
+
+
+def frozen() -> bool:
+    """Whether anything is frozen: through this module, or (asked only when not) by
+    anyone else."""
+    return _frozen or gc.get_freeze_count() > 0
+
+
+def freeze_objects() -> None:
+    """``gc.freeze``, remembered (``frozen``)."""
+    global _frozen
+    gc.freeze()
+    _frozen = True
+
+
+def unfreeze_objects() -> None:
+    """``gc.unfreeze``: nothing frozen any more."""
+    global _frozen
+    gc.unfreeze()
+    _frozen = False
 
 
 def pause_for_imports() -> None:
@@ -40,8 +63,8 @@ def resume(*, freeze: bool = True) -> None:
     if _saved is None:
         return
     gc.collect()
-    if freeze and gc.get_freeze_count() == 0:
-        gc.freeze()
+    if freeze and not frozen():
+        freeze_objects()
     end_pause()
 
 

@@ -19,8 +19,8 @@ CACHE: list[torch.Tensor] = []
 class _Honest:
     """Offloads every DDP buffer to a host copy and brings it back: correct on its own."""
 
-    keep_bytes = 12 * 2**20
-    """Over the staging allowance at the payload the tests run (4 MiB + 32 MiB / 8) and
+    keep_bytes = 7 * 2**20
+    """Over the staging allowance at the payload the tests run (4 MiB + 16 MiB / 8) and
     under half of it, so the drop of the offload alone looks like a full offload: only
     the ledger sees what stayed."""
 

@@ -18,13 +18,13 @@ def entry_point_state():
     """The state the CLI's entry point leaves before a run: collection paused, nothing
     frozen (this worker's own frozen objects are frozen again afterwards)."""
     default = gc.get_threshold()
-    gc.unfreeze()
+    collector.unfreeze_objects()
     collector.pause_for_imports()
     try:
         yield default
     finally:
         collector.end_pause()
-        gc.freeze()
+        collector.freeze_objects()
         gc.set_threshold(*default)
 
 

@@ -11,6 +11,7 @@ from unittest import mock
 
 import torch
 
+from offloadprobe.core import collector
 from offloadprobe.engine.runtime.emulation import emulated_device
 from offloadprobe.engine.runtime.imports import import_run_modules
 
@@ -67,14 +68,14 @@ def long_lived_objects_frozen() -> Iterator[None]:
     with them.
     """
     import_run_modules()  # imported by every run anyway: their objects are frozen too
-    outer = gc.get_freeze_count() > 0
+    outer = collector.frozen()
     gc.collect()
-    gc.freeze()
+    collector.freeze_objects()
     try:
         yield
     finally:
         if not outer:
-            gc.unfreeze()
+            collector.unfreeze_objects()
 
 
 @contextlib.contextmanager

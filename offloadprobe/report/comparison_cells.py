@@ -119,7 +119,7 @@ HOST_COLUMNS: list[Column[Cmp]] = [
 
 DEVICE_COLUMNS: list[Column[Cmp]] = [
     LABEL,
-    Column("held in train", _held),
+    Column("held", _held),
     Column("pinned", lambda c: _bytes(c, "pinned_reserved_bytes")),
     Column("GPU left", lambda c: _bytes(c, "gpu_left_after_offload_bytes")),
     Column("offload GB/s", lambda c: _rates(c, "offload")),

@@ -36,8 +36,8 @@ def device_table(comparison: Comparison) -> RenderableType:
         DEVICE_COLUMNS,
         rows(comparison),
         caption=(
-            "held in train: host kept after the loads, x bytes moved; GB/s: first cycle "
-            "/ steady (median of the later cycles)"
+            "held: host kept through training, after the loads, x bytes moved; GB/s: first "
+            "cycle / steady (median of the later cycles)"
         ),
     )
 

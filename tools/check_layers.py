@@ -1,5 +1,8 @@
 """Check that offloadprobe's imports only go downward through its layers (see
-docs/contributing.md). Prints ``layers ok`` or every import that goes up; exit 1 then."""
+docs/contributing.md), that no module outgrows one concept (500 lines; the runner 350),
+and that the package reads at most one ``OFFLOADPROBE_*`` environment variable (options
+are flags, keywords and scenario keys: ``core/options.py``). Prints ``layers ok`` or
+every breach; exit 1 then."""
 
 from __future__ import annotations
 
@@ -40,8 +43,35 @@ def violations(root: Path) -> list[str]:
     return bad
 
 
+MAX_LINES = 500
+MAX_LINES_OF = {"offloadprobe/engine/runner.py": 349}
+ENV = re.compile(r"OFFLOADPROBE_[A-Z][A-Z_]*")
+
+
+def sizes(root: Path) -> list[str]:
+    bad = []
+    for path in sorted((root / "offloadprobe").rglob("*.py")):
+        name = path.relative_to(root).as_posix()
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_LINES_OF.get(name, MAX_LINES):
+            bad.append(f"{name}: {lines} lines (at most {MAX_LINES_OF.get(name, MAX_LINES)})")
+    return bad
+
+
+def variables(root: Path) -> list[str]:
+    found = {
+        v for path in (root / "offloadprobe").rglob("*.py") for v in ENV.findall(path.read_text())
+    }
+    return (
+        [f"{len(found)} OFFLOADPROBE_ variables, at most 1: {sorted(found)}"]
+        if len(found) > 1
+        else []
+    )
+
+
 def main() -> int:
-    bad = violations(Path(__file__).resolve().parents[1])
+    root = Path(__file__).resolve().parents[1]
+    bad = violations(root) + sizes(root) + variables(root)
     print("\n".join(bad) if bad else "layers ok")
     return 1 if bad else 0
 

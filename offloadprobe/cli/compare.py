@@ -22,7 +22,7 @@ from offloadprobe.cli.strategies import (
 )
 from offloadprobe.cli.timeline import TimelineOutputs, compare_rows, output_parameters
 from offloadprobe.compare.comparison import Candidate
-from offloadprobe.core import environment
+from offloadprobe.core import environment, option_budgets
 from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
@@ -143,7 +143,7 @@ def compare_command(values: dict[str, Any]) -> None:
     check_strategies(  # a misspelt name fails before anything starts
         [spec for _, spec in specs], optimizer_names, model_place="compare {} ..."
     )
-    parsed = opts.budgets({k: values.pop(k) for k in opts.BUDGET_NAMES})
+    parsed = option_budgets.budgets({k: values.pop(k) for k in opts.BUDGET_NAMES})
     base = opts.build_config(values)
     if nproc < 1:
         raise UsageError("--nproc-per-node must be at least 1")

@@ -28,6 +28,7 @@ from offloadprobe.cli.strategies import (
     split_label,
 )
 from offloadprobe.cli.timeline import TimelineOutputs, output_parameters
+from offloadprobe.core import option_budgets
 from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
@@ -93,7 +94,7 @@ def run_command(values: dict[str, Any]) -> None:
     )
     host_limit = values.pop("host_limit")
     limit = parse_size(host_limit, what="--host-limit") if host_limit is not None else None
-    parsed = opts.budgets({k: values.pop(k) for k in opts.BUDGET_NAMES})
+    parsed = option_budgets.budgets({k: values.pop(k) for k in opts.BUDGET_NAMES})
     for line in check_rows(parsed.budgets, [label or f"{strategy} + {optimizer_strategy}"]):
         print(f"offloadprobe: {line}", file=sys.stderr)
     cfg = opts.build_config(

@@ -15,7 +15,7 @@ here: in 0.16 its default writer starts a spawned manager process and forks a wr
 bucket (about 11 s for a one-layer model in CPU emulation), and the DistributedOptimizer's
 default sharding refuses flattened ranges (``dp_reshardable`` is needed).
 
-``OFFLOADPROBE_CHECKPOINT_DIR`` picks where the temporary folder goes (default: the
+The temporary folder goes where ``TMPDIR`` says, read at each step (default: the
 system's temporary directory; on a tmpfs the files are host memory while they exist).
 """
 
@@ -30,7 +30,8 @@ from typing import Any
 from offloadprobe.core.errors import OffloadProbeError
 from offloadprobe.engine.optimizer.holdings import holdings, megatron_optimizers, storage_key
 
-DIR_ENV = "OFFLOADPROBE_CHECKPOINT_DIR"
+DIR_ENV = "TMPDIR"
+"""Read at every checkpoint step (``tempfile`` reads it once per process)."""
 
 
 def state_to_save(model: Any) -> dict[str, Any]:

@@ -72,7 +72,8 @@ def check_options(options: dict[str, Any], *, where: str = MARKER) -> list[Any]:
     """Every keyword known and every budget parsable, else a ``pytest.UsageError`` that
     names the keyword (and the nearest valid one); returns the budgets."""
     from offloadprobe.core.errors import UsageError
-    from offloadprobe.core.options import BUDGET_NAMES, budgets
+    from offloadprobe.core.option_budgets import budgets
+    from offloadprobe.core.options import BUDGET_NAMES
 
     known = keywords()
     for key in sorted(set(options) - known):

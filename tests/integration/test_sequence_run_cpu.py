@@ -76,7 +76,7 @@ def test_a_checkpoint_step_is_measured_and_its_files_removed(invoke, tmp_path):
     folder.mkdir()
     out = tmp_path / "run.json"
     args = ["--sequence", "checkpoint-between", "--reference-check", "--no-progress"]
-    env = {"OFFLOADPROBE_CHECKPOINT_DIR": str(folder)}
+    env = {"TMPDIR": str(folder)}
     result = invoke("run", "--strategy", "lazy", *SMALLEST, *args, "--json", str(out), env=env)
     assert result.exit_code == 0, result.stdout
     (run,) = json.loads(out.read_text())["runs"]

@@ -76,10 +76,12 @@ def free_storage(tensor: Any) -> None:
 
 
 def restore_storage(tensor: Any) -> None:
-    """Give a freed buffer its storage back (contents undefined until written)."""
+    """Give a freed buffer its storage back (contents undefined until written): up to the
+    tensor's last byte, its storage offset included (a DDP buffer's is 0; a parameter
+    that is a view into a larger storage must not be written past the end)."""
     storage = tensor.untyped_storage()
     if storage.size() == 0:
-        storage.resize_(nbytes(tensor))
+        storage.resize_((tensor.storage_offset() + tensor.numel()) * tensor.element_size())
 
 
 def restore_zeroed_grads(buffer: Any) -> None:

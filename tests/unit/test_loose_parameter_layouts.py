@@ -1,13 +1,11 @@
-"""Review findings (wip/review24): parameters outside the DDP buffers whose storage is not
-exactly their own bytes. ``loose_parameters`` keeps one parameter per storage, and every
-strategy then moves that parameter's bytes (``numel * element_size`` from its first
-element) and frees the whole storage: a second parameter in the same storage, or the
-bytes before a parameter's storage offset, are lost. A non-contiguous parameter stops
-the chunked strategies (``view(-1)``). Fakes, CPU, no megatron.
+"""Parameters outside the DDP buffers whose storage is not exactly their own bytes (found
+in review): two views of one flat tensor, a parameter at a storage offset, a transposed
+one. Each comes back whole and bit for bit from every strategy. Fakes, CPU, no megatron.
 
-Each open defect is ``xfail(strict=True)``: it fails today and says what users would rely
-on. ``restore_storage`` once gave back too small a storage for a parameter with a storage
-offset (a load then wrote past its end): fixed, and tested as such."""
+Once each strategy moved the first parameter's bytes of a storage and freed it all, and
+the chunked strategies could not view a transposed one. Fixed: ``loose_parameters``
+yields each storage whole, one flat byte tensor up to the last byte any parameter views,
+and ``restore_storage`` reaches a tensor's last byte."""
 
 from __future__ import annotations
 
@@ -20,7 +18,6 @@ from offloadprobe.engine.runtime import Runtime
 from offloadprobe.engine.strategies import model_strategy, pipelined
 
 CPU = Runtime(device="cpu", emulated=True, note=None)
-SHARED = "loose_parameters keeps one parameter per storage; the others' bytes are dropped"
 
 
 def _build(name):
@@ -48,7 +45,6 @@ class _SharedStorage(torch.nn.Module):
         self.b = torch.nn.Parameter(flat[4096:], requires_grad=False)
 
 
-@pytest.mark.xfail(strict=True, reason=SHARED)
 @pytest.mark.parametrize("name", ["lazy", "pageable", "pipelined", "hugepin", "relock"])
 def test_two_loose_parameters_in_one_storage_both_come_back(name):
     ref = _SharedStorage()
@@ -76,12 +72,6 @@ def test_a_restored_storage_covers_a_parameter_with_a_storage_offset():
     assert param.untyped_storage().nbytes() >= extent
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="the chunked strategies view a source as view(-1): a non-contiguous loose "
-    "parameter makes the offload raise (lazy moves it)",
-)
 @pytest.mark.parametrize("name", ["pipelined", "hugepin", "relock"])
 def test_a_non_contiguous_loose_parameter_round_trips(name):
     ref = torch.nn.Module()

@@ -39,8 +39,8 @@ class FakeSaver:
         for (t, backup), tensors in self.allocated.items():
             if t == tag:
                 self.backup[tag] = [x.clone() for x in tensors] if backup else None
-                for x in tensors:
-                    x.fill_(float("nan"))
+                for x in tensors:  # a storage moved whole is bytes: all ones, a NaN in bf16
+                    x.fill_(float("nan") if x.is_floating_point() else 255)
 
     def resume(self, tag):
         self.calls.append(("resume", tag))

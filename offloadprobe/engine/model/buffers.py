@@ -22,20 +22,72 @@ def ddp_buffers(models: list[Any]) -> Iterator[Any]:
 
 
 def loose_parameters(models: list[Any]) -> list[Any]:
-    """Parameters of the chunks that live outside every DDP buffer, each storage once:
-    frozen parameters of a DDP-wrapped chunk (DDP buffers only what needs a gradient, so
-    LoRA's base weights stay apart) and every parameter of a chunk that is not wrapped (a
-    reference model). Frameworks move them one by one (``param.data``). A chunk that is
-    no module (a bare holder of buffers, as tests build) has none."""
-    inside = {b.param_data.untyped_storage()._cdata for b in ddp_buffers(models)}
-    found: dict[int, Any] = {}
+    """The storages of the chunks' parameters that live outside every DDP buffer, each
+    once, as one flat byte tensor over it (from byte 0 to the last byte any parameter
+    views): frozen parameters of a DDP-wrapped chunk (DDP buffers only what needs a
+    gradient, so LoRA's base weights stay apart) and every parameter of a chunk that is
+    not wrapped (a reference model). Frameworks move parameters one by one
+    (``param.data``); moving the storage whole keeps every parameter that views it
+    (several views of one flat tensor, one at a storage offset, a transposed one) and
+    frees exactly what comes back. ``loose_key`` names a storage across calls."""
+    inside = {storage_key(b.param_data) for b in ddp_buffers(models)}
+    owner: dict[int, Any] = {}
+    extent: dict[int, int] = {}
     for chunk in models:
         parameters = getattr(chunk, "parameters", None)
-        for param in parameters() if callable(parameters) else ():
-            key = param.untyped_storage()._cdata
+        if parameters is None:  # not a module (a test's stand-in holding buffers only)
+            continue
+        for param in parameters():
+            key = storage_key(param)
             if key not in inside:
-                found.setdefault(key, param)
-    return list(found.values())
+                owner.setdefault(key, param)
+                extent[key] = max(extent.get(key, 0), _last_byte(param))
+    return [_whole(owner[key], extent[key]) for key in owner]
+
+
+def storage_key(tensor: Any) -> int:
+    """Identity of a tensor's storage, stable while it is freed and restored."""
+    return int(tensor.untyped_storage()._cdata)
+
+
+loose_key = storage_key
+
+_WHOLE: Any = None
+"""Each loose storage's flat tensor by its first parameter (weakly: it goes with it)."""
+"""The key of a loose storage's host copy (the flat tensors are new at every call)."""
+
+
+def _last_byte(tensor: Any) -> int:
+    """One past the last byte of its storage that ``tensor`` views."""
+    if tensor.numel() == 0:
+        return 0
+    pairs = zip(tensor.shape, tensor.stride(), strict=True)
+    span = sum((size - 1) * stride for size, stride in pairs)
+    return (tensor.storage_offset() + span + 1) * tensor.element_size()
+
+
+def _whole(param: Any, length: int) -> Any:
+    """A flat ``uint8`` tensor over the first ``length`` bytes of ``param``'s storage, made
+    while the storage holds them and kept for when it is freed (``Tensor.set_`` over a
+    freed storage would allocate it behind the device's accounting). A storage first seen
+    freed comes back as the parameter itself."""
+    import torch
+
+    global _WHOLE
+    if _WHOLE is None:
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        _WHOLE = WeakIdKeyDictionary()
+    cached = _WHOLE.get(param)
+    same = cached is not None and storage_key(cached) == storage_key(param)
+    if same and cached.numel() == length:
+        return cached
+    if param.untyped_storage().nbytes() < length:
+        return param
+    flat = param.detach().new_empty((0,), dtype=torch.uint8)
+    flat.set_(param.untyped_storage(), 0, (length,))
+    _WHOLE[param] = flat
+    return flat
 
 
 def loose_to_offload(models: list[Any]) -> list[Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from offloadprobe.engine.model.buffers import (
     free_storage,
+    loose_key,
     loose_to_load,
     loose_to_offload,
     nbytes,
@@ -67,7 +68,7 @@ def _buffer(buffer: Any) -> Source:
 
 
 def _loose(param: Any) -> Source:
-    return Source(key=id(param), data=param.detach(), kind=LOOSE)
+    return Source(key=loose_key(param), data=param.detach(), kind=LOOSE)
 
 
 def to_offload_sources(models: list[Any]) -> list[Source]:

@@ -27,6 +27,7 @@ from offloadprobe.engine.descriptors import ModelStrategyInfo
 from offloadprobe.engine.model.buffers import (
     ddp_buffers,
     free_storage,
+    loose_key,
     loose_to_load,
     loose_to_offload,
     require_methods,
@@ -59,7 +60,7 @@ class McoreStrategy:
             buffer.offload_to_cpu(move_params=True, move_grads=True)
         loose = loose_to_offload(models)
         for param in loose:
-            self.loose[id(param)] = param.detach().to("cpu", non_blocking=True)
+            self.loose[loose_key(param)] = param.detach().to("cpu", non_blocking=True)
         self.runtime.synchronize()  # every copy landed before any device storage is freed
         for param in loose:
             free_storage(param)
@@ -72,10 +73,10 @@ class McoreStrategy:
         loose = loose_to_load(models)
         for param in loose:
             restore_storage(param)
-            param.detach().copy_(self.loose[id(param)], non_blocking=True)
+            param.detach().copy_(self.loose[loose_key(param)], non_blocking=True)
         self.runtime.synchronize()
         for param in loose:  # dropped, as a framework's param.data = param.data.to(device)
-            del self.loose[id(param)]
+            del self.loose[loose_key(param)]
 
     def _note(self, count: int) -> None:
         note = (

@@ -36,6 +36,7 @@ from offloadprobe.engine.host_copies import HostCopies
 from offloadprobe.engine.model.buffers import (
     ddp_buffers,
     free_storage,
+    loose_key,
     loose_to_load,
     loose_to_offload,
     nbytes,
@@ -134,7 +135,7 @@ class TmsStrategy:
             self._pause(models)
         outside = self._outside(loose_to_offload(models))
         for param in outside:
-            self.outside.for_buffer(id(param), param).copy_(param.detach())
+            self.outside.for_buffer(loose_key(param), param).copy_(param.detach())
             free_storage(param)
         if outside:
             self._note(len(outside))
@@ -179,7 +180,7 @@ class TmsStrategy:
                 buffer.grad_data.zero_()
         for param in self._outside(loose_to_load(models)):
             restore_storage(param)
-            param.detach().copy_(self.outside.get(id(param)))
+            param.detach().copy_(self.outside.get(loose_key(param)))
         self.runtime.synchronize()
 
     def released_storages(self, models: list[Any]) -> list[torch.UntypedStorage]:

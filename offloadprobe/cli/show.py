@@ -27,10 +27,36 @@ def show_command(
         str, typer.Option("--format", "-f", help=f"How to render it: {_formats()}.")
     ] = "table",
     progress: Annotated[bool, typer.Option(PROGRESS_FLAGS, help=quiet_verb_help("show"))] = True,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace",
+            metavar="PATH",
+            help="The trace the same run or compare wrote (--trace): with --plot, draw it again.",
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            metavar="PATH",
+            help="Draw memory over time again from --trace and this result's exact figures.",
+        ),
+    ] = None,
 ) -> None:
     """Render a saved run, comparison, plan or repro (no torch, nothing runs)."""
     from offloadprobe.report.documents import load
     from offloadprobe.report.reporters import REPORTERS, render
 
     REPORTERS.check(format)  # a misspelt format fails before the file is read
+    if (trace is None) != (plot is None):
+        from offloadprobe.core.errors import UsageError
+
+        raise UsageError("--trace and --plot go together: the trace to draw, the image to write")
+    if trace is not None and plot is not None:
+        from offloadprobe.cli import replot
+
+        replot.check(trace, plot)
     render(load(result), sys.stdout, format=format)
+    if trace is not None and plot is not None:
+        replot.replot(result, trace, plot)

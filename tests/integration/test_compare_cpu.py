@@ -78,6 +78,19 @@ def test_trace_has_one_process_per_row(compared, compare_dir):
     assert trace["otherData"]["no timeline"] == [doc["runs"][1]["label"]]
 
 
+def test_show_draws_the_plot_again_from_the_trace_and_the_records(compared, compare_dir):
+    from tests.conftest import invoke_cli
+
+    png = compare_dir / "again.png"
+    args = [str(compare_dir / "c.json"), "--trace", str(compare_dir / "t.json")]
+    result = invoke_cli("show", *args, "--plot", str(png))
+    assert result.exit_code == 0, result.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    assert f"wrote plot {png}" in result.stderr
+    alone = invoke_cli("show", *args)  # a trace without a plot to draw
+    assert alone.exit_code == 2 and "--trace and --plot go together" in alone.stderr
+
+
 def test_naive_breaks_the_budget(compared):
     result, _, _ = compared
     assert result.exit_code == 1, result.stderr

@@ -168,3 +168,47 @@ def test_a_gz_trace_is_gzipped_json(tmp_path):
     write_trace(doc, tmp_path / "t.json.gz")
     with gzip.open(tmp_path / "t.json.gz", "rt") as fh:
         assert json.load(fh) == doc
+
+
+def _changes(series: Series) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for t, v in zip(series.times_ns, series.values, strict=True):
+        if not out or out[-1][1] != v:
+            out.append((t, v))
+    return out
+
+
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])
+def test_a_trace_reads_back_as_the_timelines_it_was_written_from(tmp_path, name):
+    """What ``show --trace --plot`` draws from: each track's series by key, its phase spans
+    and its gaps, on the trace's whole-microsecond clock."""
+    from offloadprobe.report.trace import write_trace
+    from offloadprobe.report.trace_read import read_trace
+
+    rows = [fake_row(0, "naive", 96 * MiB), fake_row(1, "lazy", 0)]
+    pinned = Series(name="pinned.reserved", label="pinned reserved")
+    pinned.append(100_000_000, 8 * MiB)
+    rows[1].timeline.series.append(pinned)
+    rows[0].timeline.gaps.append(Gap(sampler="thread", start_ns=210_000_000, end_ns=235_000_000))
+    write_trace(trace_document(rows), tmp_path / name)
+    read = read_trace(tmp_path / name)
+    assert list(read) == ["naive", "lazy"]
+    for row in rows:
+        got, want = read[row.label], row.timeline
+        assert [(s.cycle, s.phase, s.start_ns, s.end_ns) for s in got.spans] == [
+            (s.cycle, s.phase, s.start_ns, s.end_ns) for s in want.spans
+        ]
+        assert [s.name for s in got.series] == [s.name for s in want.series]
+        for a, b in zip(got.series, want.series, strict=True):  # the same step function
+            assert _changes(a) == _changes(b)
+        assert [(g.sampler, g.start_ns, g.end_ns) for g in got.gaps] == [
+            (g.sampler, g.start_ns, g.end_ns) for g in want.gaps
+        ]
+
+
+def test_a_file_that_is_no_trace_is_bad_input(tmp_path):
+    from offloadprobe.report.trace_read import read_trace
+
+    (tmp_path / "x.json").write_text('{"runs": []}')
+    with pytest.raises(UsageError, match="no traceEvents"):
+        read_trace(tmp_path / "x.json")

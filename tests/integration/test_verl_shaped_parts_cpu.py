@@ -1,8 +1,9 @@
 """verl-shaped offload functions (``verl_shaped.py``) where verl's own would not fail: a
 load before any offload is a no-op (no buffer is restored that was never freed), and a
 chunk list holding a reference model (not DDP-wrapped) and frozen parameters moves every
-part, bit for bit. In process, CPU emulation, the smallest tiny model: verdicts and
-bytes, not host magnitudes."""
+part, bit for bit; and where verl's would fail too (a second offload of the reference
+model). In process, CPU emulation, the smallest tiny model: verdicts and bytes, not host
+magnitudes."""
 
 from __future__ import annotations
 
@@ -55,3 +56,18 @@ def test_a_reference_model_and_frozen_parameters_move_bit_for_bit(invoke, tmp_pa
     assert not any(fact["left_by_owner"].get(p) for p in run["part_bytes"]), fact
     assert fact["param_bytes_left"] == 0
     assert fact["optimizer_moved_bytes"] == fact["optimizer_state_bytes"] > 0
+
+
+def test_a_second_offload_of_the_reference_model_frees_its_only_copy(invoke, tmp_path):
+    """verl's reference-model branch (``.to("cpu")``, then free the old storage when the
+    tensor owns all of it) on an offload of what is offloaded: ``.to("cpu")`` of a host
+    tensor is that tensor, so the free drops the only copy, and the next load fails (on
+    the H200: ``CUDA error: invalid argument`` at step 7, h200-2026-12-01-sequences.json).
+    The tool names the step; a strategy that keeps the invariant passes the same run."""
+    parts = ("--ref-model", "--frozen-fraction", "0.5", "--sequence", "double-offload")
+    result, run = _run(invoke, tmp_path, "--strategy", MODEL_PAIRS["post-6193"], *parts)
+    assert result.exit_code == 1, result.stdout
+    assert run["outcome"]["kind"] == "crashed", run["verdict"]
+    assert "at step 7, load" in run["verdict"], run["verdict"]
+    result, run = _run(invoke, tmp_path, "--strategy", "lazy", *parts)
+    assert result.exit_code == 0 and run["outcome"]["kind"] == "ok", run["verdict"]

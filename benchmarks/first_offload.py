@@ -185,6 +185,8 @@ def measure_row(
     )
     if stages.exists():
         found["stages"] = json.loads(stages.read_text())  # the strategy's own clock
+    if code:  # a run that failed keeps what it printed last (a worker's own error)
+        found["output_tail"] = tail
     return found
 
 

@@ -272,7 +272,9 @@ def _chunked(
     unregister_s = time.perf_counter() - t
     host = None
     hostmem.unmap(m)
+    contended = _register_while_touching(cudart, pool, nbytes)
     return {
+        **contended,
         "chunk_bytes": CHUNK,
         "chunks": len(chunks),
         "touch_seconds": round(touch_s, 4),
@@ -282,6 +284,39 @@ def _chunked(
         "d2h_seconds": round(copy_s, 4),
         "d2h_gbps": _rate(nbytes, copy_s),
         "unregister_seconds": round(unregister_s, 4),
+    }
+
+
+def _register_while_touching(
+    cudart: hostmem.Cudart, pool: ThreadPoolExecutor, nbytes: int
+) -> dict[str, Any]:
+    """What a pipelined first offload asks of one process at once: one thread registers
+    touched memory chunk by chunk while the pool faults in another mapping of the same
+    size. Each rate beside its rate alone (``register_gbps``, ``touch_gbps``) says whether
+    page faults and page-locking slow each other down in one address space."""
+    locked = hostmem.map_exact(nbytes, huge=True)
+    touch_parallel(locked, pool, "auto")
+    fresh = hostmem.map_exact(nbytes, huge=True)
+    chunks = hostmem.plan_chunks(nbytes, CHUNK)
+    start = time.perf_counter()
+    touching = [
+        pool.submit(hostmem.touch, fresh.address + o, n, "auto")
+        for o, n in hostmem.plan_chunks(nbytes, CHUNK)
+    ]
+    for o, n in chunks:
+        cudart.register(locked.address + o, n)
+    register_s = time.perf_counter() - start
+    wait(touching)
+    touch_s = time.perf_counter() - start
+    for o, _ in chunks:
+        cudart.unregister(locked.address + o)
+    hostmem.unmap(locked)
+    hostmem.unmap(fresh)
+    return {
+        "register_while_touching_seconds": round(register_s, 4),
+        "register_while_touching_gbps": _rate(nbytes, register_s),
+        "touch_while_registering_seconds": round(touch_s, 4),
+        "touch_while_registering_gbps": _rate(nbytes, touch_s),
     }
 
 

@@ -49,14 +49,23 @@ def check_fits(
     force: bool,
     ranks: int = 1,
     model_parallel: int = 1,
+    load_user: bool = True,
 ) -> Any:
     """The largest footprint of the (strategy, optimizer strategy) pairs; ``UsageError``
-    when it exceeds what this process may use, unless ``force``."""
+    when it exceeds what this process may use, unless ``force``. ``load_user=False``:
+    a user's spec is not imported here (the estimate takes it at 2 x payload anyway)."""
     from offloadprobe.plan.footprint import estimate
 
     worst = max(
         (
-            estimate(model, strategy=s, optimizer_strategy=o, optimizer=optimizer, device=device)
+            estimate(
+                model,
+                strategy=s,
+                optimizer_strategy=o,
+                optimizer=optimizer,
+                device=device,
+                load_user=load_user,
+            )
             for s, o in strategies
         ),
         key=lambda f: f.total_bytes,

@@ -1,7 +1,10 @@
 """``offloadprobe plan``: project a scenario (or the probe model) without running anything.
 
 Torch-free: the projection is arithmetic over megatron's buffer layout and each
-strategy's declared host allocations (its descriptor's ``host_events``).
+strategy's declared host allocations (its descriptor's ``host_events``). A strategy that
+declares none (the user's own) is measured instead: ``plan --probe --strategy SPEC``
+runs it once on the probe model in a worker, as ``run`` does (this process still
+imports no torch), and replays what that run measured (``plan.measured``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import typer
 
 from offloadprobe.cli import app
 from offloadprobe.cli.params import parameter, with_options
-from offloadprobe.cli.progress import PROGRESS_FLAGS, quiet_verb_help
+from offloadprobe.cli.progress import PROGRESS_FLAGS
 from offloadprobe.core import options as opts
 from offloadprobe.core.errors import ExpectationMismatch, UsageError
 from offloadprobe.report.documents import document
@@ -44,6 +47,22 @@ EXTRA = [
         False,
     ),
     parameter(
+        "strategies",
+        Annotated[
+            list[str] | None,
+            typer.Option(
+                "--strategy",
+                "-s",
+                help="With --probe: also run this strategy once on the probe model, as "
+                "offloadprobe run --strategy does, and show what that run measured next to "
+                "the projections (its figures hold for the probe's size only). Your own "
+                "(mypkg.offload:offload,load, name=spec names the row) or a built-in name. "
+                "Repeatable.",
+            ),
+        ],
+        None,
+    ),
+    parameter(
         "terms",
         Annotated[
             bool,
@@ -57,7 +76,10 @@ EXTRA = [
     ),
     parameter(
         "progress",
-        Annotated[bool, typer.Option(PROGRESS_FLAGS, help=quiet_verb_help("plan"))],
+        Annotated[
+            bool,
+            typer.Option(PROGRESS_FLAGS, help="Show a progress bar while a --strategy row runs."),
+        ],
         True,
     ),
     parameter(
@@ -79,17 +101,24 @@ def plan_command(values: dict[str, Any]) -> None:
     """Project host peak, steady and pinned bytes per rank and node for every model
     strategy, and GPU bytes left per device for every optimizer strategy, against the
     scenario's limits (--terms: with the figures per rank and the arithmetic of every
-    figure)."""
+    figure). With --probe --strategy SPEC: SPEC run once on the probe, its figures measured."""
     from offloadprobe.scenarios import load_scenario
     from offloadprobe.scenarios.catalog import resolve
 
     json_path, terms = values.pop("json_path"), values.pop("terms")
-    values.pop("progress")
+    show = values.pop("progress")
     scenario, probe = values.pop("scenario"), values.pop("probe")
+    specs = values.pop("strategies") or []
     check_writable(json_path, "--json")
     if probe == (scenario is not None):
         raise UsageError("give a scenario file or --probe, not both and not neither")
+    if specs and not probe:
+        raise UsageError(
+            "--strategy runs a strategy on the probe model: add --probe (a scenario's "
+            "strategies are its [expect] keys)"
+        )
     mismatches: list[str] = []
+    judged: list[Any] = []
     if scenario is not None:
         from offloadprobe.plan.scenario_plan import project_scenario
 
@@ -101,20 +130,27 @@ def plan_command(values: dict[str, Any]) -> None:
         ]
         doc = plan.to_dict()
     else:
-        doc = _probe_plan(values).to_dict()
+        probe_plan = _probe_plan(values, specs, show=show)
+        doc = probe_plan.to_dict()
+        judged = [(r.strategy, r.verdict, []) for r in probe_plan.measured]
     doc["printed"] = {"terms": terms}
     render(document(doc), sys.stdout)  # what show prints of the saved file, by construction
     if json_path is not None:
         write_json(doc, json_path)
     if mismatches:
         raise ExpectationMismatch(f"{scenario}: " + "; ".join(mismatches))
+    if judged:
+        from offloadprobe.cli.budget_report import enforce
+
+        enforce(judged)  # a measured row that failed exits as run does
 
 
-def _probe_plan(values: dict[str, Any]) -> Any:
+def _probe_plan(values: dict[str, Any], specs: list[str], *, show: bool = False) -> Any:
     from offloadprobe.core.devices import guess_device
     from offloadprobe.plan.probe import ProbePlan, probe_payload, probe_projection
     from offloadprobe.scenarios.schema import param_strategies
 
+    named = _named_specs(specs)
     requested = values["device"]
     device = requested if requested in ("cuda", "cpu") else guess_device(requested)
     cycles = values["cycles"]
@@ -125,10 +161,99 @@ def _probe_plan(values: dict[str, Any]) -> Any:
         probe_projection(model, name, emulated=device == "cpu", cycles=cycles)
         for name in param_strategies()
     ]
+    measured = _measured(values, named, device=device, show=show) if named else ()
     return ProbePlan(
         model=model,
         device=device,
         cycles=cycles,
         payload_bytes=probe_payload(model),
         strategies=tuple(rows),
+        measured=measured,
     )
+
+
+def _named_specs(specs: list[str]) -> list[tuple[str | None, str]]:
+    """Each ``--strategy`` as (row name or None, spec), checked as ``run`` checks them
+    (a misspelt name fails here, with the nearest one), every row's name once."""
+    from offloadprobe.cli.strategies import check_strategies, split_label
+
+    named = [split_label(s) for s in specs]
+    check_strategies([spec for _, spec in named], [], model_place="--strategy {}")
+    for _, spec in named:
+        _importable(spec)
+    labels = [name or spec for name, spec in named]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise UsageError(f"row {twice[0]!r} is given twice: name rows apart with name=strategy")
+    return named
+
+
+def _importable(spec: str) -> None:
+    """A user's ``module:object`` names a module that can be found, checked without running
+    it (it may import torch: the worker imports it, and checks the rest, as run's does)."""
+    import importlib.util
+    import os
+
+    from offloadprobe.core.errors import StrategyError
+    from offloadprobe.core.registry import is_user_spec
+
+    if not is_user_spec(spec):
+        return
+    module, _, obj = spec.partition(":")
+    if not module.strip() or not obj.strip():
+        raise StrategyError(
+            f"--strategy {spec!r} is not of the form package.module:object or "
+            "package.module:offload_fn,load_fn[@each]"
+        )
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as the worker finds it
+    try:
+        found = importlib.util.find_spec(module.strip()) is not None
+    except (ImportError, ValueError) as exc:
+        found, why = False, f"{type(exc).__name__}: {exc}"
+    else:
+        why = f"no module named {module.strip()!r}"
+    if not found:
+        raise StrategyError(
+            f"--strategy {spec!r}: cannot import {module.strip()!r} ({why}); make it "
+            "importable from the current directory or PYTHONPATH"
+        )
+
+
+def _measured(
+    values: dict[str, Any], named: list[tuple[str | None, str]], *, device: str, show: bool
+) -> tuple[Any, ...]:
+    """One run of each strategy on the probe model, in a fresh worker each, exactly as
+    ``offloadprobe run --strategy SPEC`` with the same flags; each row replays its run."""
+    from offloadprobe.cli.fit import check_fits
+    from offloadprobe.cli.progress import phase_progress
+    from offloadprobe.core.world import check_trainable
+    from offloadprobe.isolation.rows import measure
+    from offloadprobe.isolation.supervisor import framed_output
+    from offloadprobe.plan.measured import measured_row
+
+    configs = [
+        opts.build_config(values, strategy=spec, optimizer_strategy="none", label=name)
+        for name, spec in named
+    ]
+    for cfg in configs:  # bad input exits 2 before any worker starts
+        check_trainable(cfg.model, cfg.parallel)
+    check_fits(  # the user's modules are imported in the workers only: this stays torch-free
+        configs[0].model,
+        strategies=[(cfg.strategy, "none") for cfg in configs],
+        optimizer=configs[0].optimizer,
+        device=device,
+        force=False,
+        load_user=False,
+    )
+    rows = []
+    for (name, spec), cfg in zip(named, configs, strict=True):
+        with phase_progress(name or spec, cfg, show=show) as on_phase:
+            row = measure(cfg, device=device, on_phase=on_phase)
+        sys.stderr.write(framed_output(row.outcome))
+        rows.append(
+            measured_row(
+                name=name, spec=spec, device=row.report.device, run=row.run, verdict=row.verdict
+            )
+        )
+    return tuple(rows)

@@ -54,11 +54,17 @@ def optimizer_state_bytes(params: int, choice: OptimizerChoice) -> int:
     )
 
 
-def _strategy_peak(model: ModelConfig, strategy: str, *, emulated: bool, payload: int) -> int:
+def _strategy_peak(
+    model: ModelConfig, strategy: str, *, emulated: bool, payload: int, load_user: bool = True
+) -> int:
     """Host bytes the parameter strategy holds at its peak, projected from its descriptor;
-    one that declares no host allocations (the user's): 2 x payload."""
+    one that declares no host allocations (the user's): 2 x payload. ``load_user=False``
+    takes a user's spec at that without importing it (its module may import torch)."""
+    from offloadprobe.core.registry import is_user_spec
     from offloadprobe.engine.strategies import model_strategy
 
+    if not load_user and is_user_spec(strategy):
+        return 2 * payload
     if model_strategy(strategy).host_events is None:
         return 2 * payload
     return probe_projection(model, strategy, emulated=emulated, cycles=2).peak
@@ -78,6 +84,7 @@ def estimate(
     optimizer_strategy: str,
     optimizer: OptimizerChoice,
     device: str,
+    load_user: bool = True,
 ) -> Footprint:
     """Host bytes ``offloadprobe run`` needs on ``device`` (``cpu`` or ``cuda``)."""
     emulated = device == "cpu"
@@ -85,7 +92,9 @@ def estimate(
     params = payload // 2
     state = optimizer_state_bytes(params, optimizer)
     grads = 4 * params
-    copies = _strategy_peak(model, strategy, emulated=emulated, payload=payload)
+    copies = _strategy_peak(
+        model, strategy, emulated=emulated, payload=payload, load_user=load_user
+    )
     factor = STATE_COPY_X_EMULATED if emulated else 2.0
     state_copies = int(state * factor) if _moves_state(optimizer_strategy, optimizer) else 0
     terms = [

@@ -27,6 +27,7 @@ from offloadprobe.layout.inputs import DdpOptions, GptShape, Parallelism
 from offloadprobe.layout.pinned import Alloc, page_rounded, replay
 from offloadprobe.layout.stages import StageLayout, lay_out_model
 from offloadprobe.layout.terms import Term
+from offloadprobe.plan.measured import MEASURED, PROJECTED, MeasuredRow
 from offloadprobe.plan.projection import RankHost, buffer_labels, param_events, rank_host
 
 PROBE_PARALLELISM = Parallelism(gpus_per_node=1)
@@ -125,15 +126,18 @@ def project_probe(
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ProbePlan:
-    """``plan --probe``: every model strategy projected on the probe model."""
+    """``plan --probe``: every model strategy projected on the probe model, and each
+    ``--strategy`` measured in one run of it there."""
 
     model: ModelConfig
     device: str
     cycles: int
     payload_bytes: int
     strategies: tuple[RankHost, ...]
+    measured: tuple[MeasuredRow, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         doc = {"kind": "probe plan", **asdict(self)}
-        doc["strategies"] = list(doc["strategies"])
+        doc["strategies"] = [{**row, "figures": PROJECTED} for row in doc["strategies"]]
+        doc["measured"] = [{**row, "figures": MEASURED} for row in doc["measured"]]
         return doc

@@ -84,11 +84,20 @@ def plan_markdown(plan: Any) -> str:
 
 
 def probe_plan_markdown(plan: Any) -> str:
-    from offloadprobe.report.plan_table import PROBE_COLUMNS, probe_title
-
-    return (
-        "\n".join([f"**{probe_title(plan)}**", "", *table(PROBE_COLUMNS, plan.strategies)]) + "\n"
+    from offloadprobe.report.plan_table import (
+        MIXED_COLUMNS,
+        PROBE_COLUMNS,
+        measured_note,
+        probe_title,
     )
+
+    measured = list(getattr(plan, "measured", ()))
+    if not measured:
+        rows = table(PROBE_COLUMNS, plan.strategies)
+    else:
+        notes = [measured_note(m) for m in measured]
+        rows = [*table(MIXED_COLUMNS, [*plan.strategies, *measured]), "", *notes]
+    return "\n".join([f"**{probe_title(plan)}**", "", *rows]) + "\n"
 
 
 def render(document: Any) -> str:

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.text import Text
 
 from offloadprobe.core.units import format_bytes
+from offloadprobe.layout.terms import Term
+from offloadprobe.plan.measured import MeasuredRow
 from offloadprobe.plan.projection import RankHost
 from offloadprobe.plan.scenario_plan import ScenarioPlan, StrategyPlan
 from offloadprobe.report.tables import Column, Left, column_table
@@ -158,8 +160,88 @@ def probe_title(plan: Any) -> str:
 
 
 def render_probe_plan(plan: Any, console: Console, *, terms: bool = False) -> None:
-    """``plan --probe``: projected host figures of each strategy on the probe model."""
-    render_probe(list(plan.strategies), console, title=probe_title(plan), terms=terms)
+    """``plan --probe``: projected host figures of each strategy on the probe model, and
+    those measured of each ``--strategy`` in its one run there."""
+    measured = list(getattr(plan, "measured", ()))
+    if not measured:
+        render_probe(list(plan.strategies), console, title=probe_title(plan), terms=terms)
+        return
+    render_measured(list(plan.strategies), measured, console, title=probe_title(plan), terms=terms)
+
+
+def _bytes(value: int | None) -> str:
+    return format_bytes(value) if value is not None else "n/a"
+
+
+def _figures(row: RankHost | MeasuredRow) -> str:
+    if not isinstance(row, MeasuredRow):
+        return "projected"
+    return "measured" if row.verdict.ok else f"measured: {row.verdict.kind}"
+
+
+MIXED_COLUMNS: list[Column[RankHost | MeasuredRow]] = [
+    Left("strategy", lambda r: r.strategy),
+    Left("figures", _figures),
+    Column("host peak", lambda r: _bytes(r.peak)),
+    Column("steady host", lambda r: _bytes(r.steady)),
+    Column("pinned", lambda r: _bytes(r.pinned)),
+]
+
+
+def measured_note(row: MeasuredRow) -> str:
+    """What a measured row is: one run, where, its verdict, and the size it holds for."""
+    where = "in CPU emulation" if row.emulated else "on CUDA"
+    spec = "" if row.spec == row.strategy else f" of {row.spec}"
+    head = f"{row.strategy}: {row.figures}{spec}, {where}: {row.verdict.line()}."
+    if row.peak is None:
+        return f"{head} The run gave no figures."
+    return (
+        f"{head} Its figures hold for this probe's size only; no scaling to other sizes is claimed."
+    )
+
+
+def measured_terms(row: MeasuredRow) -> list[Term]:
+    """The measured host events behind a row's figures, one phase after another."""
+    terms = []
+    for p in row.phases:
+        at = f"cycle {p.cycle} {p.phase}"
+        terms.append(Term(label=f"{at}: host at its start", formula="measured", value=p.host_start))
+        terms.append(
+            Term(label=f"{at}: peak over its start", formula="measured", value=p.peak_over_start)
+        )
+        terms.append(Term(label=f"{at}: host after", formula="measured", value=p.host_after))
+    if row.peak is not None:
+        terms.append(
+            Term(label="host peak", formula="max of start + peak over start", value=row.peak)
+        )
+    if row.steady is not None:
+        terms.append(
+            Term(label="steady host", formula="host after the last offload", value=row.steady)
+        )
+    return terms
+
+
+def render_measured(
+    rows: list[RankHost],
+    measured: list[MeasuredRow],
+    console: Console,
+    *,
+    title: str,
+    terms: bool = True,
+) -> None:
+    """Projected rows, then the measured ones, marked; a note on each measured row."""
+    mixed: list[RankHost | MeasuredRow] = [*rows, *measured]
+    console.print(Text(title, style="bold"))
+    console.print(column_table(MIXED_COLUMNS, mixed, sections=lambda r: type(r).__name__))
+    for row in measured:
+        console.print(Text(measured_note(row)))
+    if terms:
+        for r in rows:
+            if r.terms:
+                console.print(terms_table(r.strategy, r.terms))
+        for m in measured:
+            if m.phases:
+                console.print(terms_table(f"{m.strategy} (measured)", measured_terms(m)))
 
 
 def render_probe(rows: list[RankHost], console: Console, *, title: str, terms: bool = True) -> None:

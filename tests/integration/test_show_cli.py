@@ -85,11 +85,13 @@ def _torch_free(code: str) -> None:
 
 
 def test_plan_and_show_import_no_torch(tmp_path):
+    """``plan`` of a scenario and of the probe (no --strategy: nothing runs), and ``show``."""
     saved = tmp_path / "plan.json"
     _torch_free(
         "from offloadprobe.cli import main\n"
         f"saved = {str(saved)!r}\n"
-        "for args in (['plan', 'verl-6193', '--json', saved], ['show', saved]):\n"
+        "probe = ['plan', '--probe', '--device', 'cpu', '--layers', '1', '--json', saved + '2']\n"
+        "for args in (probe, ['plan', 'verl-6193', '--json', saved], ['show', saved]):\n"
         "    try:\n"
         "        main(args)\n"
         "    except SystemExit as exc:\n"

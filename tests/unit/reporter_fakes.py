@@ -19,6 +19,7 @@ from offloadprobe.core.records import (
 )
 from offloadprobe.core.verdicts import OK
 from offloadprobe.layout.terms import Term
+from offloadprobe.plan.measured import MeasuredRow, measured_row
 from offloadprobe.plan.projection import RankHost
 from offloadprobe.plan.scenario_plan import ScenarioPlan, StrategyPlan
 from offloadprobe.repro.records import Repro, ReproOutcome
@@ -443,6 +444,30 @@ def probe_rows() -> list[RankHost]:
             strategy="naive", pp_rank=0, peak=3 * GiB, steady=2 * GiB, pinned=2 * GiB, terms=(term,)
         ),
         RankHost(strategy="lazy", pp_rank=0, peak=GiB, steady=GiB, pinned=GiB, terms=(term,)),
+    ]
+
+
+def measured_rows() -> list[MeasuredRow]:
+    """``plan --probe --strategy``'s rows from two fake runs: one ok at 2x, one crashed."""
+    from tests.fakes import fake_run
+
+    spec = "mypkg.offload:offload_megatron_model_to_cpu,load_megatron_model_to_gpu"
+    crash = Verdict(kind="crashed", detail="RuntimeError: boom", cycle=0, phase="offload")
+    return [
+        measured_row(
+            name="mine",
+            spec=spec,
+            device="cpu",
+            run=fake_run(spec, cycles=1, host_peak_x=2.0),
+            verdict=OK,
+        ),
+        measured_row(
+            name=None,
+            spec="mypkg.broken:Offload",
+            device="cpu",
+            run=fake_run("mypkg.broken:Offload", cycles=1, failure="boom", failure_kind="crashed"),
+            verdict=crash,
+        ),
     ]
 
 

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from offloadprobe.report.comparison_table import render_comparison
 from offloadprobe.report.markdown import comparison_markdown
-from offloadprobe.report.plan_table import render_plan, render_probe
+from offloadprobe.report.plan_table import render_measured, render_plan, render_probe
 from offloadprobe.report.repro_table import render_repro
 from offloadprobe.report.table import render_report, residency_table
 from tests.unit import reporter_fakes as fake
@@ -48,6 +48,9 @@ RENDERERS: dict[str, Callable[[Console], None]] = {
     "compare-cpu": lambda c: render_comparison(fake.cpu_comparison(), c),
     "plan": lambda c: render_plan(fake.scenario_plan(), c, terms=True),
     "plan-probe": lambda c: render_probe(fake.probe_rows(), c, title="probe model: 1000 MiB"),
+    "plan-probe-measured": lambda c: render_measured(
+        fake.probe_rows(), fake.measured_rows(), c, title="probe model: 48 MiB"
+    ),
     "repro": lambda c: render_repro(fake.repro(), c),
     "run-world": lambda c: render_report(fake.report(fake.world_run(), emulated=True), c),
 }

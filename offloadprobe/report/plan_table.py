@@ -191,7 +191,8 @@ MIXED_COLUMNS: list[Column[RankHost | MeasuredRow]] = [
 def measured_note(row: MeasuredRow) -> str:
     """What a measured row is: one run, where, its verdict, and the size it holds for."""
     where = "in CPU emulation" if row.emulated else "on CUDA"
-    spec = "" if row.spec == row.strategy else f" of {row.spec}"
+    # a pair's two functions apart, so that a narrow console breaks between, not inside, them
+    spec = "" if row.spec == row.strategy else f" of {row.spec.replace(',', ', ')}"
     head = f"{row.strategy}: {row.figures}{spec}, {where}: {row.verdict.line()}."
     if row.peak is None:
         return f"{head} The run gave no figures."

@@ -42,7 +42,7 @@ def _events(path: Path) -> list[dict[str, Any]]:
         raw = path.read_bytes()
         text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
         doc = json.loads(text)
-    except (OSError, ValueError) as exc:
+    except (OSError, EOFError, ValueError) as exc:  # EOFError: a truncated .gz
         raise UsageError(f"--trace {path}: not a trace offloadprobe wrote ({exc})") from exc
     events = doc.get("traceEvents") if isinstance(doc, dict) else None
     if not isinstance(events, list):
@@ -51,8 +51,19 @@ def _events(path: Path) -> list[dict[str, Any]]:
 
 
 def read_trace(path: Path) -> dict[str, Timeline]:
-    """Every process track of the trace at ``path`` by its label."""
+    """Every process track of the trace at ``path`` by its label; a trace whose events
+    are not the shape ``--trace`` writes is bad input (one line), never a traceback."""
     events = _events(path)
+    try:
+        return _timelines(events)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise UsageError(
+            f"--trace {path}: not a trace offloadprobe wrote (a malformed event, "
+            f"{type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _timelines(events: list[Any]) -> dict[str, Timeline]:
     labels = {
         e["pid"]: e["args"]["name"]
         for e in events

@@ -91,6 +91,29 @@ def test_show_draws_the_plot_again_from_the_trace_and_the_records(compared, comp
     assert alone.exit_code == 2 and "--trace and --plot go together" in alone.stderr
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="replot matches tracks to runs by label only: another run's trace is drawn",
+)
+def test_show_refuses_a_trace_of_another_run_with_the_same_labels(compared, compare_dir):
+    """The same strategies' trace from another compare (here: one cycle more, a payload
+    twice as large) would draw this result's exact figures over another run's samples."""
+    from tests.conftest import invoke_cli
+
+    trace = json.loads((compare_dir / "t.json").read_text())
+    for event in trace["traceEvents"]:
+        if event.get("ph") == "X" and "cycle" in event.get("args", {}):
+            event["args"]["cycle"] += 1  # the spans of a run with other cycles
+    trace["otherData"]["payload_bytes"] *= 2
+    other = compare_dir / "other-run.json"
+    other.write_text(json.dumps(trace))
+    png = compare_dir / "mixed.png"
+    args = [str(compare_dir / "c.json"), "--trace", str(other), "--plot", str(png)]
+    result = invoke_cli("show", *args)
+    assert result.exit_code == 2, result.stderr
+    assert not png.exists()
+
+
 def test_naive_breaks_the_budget(compared):
     result, _, _ = compared
     assert result.exit_code == 1, result.stderr

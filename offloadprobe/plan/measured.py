@@ -57,8 +57,9 @@ class MeasuredRow:
     """Where the run ran: ``cpu`` (CPU emulation) or ``cuda``."""
     verdict: Verdict
     figures: str = MEASURED
-    payload_bytes: int
-    baseline_host_bytes: int
+    payload_bytes: int | None
+    """None where the worker left no record (killed): no figure is made up for it."""
+    baseline_host_bytes: int | None
     registered_bytes: int | None
     """Bytes the strategy declares it page-locked itself (``cudaHostRegister``)."""
     phases: tuple[MeasuredPhase, ...]
@@ -127,8 +128,8 @@ def measured_row(
         spec=spec,
         device=device,
         verdict=verdict,
-        payload_bytes=run.payload_bytes if run is not None else 0,
-        baseline_host_bytes=run.baseline_host_bytes if run is not None else 0,
+        payload_bytes=run.payload_bytes if run is not None else None,
+        baseline_host_bytes=run.baseline_host_bytes if run is not None else None,
         registered_bytes=registered,
         phases=events,
         peak=peak,

@@ -179,8 +179,14 @@ def _figures(row: RankHost | MeasuredRow) -> str:
     return "measured" if row.verdict.ok else f"measured: {row.verdict.kind}"
 
 
+def _name(row: RankHost | MeasuredRow) -> str:
+    """A row's name; an unnamed user spec with a space after its ``:`` and ``,``, so that a
+    narrow console breaks it between its parts, never inside a module or function name."""
+    return row.strategy.replace(":", ": ").replace(",", ", ")
+
+
 MIXED_COLUMNS: list[Column[RankHost | MeasuredRow]] = [
-    Left("strategy", lambda r: r.strategy),
+    Left("strategy", _name),
     Left("figures", _figures),
     Column("host peak", lambda r: _bytes(r.peak)),
     Column("steady host", lambda r: _bytes(r.steady)),

@@ -94,3 +94,27 @@ def _timelines(events: list[Any]) -> dict[str, Timeline]:
             timeline.end_ns = max(timeline.end_ns, ts)
             timeline.ticks += 1
     return {labels[pid]: t for pid, t in timelines.items()}
+
+
+def phase_peaks(path: Path) -> dict[str, dict[tuple[int, str], int]]:
+    """Each track's phases and the exact host peak its slice carries (from the run's own
+    records, ``host peak bytes``): what ties a trace to the result it came with."""
+    events = _events(path)
+    try:
+        labels = {
+            e["pid"]: e["args"]["name"]
+            for e in events
+            if e.get("ph") == "M" and e.get("name") == "process_name"
+        }
+        found: dict[str, dict[tuple[int, str], int]] = {label: {} for label in labels.values()}
+        for e in events:
+            args = e.get("args") or {}
+            if e.get("ph") == "X" and e.get("tid") == PHASE_THREAD and "host peak bytes" in args:
+                key = (int(args.get("cycle", 0)), str(e["name"]))
+                found[labels[e["pid"]]][key] = int(args["host peak bytes"])
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise UsageError(
+            f"--trace {path}: not a trace offloadprobe wrote (a malformed event, "
+            f"{type(exc).__name__}: {exc})"
+        ) from None
+    return found

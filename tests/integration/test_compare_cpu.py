@@ -91,10 +91,6 @@ def test_show_draws_the_plot_again_from_the_trace_and_the_records(compared, comp
     assert alone.exit_code == 2 and "--trace and --plot go together" in alone.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="replot matches tracks to runs by label only: another run's trace is drawn",
-)
 def test_show_refuses_a_trace_of_another_run_with_the_same_labels(compared, compare_dir):
     """The same strategies' trace from another compare (here: one cycle more, a payload
     twice as large) would draw this result's exact figures over another run's samples."""

@@ -48,10 +48,6 @@ def test_a_malformed_event_is_bad_input_not_a_traceback(tmp_path, events):
         read_trace(tmp_path / "t.json")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="show renders the plan, then replot finds it has no runs: bad input after output",
-)
 def test_a_plan_json_with_trace_fails_before_anything_is_printed(tmp_path):
     from tests.conftest import invoke_cli
 

@@ -152,9 +152,11 @@ def probe_title(plan: Any) -> str:
     """``plan --probe``'s heading, from its record."""
     m = plan.model
     where = "CPU emulation" if plan.device == "cpu" else "CUDA"
+    layers = f"{m.num_layers} layer{'s' if m.num_layers != 1 else ''}"
+    cycles = f"{plan.cycles} cycle{'s' if plan.cycles != 1 else ''}"
     return (
-        f"probe model: {m.num_layers} layers, hidden {m.hidden_size}, vocab {m.vocab_size}; "
-        f"payload {format_bytes(plan.payload_bytes)}; {where}, {plan.cycles} cycles; host "
+        f"probe model: {layers}, hidden {m.hidden_size}, vocab {m.vocab_size}; "
+        f"payload {format_bytes(plan.payload_bytes)}; {where}, {cycles}; host "
         "figures over the host RSS before the first offload"
     )
 

@@ -18,7 +18,7 @@ from offloadprobe.report.output import announce, check_writable
 from offloadprobe.report.trace import TraceRow
 
 
-def check(result: Path, trace: Path, plot: Path) -> None:
+def check(result: Path, trace: Path, plot: Path) -> dict[str, Any]:
     """Fail before anything is printed or drawn: a result with runs (a run's or a
     compare's), a trace that exists, a plot path we can write."""
     from offloadprobe.report.plot import check_plot_path
@@ -36,17 +36,18 @@ def check(result: Path, trace: Path, plot: Path) -> None:
         raise UsageError(f"--trace {trace}: no such file")
     check_writable(plot, "--plot")
     check_plot_path(plot)
+    return doc
 
 
-def replot(result: Path, trace: Path, plot: Path) -> None:
+def replot(doc: dict[str, Any], result: Path, trace: Path, plot: Path) -> None:
+    """Draw ``plot`` from ``trace`` and ``doc`` (``result``'s JSON, as ``check`` read it)."""
     from offloadprobe.cli.timeline import _ReportView, _title
     from offloadprobe.report.plot import plot_phases
-    from offloadprobe.report.trace_read import phase_peaks, read_trace
+    from offloadprobe.report.trace_read import read_trace
 
-    doc = json.loads(result.read_text())
     runs = {r.get("label"): r for r in doc.get("runs") or []}
-    timelines = read_trace(trace)
-    peaks = phase_peaks(trace)
+    read = read_trace(trace)
+    timelines, peaks = read.timelines, read.peaks
     missing = sorted(set(timelines) - set(runs))
     if missing and not (len(timelines) == 1 and len(runs) == 1):
         raise UsageError(

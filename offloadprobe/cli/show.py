@@ -56,7 +56,7 @@ def show_command(
     if trace is not None and plot is not None:
         from offloadprobe.cli import replot
 
-        replot.check(result, trace, plot)
+        doc = replot.check(result, trace, plot)
     render(load(result), sys.stdout, format=format)
     if trace is not None and plot is not None:
-        replot.replot(result, trace, plot)
+        replot.replot(doc, result, trace, plot)

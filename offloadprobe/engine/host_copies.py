@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from offloadprobe.core.errors import IntegrityError
 from offloadprobe.engine.model.buffers import (
     free_storage,
-    loose_key,
     loose_to_load,
     loose_to_offload,
     restore_storage,
@@ -20,6 +19,7 @@ from offloadprobe.engine.model.buffers import (
     to_load,
     to_offload,
 )
+from offloadprobe.engine.optimizer.holdings import storage_key
 
 if TYPE_CHECKING:
     from offloadprobe.engine.runtime import Runtime
@@ -71,7 +71,7 @@ class ReusedHostBuffers:
             free_storage(buffer.param_data)
             free_storage(buffer.grad_data)
         for param in loose_to_offload(models):
-            self.copies.for_buffer(loose_key(param), param).copy_(param.detach())
+            self.copies.for_buffer(storage_key(param), param).copy_(param.detach())
             free_storage(param)
 
     def load(self, models: list[Any]) -> None:
@@ -81,5 +81,5 @@ class ReusedHostBuffers:
             restore_zeroed_grads(buffer)
         for param in loose_to_load(models):
             restore_storage(param)
-            param.detach().copy_(self.copies.get(loose_key(param)))
+            param.detach().copy_(self.copies.get(storage_key(param)))
         self.runtime.synchronize()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +51,22 @@ def _events(path: Path) -> list[dict[str, Any]]:
     return events
 
 
-def read_trace(path: Path) -> dict[str, Timeline]:
-    """Every process track of the trace at ``path`` by its label; a trace whose events
-    are not the shape ``--trace`` writes is bad input (one line), never a traceback."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Trace:
+    """A trace read back: each track's timeline, and each track's phases with the exact
+    host peak its slice carries from the run's own records (``host peak bytes``), what
+    ties the trace to the result it came with; both by the track's label."""
+
+    timelines: dict[str, Timeline]
+    peaks: dict[str, dict[tuple[int, str], int]]
+
+
+def read_trace(path: Path) -> Trace:
+    """Every process track of the trace at ``path``; a trace whose events are not the
+    shape ``--trace`` writes is bad input (one line), never a traceback."""
     events = _events(path)
     try:
-        return _timelines(events)
+        return _tracks(events)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise UsageError(
             f"--trace {path}: not a trace offloadprobe wrote (a malformed event, "
@@ -63,7 +74,7 @@ def read_trace(path: Path) -> dict[str, Timeline]:
         ) from None
 
 
-def _timelines(events: list[Any]) -> dict[str, Timeline]:
+def _tracks(events: list[Any]) -> Trace:
     labels = {
         e["pid"]: e["args"]["name"]
         for e in events
@@ -72,6 +83,7 @@ def _timelines(events: list[Any]) -> dict[str, Timeline]:
     samplers = {tid: name for name, tid in GAP_THREADS.items()}
     timelines = {pid: Timeline(interval_ns=0, rank=pid) for pid in labels}
     series: dict[tuple[int, str], Series] = {}
+    peaks: dict[int, dict[tuple[int, str], int]] = {pid: {} for pid in labels}
     for e in events:
         timeline = timelines.get(e.get("pid"))
         if timeline is None:
@@ -79,8 +91,11 @@ def _timelines(events: list[Any]) -> dict[str, Timeline]:
         ts = _ns(e.get("ts", 0))
         if e["ph"] == "X" and e.get("tid") == PHASE_THREAD:
             end = ts + _ns(e.get("dur", 0))
-            cycle = int(e.get("args", {}).get("cycle", 0))
+            args = e.get("args", {})
+            cycle = int(args.get("cycle", 0))
             timeline.spans.append(PhaseSpan(cycle=cycle, phase=e["name"], start_ns=ts, end_ns=end))
+            if "host peak bytes" in args:
+                peaks[e["pid"]][(cycle, str(e["name"]))] = int(args["host peak bytes"])
         elif e["ph"] == "X" and e.get("tid") in samplers:
             end = ts + _ns(e.get("dur", 0))
             timeline.gaps.append(Gap(sampler=samplers[e["tid"]], start_ns=ts, end_ns=end))
@@ -93,28 +108,7 @@ def _timelines(events: list[Any]) -> dict[str, Timeline]:
             series[key].append(ts, int(e["args"]["bytes"]))
             timeline.end_ns = max(timeline.end_ns, ts)
             timeline.ticks += 1
-    return {labels[pid]: t for pid, t in timelines.items()}
-
-
-def phase_peaks(path: Path) -> dict[str, dict[tuple[int, str], int]]:
-    """Each track's phases and the exact host peak its slice carries (from the run's own
-    records, ``host peak bytes``): what ties a trace to the result it came with."""
-    events = _events(path)
-    try:
-        labels = {
-            e["pid"]: e["args"]["name"]
-            for e in events
-            if e.get("ph") == "M" and e.get("name") == "process_name"
-        }
-        found: dict[str, dict[tuple[int, str], int]] = {label: {} for label in labels.values()}
-        for e in events:
-            args = e.get("args") or {}
-            if e.get("ph") == "X" and e.get("tid") == PHASE_THREAD and "host peak bytes" in args:
-                key = (int(args.get("cycle", 0)), str(e["name"]))
-                found[labels[e["pid"]]][key] = int(args["host peak bytes"])
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise UsageError(
-            f"--trace {path}: not a trace offloadprobe wrote (a malformed event, "
-            f"{type(exc).__name__}: {exc})"
-        ) from None
-    return found
+    return Trace(
+        timelines={labels[pid]: t for pid, t in timelines.items()},
+        peaks={labels[pid]: found for pid, found in peaks.items()},
+    )

@@ -191,7 +191,7 @@ def test_a_trace_reads_back_as_the_timelines_it_was_written_from(tmp_path, name)
     rows[1].timeline.series.append(pinned)
     rows[0].timeline.gaps.append(Gap(sampler="thread", start_ns=210_000_000, end_ns=235_000_000))
     write_trace(trace_document(rows), tmp_path / name)
-    read = read_trace(tmp_path / name)
+    read = read_trace(tmp_path / name).timelines
     assert list(read) == ["naive", "lazy"]
     for row in rows:
         got, want = read[row.label], row.timeline

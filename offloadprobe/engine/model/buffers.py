@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from offloadprobe.engine.optimizer.holdings import storage_key
+
 
 def ddp_buffers(models: list[Any]) -> Iterator[Any]:
     """Every ``_ParamAndGradBuffer`` of every chunk, dense then expert-parallel; a chunk
@@ -29,7 +31,8 @@ def loose_parameters(models: list[Any]) -> list[Any]:
     not wrapped (a reference model). Frameworks move parameters one by one
     (``param.data``); moving the storage whole keeps every parameter that views it
     (several views of one flat tensor, one at a storage offset, a transposed one) and
-    frees exactly what comes back. ``loose_key`` names a storage across calls."""
+    frees exactly what comes back. ``storage_key`` names a storage across calls (the flat
+    tensors are new at every call)."""
     inside = {storage_key(b.param_data) for b in ddp_buffers(models)}
     owner: dict[int, Any] = {}
     extent: dict[int, int] = {}
@@ -44,13 +47,6 @@ def loose_parameters(models: list[Any]) -> list[Any]:
                 extent[key] = max(extent.get(key, 0), _last_byte(param))
     return [_whole(owner[key], extent[key]) for key in owner]
 
-
-def storage_key(tensor: Any) -> int:
-    """Identity of a tensor's storage, stable while it is freed and restored."""
-    return int(tensor.untyped_storage()._cdata)
-
-
-loose_key = storage_key
 
 _WHOLE: Any = None
 """Each loose storage's flat tensor by its first parameter (weakly: it goes with it)."""

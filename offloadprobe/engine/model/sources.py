@@ -17,7 +17,6 @@ from typing import Any
 
 from offloadprobe.engine.model.buffers import (
     free_storage,
-    loose_key,
     loose_to_load,
     loose_to_offload,
     nbytes,
@@ -25,6 +24,7 @@ from offloadprobe.engine.model.buffers import (
     to_load,
     to_offload,
 )
+from offloadprobe.engine.optimizer.holdings import storage_key
 
 BUFFER = "DDP buffer"
 LOOSE = "parameter outside the DDP buffers"
@@ -68,7 +68,7 @@ def _buffer(buffer: Any) -> Source:
 
 
 def _loose(param: Any) -> Source:
-    return Source(key=loose_key(param), data=param.detach(), kind=LOOSE)
+    return Source(key=storage_key(param), data=param.detach(), kind=LOOSE)
 
 
 def to_offload_sources(models: list[Any]) -> list[Source]:

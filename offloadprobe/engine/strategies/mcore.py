@@ -27,12 +27,12 @@ from offloadprobe.engine.descriptors import ModelStrategyInfo
 from offloadprobe.engine.model.buffers import (
     ddp_buffers,
     free_storage,
-    loose_key,
     loose_to_load,
     loose_to_offload,
     require_methods,
     restore_storage,
 )
+from offloadprobe.engine.optimizer.holdings import storage_key
 from offloadprobe.layout.pinned import Alloc, Event, Free
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class McoreStrategy:
             buffer.offload_to_cpu(move_params=True, move_grads=True)
         loose = loose_to_offload(models)
         for param in loose:
-            self.loose[loose_key(param)] = param.detach().to("cpu", non_blocking=True)
+            self.loose[storage_key(param)] = param.detach().to("cpu", non_blocking=True)
         self.runtime.synchronize()  # every copy landed before any device storage is freed
         for param in loose:
             free_storage(param)
@@ -73,10 +73,10 @@ class McoreStrategy:
         loose = loose_to_load(models)
         for param in loose:
             restore_storage(param)
-            param.detach().copy_(self.loose[loose_key(param)], non_blocking=True)
+            param.detach().copy_(self.loose[storage_key(param)], non_blocking=True)
         self.runtime.synchronize()
         for param in loose:  # dropped, as a framework's param.data = param.data.to(device)
-            del self.loose[loose_key(param)]
+            del self.loose[storage_key(param)]
 
     def _note(self, count: int) -> None:
         note = (

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from offloadprobe.engine.descriptors import ModelStrategyInfo
 from offloadprobe.engine.model.buffers import (
     free_storage,
-    loose_key,
     loose_to_load,
     loose_to_offload,
     restore_storage,
@@ -22,6 +21,7 @@ from offloadprobe.engine.model.buffers import (
     to_load,
     to_offload,
 )
+from offloadprobe.engine.optimizer.holdings import storage_key
 from offloadprobe.layout.pinned import Alloc, Event, Free
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class NaiveStrategy:
             free_storage(buffer.param_data)
             free_storage(buffer.grad_data)
         for param in loose_to_offload(models):
-            self._copies[loose_key(param)] = param.detach().cpu().pin_memory()
+            self._copies[storage_key(param)] = param.detach().cpu().pin_memory()
             free_storage(param)
 
     def load(self, models: list[Any]) -> None:
@@ -54,7 +54,7 @@ class NaiveStrategy:
             restore_zeroed_grads(buffer)
         for param in loose_to_load(models):
             restore_storage(param)
-            param.detach().copy_(self._copies[loose_key(param)], non_blocking=True)
+            param.detach().copy_(self._copies[storage_key(param)], non_blocking=True)
         self.runtime.synchronize()
 
 

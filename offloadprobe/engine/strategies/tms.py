@@ -36,12 +36,12 @@ from offloadprobe.engine.host_copies import HostCopies
 from offloadprobe.engine.model.buffers import (
     ddp_buffers,
     free_storage,
-    loose_key,
     loose_to_load,
     loose_to_offload,
     nbytes,
     restore_storage,
 )
+from offloadprobe.engine.optimizer.holdings import storage_key
 from offloadprobe.layout.pinned import Alloc, Event, Free
 
 if TYPE_CHECKING:
@@ -72,10 +72,6 @@ def load_saver(runtime: Runtime) -> Any:
     with contextlib.suppress(AssertionError, AttributeError):  # initialised: keep its mode
         torch_memory_saver.hook_mode = "torch"
     return torch_memory_saver
-
-
-def _key(tensor: Any) -> int:
-    return int(tensor.untyped_storage()._cdata)
 
 
 class TmsStrategy:
@@ -120,7 +116,7 @@ class TmsStrategy:
             self._into_region(buffer.grad_data, GRADS_TAG, backup=False, keep=False)
         for param in loose_to_offload(models):
             self._into_region(param.detach(), PARAMS_TAG, backup=True, keep=True)
-            self._homed.add(_key(param))
+            self._homed.add(storage_key(param))
             self._homed_storages.append(param.untyped_storage())
         self.runtime.synchronize()
         self.runtime.empty_cache()  # the old blocks go back to the driver
@@ -128,14 +124,14 @@ class TmsStrategy:
         self._moved = True
 
     def _outside(self, params: list[Any]) -> list[Any]:
-        return [p for p in params if _key(p) not in self._homed]
+        return [p for p in params if storage_key(p) not in self._homed]
 
     def offload(self, models: list[Any]) -> None:
         if not self._paused:  # else offloaded already: a no-op
             self._pause(models)
         outside = self._outside(loose_to_offload(models))
         for param in outside:
-            self.outside.for_buffer(loose_key(param), param).copy_(param.detach())
+            self.outside.for_buffer(storage_key(param), param).copy_(param.detach())
             free_storage(param)
         if outside:
             self._note(len(outside))
@@ -180,7 +176,7 @@ class TmsStrategy:
                 buffer.grad_data.zero_()
         for param in self._outside(loose_to_load(models)):
             restore_storage(param)
-            param.detach().copy_(self.outside.get(loose_key(param)))
+            param.detach().copy_(self.outside.get(storage_key(param)))
         self.runtime.synchronize()
 
     def released_storages(self, models: list[Any]) -> list[torch.UntypedStorage]:

@@ -55,7 +55,8 @@ def _single(job: Job) -> Report:
     log = PhaseLog(job.phase_log(), gate=job.gate_dir if job.gate else None)
     sampler = None
     if job.timeline:
-        sampler = sampler_for(cuda=job.config.device != "cpu" and _has_cuda()).start()
+        cuda = job.config.device != "cpu" and _has_cuda()
+        sampler = sampler_for(cuda=cuda, folder=job.workdir).start()
     group = "cgroup" if job.own_cgroup else "tree" if job.cgroup_missing else None
     try:
         report = run(

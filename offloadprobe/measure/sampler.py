@@ -208,8 +208,11 @@ class Sidecar:
         ("cgroup.current", "cgroup usage"),
     )
 
-    def __init__(self, interval_ns: int = INTERVAL_NS) -> None:
+    def __init__(self, interval_ns: int = INTERVAL_NS, folder: str | None = None) -> None:
         self.interval_ns = interval_ns
+        self.folder = folder
+        """Where its two files go: the worker's own folder, which the parent removes even
+        when the worker is killed before ``stop`` (else the system's temporary folder)."""
         files = locate()
         self.cgroup = str(files.current) if files is not None else ""
         self.process: subprocess.Popen | None = None
@@ -226,7 +229,9 @@ class Sidecar:
         """The file holding this process's page-change count while sampling."""
 
     def start(self) -> None:
-        fd, self.path = tempfile.mkstemp(prefix="offloadprobe-samples-", suffix=".bin")
+        fd, self.path = tempfile.mkstemp(
+            prefix="offloadprobe-samples-", suffix=".bin", dir=self.folder
+        )
         os.close(fd)
         self.changes = self.path.removesuffix(".bin") + ".changes"
         CHANGES.share(self.changes)
@@ -303,10 +308,11 @@ def default_sources(cuda: bool) -> list[Source]:
     return sources
 
 
-def sampler_for(cuda: bool) -> Sampler:
-    """Host and cgroup from a sidecar process; only the CUDA counters need a thread here."""
+def sampler_for(cuda: bool, folder: str | None = None) -> Sampler:
+    """Host and cgroup from a sidecar process (its files in ``folder``); only the CUDA
+    counters need a thread here."""
     if Path(f"/proc/{os.getpid()}/status").exists():
-        return Sampler(cuda_sources() if cuda else [], sidecar=Sidecar())
+        return Sampler(cuda_sources() if cuda else [], sidecar=Sidecar(folder=folder))
     return Sampler(default_sources(cuda))
 
 

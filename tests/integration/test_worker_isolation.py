@@ -31,8 +31,12 @@ ONE = ["--device", "cpu", *TINY_MODEL, "--cycles", "1", "--no-reference-check", 
 def test_a_strategy_that_forges_a_verdict_and_exits_in_load(tmp_path, capfd):
     """It prints a verdict line of its own, then ends its process with status 0 in the
     middle of a load: the row is exited early, with the phases measured before it, and the
-    printed line appears only framed, as the measured process's output."""
+    printed line appears only framed, as the measured process's output. Sampled (a
+    trace), its sampler's files go with the worker's folder: none stays where the worker
+    would put temporary files."""
     out = tmp_path / "r.json"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     strategy = USER + "ForgesAndExitsInLoad"
     proc = invoke_cli(
         "run",
@@ -41,9 +45,12 @@ def test_a_strategy_that_forges_a_verdict_and_exits_in_load(tmp_path, capfd):
         *ONE,
         "--json",
         str(out),
-        env={"PYTHONPATH": str(ROOT)},
+        "--trace",
+        str(tmp_path / "t.json"),
+        env={"PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)},
         isolated=True,
     )
+    assert _ours(scratch) == []
     assert proc.exit_code == 1, proc.stderr
     assert proc.stdout.startswith(f"{strategy} + none: exited early")
     assert "cycle 0, phase load" in " ".join(proc.stdout.split())

@@ -273,8 +273,10 @@ def _chunked(
     host = None
     hostmem.unmap(m)
     contended = _register_while_touching(cudart, pool, nbytes)
+    side_by_side = {k: _register_on_threads(cudart, pool, nbytes, k) for k in (2, 4)}
     return {
         **contended,
+        "register_threads_gbps": side_by_side,
         "chunk_bytes": CHUNK,
         "chunks": len(chunks),
         "touch_seconds": round(touch_s, 4),
@@ -285,6 +287,26 @@ def _chunked(
         "d2h_gbps": _rate(nbytes, copy_s),
         "unregister_seconds": round(unregister_s, 4),
     }
+
+
+def _register_on_threads(
+    cudart: hostmem.Cudart, pool: ThreadPoolExecutor, nbytes: int, threads: int
+) -> float | None:
+    """``cudaHostRegister`` of touched huge pages in 64 MiB chunks from ``threads`` threads
+    at once (each the next chunk): whether the driver pins in parallel (GB/s, all bytes)."""
+    m = hostmem.map_exact(nbytes, huge=True)
+    touch_parallel(m, pool, "auto")
+    chunks = hostmem.plan_chunks(nbytes, CHUNK)
+    with ThreadPoolExecutor(threads) as registrars:
+        start = time.perf_counter()
+        calls = [registrars.submit(cudart.register, m.address + o, n) for o, n in chunks]
+        for call in calls:
+            call.result()  # a failed registration fails the case
+        seconds = time.perf_counter() - start
+    for o, _ in chunks:
+        cudart.unregister(m.address + o)
+    hostmem.unmap(m)
+    return _rate(nbytes, seconds)
 
 
 def _register_while_touching(

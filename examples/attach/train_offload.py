@@ -224,20 +224,18 @@ def main(argv=None) -> None:
             load(models)
             settle()
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-    print(
-        "example: "
-        + json.dumps(
-            {
-                "rank": rank,
-                "device": device,
-                "offload": args.offload,
-                "payload_bytes": payload,
-                "cycles": args.cycles,
-                "losses": losses,
-            }
-        ),
-        flush=True,
-    )
+    record = {
+        "rank": rank,
+        "device": device,
+        "offload": args.offload,
+        "payload_bytes": payload,
+        "cycles": args.cycles,
+        "losses": losses,
+    }
+    # one write of the whole line: torchrun's ranks share the job's stdout, and print()
+    # writes the newline apart (under PYTHONUNBUFFERED two ranks' lines can run together)
+    sys.stdout.write(f"example: {json.dumps(record)}\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

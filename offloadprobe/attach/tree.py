@@ -107,6 +107,7 @@ class TreeWatcher(threading.Thread):
             pid=proc.pid,
             ppid=ppid,
             command=" ".join(cmdline) or (known.command if known else ""),
-            python=is_python(exe, cmdline),
+            # mid-exec its cmdline and exe can read empty: keep what an earlier poll saw
+            python=is_python(exe, cmdline) or bool(known and known.python and not cmdline),
             seen_by=known.seen_by if known else how,
         )

@@ -16,8 +16,9 @@ driver's parts and those overlap:
    the CPUs this process may use (its affinity mask over the ranks on the node, less the
    thread issuing copies and the registering one) first-touches them
    (``MADV_POPULATE_WRITE``, or ``memset`` where the kernel lacks it);
-3. one thread registers each touched chunk with ``cudaHostRegister`` (through ctypes, so
-   the GIL is released while the driver pins);
+3. one thread (``registrars`` threads, each taking the next chunk) registers each touched
+   chunk with ``cudaHostRegister`` (through ctypes, so the GIL is released while the
+   driver pins);
 4. the main thread issues each registered chunk's device-to-host copy on a side stream as
    soon as it is registered, one copy per registered range (a copy across two separately
    registered ranges fails with "invalid argument").
@@ -36,7 +37,8 @@ In CPU emulation the same pipeline runs without CUDA: chunks are touched on the 
 nothing is page-locked (``registered_bytes`` stays 0), and copies are host copies.
 
 Settings (``engine/hugepin_settings.py``; ``--strategy-option key=value``, for sweeps):
-``threads``, ``chunk_mib``, ``huge_pages`` (``0`` for 4 KiB pages), ``touch`` (auto,
+``threads``, ``registrars``, ``touch_first`` (``1``: every chunk touched before the first
+registration), ``chunk_mib``, ``huge_pages`` (``0`` for 4 KiB pages), ``touch`` (auto,
 populate, memset) and ``stages`` (a path: every offload's and load's stage timings are
 written there as JSON at ``close()``).
 
@@ -169,7 +171,9 @@ class HugePinStrategy:
         self._touch = self.settings.touch
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(self.settings.threads, thread_name_prefix="hugepin-touch")
-        self._serial = ThreadPoolExecutor(1, thread_name_prefix="hugepin-register")
+        self._serial = ThreadPoolExecutor(
+            self.settings.registrars, thread_name_prefix="hugepin-register"
+        )
         self._cudart = cudart
         self._stream: Any = None
         self._on_cuda = runtime.can_pin
@@ -296,6 +300,8 @@ class HugePinStrategy:
                 length = hostmem.page_round(s.nbytes)
                 address = copies[s.copy].mapping.address + s.offset
                 touched[s] = self._pool.submit(self._touch_range, address, length)
+        if self.settings.touch_first:  # no page fault while the driver pins
+            wait(touched.values())
         for s in steps:
             if s.lock:
                 locked[s] = self._serial.submit(self._lock_chunk, copies[s.copy], s, touched[s])

@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from offloadprobe.core.errors import UsageError
 from offloadprobe.engine import hostmem
 
-OPTIONS = ("threads", "chunk_mib", "huge_pages", "touch", "stages")
+OPTIONS = ("threads", "registrars", "touch_first", "chunk_mib", "huge_pages", "touch", "stages")
 CHUNK_MIB = 64
 """Measured best on the H200 (12 threads: 26.2 GB/s at 64 MiB, 25.1 at 32, 19.8 at 256)."""
+REGISTRARS = 1
+"""One registering thread (``cudaHostRegister``: 35 GB/s alone on the H200, 24 inside the
+first-offload pipeline, benchmarks/results/h200-2026-12-01-first-offload.json)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -21,6 +24,11 @@ class Settings:
 
     threads: int
     chunk_bytes: int
+    registrars: int = REGISTRARS
+    """Threads calling ``cudaHostRegister``, each on its own chunks, beside the touching ones."""
+    touch_first: bool = False
+    """Fault in every chunk before the first registration (else each chunk is registered
+    as soon as it is touched, while the threads touch the next ones)."""
     huge_pages: bool = True
     touch: str = "auto"
     stages: str | None = None
@@ -44,9 +52,12 @@ class Settings:
         hpage = hostmem.huge_page_size()
         try:
             threads = int(options.get("threads") or threads)
+            registrars = int(options.get("registrars") or REGISTRARS)
             chunk = int(options.get("chunk_mib") or CHUNK_MIB) * 2**20
         except ValueError:
-            raise UsageError("--strategy-option threads= and chunk_mib= take integers") from None
+            raise UsageError(
+                "--strategy-option threads=, registrars= and chunk_mib= take integers"
+            ) from None
         chunk = max(hpage, -(-chunk // hpage) * hpage)  # whole huge pages
         touch = options.get("touch") or "auto"
         if touch not in hostmem.TOUCH_METHODS:
@@ -54,8 +65,11 @@ class Settings:
                 f"--strategy-option touch={touch!r}: choose one of {hostmem.TOUCH_METHODS}"
             )
         huge = options.get("huge_pages", "1") not in ("0", "false", "no")
+        first = options.get("touch_first", "0") not in ("0", "false", "no")
         return cls(
             threads=max(1, threads),
+            registrars=max(1, registrars),
+            touch_first=first,
             chunk_bytes=chunk,
             huge_pages=huge,
             touch=touch,

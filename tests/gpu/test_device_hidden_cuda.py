@@ -19,7 +19,7 @@ pytestmark = pytest.mark.cuda
 MiB = 2**20
 STASH = "tests.integration.device_stash_strategies:"
 OUTSIDE = "tests.gpu.outside_allocator_strategies:"
-RUN = ["run", "--device", "cuda", "--layers", "1", "--payload", "32MiB", "--cycles", "2"]
+RUN = ["run", "--device", "cuda", "--layers", "1", "--payload", "16MiB", "--cycles", "2"]
 RUN += ["--no-reference-check", "--no-progress"]
 RUNTIME = 8 * MiB
 """The CUDA runtime's own page-locked buffers CUPTI records (4.5 MiB seen on the H200)."""

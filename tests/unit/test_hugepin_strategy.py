@@ -47,8 +47,10 @@ class FakeCudart:
         self.unregistered.append(address)
 
 
-def _strategy(ephemeral, cudart=None, threads=2):
-    settings = Settings(threads=threads, chunk_bytes=CHUNK)
+def _strategy(ephemeral, cudart=None, threads=2, registrars=1, touch_first=False):
+    settings = Settings(
+        threads=threads, chunk_bytes=CHUNK, registrars=registrars, touch_first=touch_first
+    )
     return HugePinStrategy(CPU, ephemeral=ephemeral, settings=settings, cudart=cudart)
 
 
@@ -97,12 +99,16 @@ def test_the_planner_gives_each_registered_range_exactly_one_copy():
     assert all(s.offset % CHUNK == 0 and s.nbytes <= CHUNK for s in steps)
 
 
-@pytest.mark.parametrize("ephemeral", [False, True])
-def test_every_copy_stays_within_one_registered_range(monkeypatch, ephemeral):
+@pytest.mark.parametrize(
+    ("ephemeral", "registrars", "touch_first"), [(False, 1, 0), (True, 1, 0), (True, 3, 1)]
+)
+def test_every_copy_stays_within_one_registered_range(
+    monkeypatch, ephemeral, registrars, touch_first
+):
     models, buffers = _models()
     payload = sum(b.param_data.numel() * 2 for b in buffers)
     cudart = FakeCudart()
-    strategy = _strategy(ephemeral, cudart)
+    strategy = _strategy(ephemeral, cudart, registrars=registrars, touch_first=bool(touch_first))
     offload_copies = []
     real_copy = strategy._copy
 
@@ -169,8 +175,11 @@ def test_settings_follow_the_cpus_and_the_strategy_options(monkeypatch):
     assert Settings.from_options({}, local_ranks=1).threads == 14
     assert Settings.from_options({}, local_ranks=2).threads == 6
     options = {"threads": "3", "chunk_mib": "3", "huge_pages": "0", "touch": "memset"}
-    s = Settings.from_options(options, local_ranks=1)
-    assert (s.threads, s.huge_pages, s.touch) == (3, False, "memset")
+    s = Settings.from_options(options | {"registrars": "2", "touch_first": "1"}, local_ranks=1)
+    assert (s.threads, s.registrars, s.huge_pages, s.touch) == (3, 2, False, "memset")
+    assert s.touch_first
+    default = Settings.from_options({}, local_ranks=1)
+    assert default.registrars == 1 and not default.touch_first
     assert s.chunk_bytes % hostmem.huge_page_size() == 0 and s.chunk_bytes >= 3 * MIB
     assert Settings.from_options({}, local_ranks=1).chunk_bytes == hugepin.CHUNK_MIB * MIB
     with pytest.raises(Exception, match="touch"):
@@ -224,5 +233,26 @@ def test_parameters_outside_the_buffers_go_through_the_same_pipeline(ephemeral):
             assert _resident(strategy) == ([0] * len(lengths) if ephemeral else lengths)
             assert strategy.locked_bytes == (0 if ephemeral else payload)
             cudart.registered.clear()
+    finally:
+        strategy.close()
+
+
+def test_touch_first_faults_in_every_chunk_before_the_first_registration():
+    models, buffers = _models()
+    seen = []
+
+    class Watching(FakeCudart):
+        def register(self, address, nbytes):
+            seen.append(sum(_resident(strategy)))
+            super().register(address, nbytes)
+
+    strategy = _strategy(ephemeral=True, cudart=Watching(), touch_first=True)
+    try:
+        for _ in range(2):  # relock: every offload touches and registers again
+            seen.clear()
+            strategy.offload(models)
+            lengths = sum(c.mapping.length for c in strategy.copies.values())
+            assert len(seen) > 2 and seen == [lengths] * len(seen)
+            strategy.load(models)
     finally:
         strategy.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -127,12 +126,6 @@ def _deterministic_algorithms(on: bool, emulated: bool) -> None:
         torch.use_deterministic_algorithms(on, warn_only=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _control_group(emulated: bool) -> Any:
     """A gloo group over every rank: the default group in CPU emulation, a new one beside
     NCCL on CUDA (a collective call: every rank makes it)."""
@@ -162,15 +155,14 @@ def _join(world: World, emulated: bool, stack: contextlib.ExitStack) -> Any:
         )
         stack.callback(torch.distributed.destroy_process_group)
         return _control_group(emulated)
-    # One rank. CPU emulation: an in-memory store, so no TCP port is picked and then taken
-    # by a neighbouring process first (probes run side by side under pytest).
-    where = (
-        {"store": torch.distributed.HashStore()}
-        if emulated
-        else {"init_method": f"tcp://127.0.0.1:{_free_port()}"}
-    )
+    # One rank: an in-memory store, so no TCP port is picked and then taken by a
+    # neighbouring process first (probes run side by side: under pytest, in a sweep; on
+    # the H200 a port picked free was in use by the time the store listened, EADDRINUSE)
     torch.distributed.init_process_group(
-        backend="gloo" if emulated else "nccl", rank=0, world_size=1, **where
+        backend="gloo" if emulated else "nccl",
+        store=torch.distributed.HashStore(),
+        rank=0,
+        world_size=1,
     )
     stack.callback(torch.distributed.destroy_process_group)
     return None

@@ -36,7 +36,7 @@ def main(actions):
             child.join()
             assert child.exitcode == 0, child.exitcode
         elif verb == "isolated":
-            code = "import time; time.sleep(0.6)"
+            code = "import time; time.sleep(1.5)"  # many polls, on a loaded host too
             subprocess.run([sys.executable, "-I", "-c", code], check=True)
         elif verb == "envonly":
             env = {k: os.environ[k] for k in ("PYTHONPATH", "OFFLOADPROBE_JOB")}

@@ -311,6 +311,9 @@ def main() -> None:
         for r in old.get("rows", [])
         if "skipped" not in r and "error" not in r
     }
+    asked = {(strategy, size) for size in sizes for strategy in strategies}
+    kept = [r for r in old.get("rows", []) if (r["strategy"], r["size"]) not in asked]
+    """Rows of the file this call does not ask for (``--strategies``, ``--sizes``): kept."""
     components = {k: v for k, v in (old.get("components") or {}).items() if "error" not in v}
     doc: dict[str, Any] = {
         "benchmark": "first_offload",
@@ -353,8 +356,9 @@ def main() -> None:
                 else:  # a row started may overrun the budget by a minute at most
                     timeout = min(180.0, max(left, 60.0))
                     rows.append(measure_row(strategy, size, args, timeout, Path(tmp)))
-                doc.update(rows=rows, components=components)
+                doc.update(rows=rows + kept, components=components)
                 path.write_text(json.dumps(doc, indent=1) + "\n")  # survives a kill
+    rows += kept
     measured = [r for r in rows if r.get("versions")]
     doc["versions"] = measured[0]["versions"] if measured else old.get("versions")
     doc["machine"] = measured[0]["machine"] if measured else old.get("machine")

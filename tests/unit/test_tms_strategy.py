@@ -164,3 +164,28 @@ def test_parameters_outside_the_buffers_pause_in_the_region_or_say_why_not(monke
     assert all(torch.equal(t, o) for t, o in zip(homed, originals, strict=True))
     (note,) = strategy.notes
     assert note.startswith("tms: 2 parameters outside the DDP buffers were not in")
+
+
+def test_each_old_block_goes_back_to_the_driver_before_its_region_allocates(monkeypatch):
+    """torch_memory_saver maps a region's memory itself: a block PyTorch still caches is
+    not free for it (on the H200 a 12 GiB buffer's region failed, out of memory)."""
+    saver = FakeSaver()
+    events = []
+    runtime = Runtime(device="cpu", emulated=False, note=None)
+    monkeypatch.setattr(Runtime, "empty_cache", lambda self: events.append("empty_cache"))
+    real_region = saver.region
+
+    @contextlib.contextmanager
+    def region(tag, enable_cpu_backup):
+        events.append(("region", tag, buf.param_data.untyped_storage().nbytes()))
+        with real_region(tag, enable_cpu_backup):
+            yield
+
+    monkeypatch.setattr(saver, "region", region)
+    strategy = tms.TmsStrategy(runtime, saver=saver)
+    models, buf = _model()
+    strategy._move_into_regions(models)
+    regions = [i for i, e in enumerate(events) if isinstance(e, tuple)]
+    assert len(regions) == 2  # param_data's, grad_data's
+    assert all(events[i - 1] == "empty_cache" for i in regions)
+    assert events[regions[0]][2] == 0  # param_data's old storage freed by then

@@ -103,6 +103,10 @@ class TmsStrategy:
     def _into_region(self, tensor: torch.Tensor, tag: str, backup: bool, keep: bool) -> None:
         saved = tensor.detach().clone() if keep else None
         free_storage(tensor)
+        # the old block back to the driver first: torch_memory_saver maps the region's
+        # memory itself (cuMemCreate), and a block PyTorch still caches is not free for it
+        # (at 12 GiB on the H200 the region's allocation failed, out of memory)
+        self.runtime.empty_cache()
         with self.saver.region(tag=tag, enable_cpu_backup=backup):
             restore_storage(tensor)
         if saved is not None:

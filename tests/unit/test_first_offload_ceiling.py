@@ -31,3 +31,39 @@ def test_registration_under_page_faults_stands_for_registration_alone():
     assert first["serial_gbps"] == pytest.approx(1 / (1 / 50 + 1 / 16 + 1 / 55), abs=0.01)
     # relock's later offloads touch (after release) and register at once too
     assert found["relock_later_offloads"]["gbps"] == 16.0
+
+
+def _row(register_s, touch_s, wait_s, seconds, first_gbps, locked=5 * 10**9):
+    stage = {
+        "phase": "offload",
+        "seconds": seconds,
+        "locked_bytes": locked,
+        "threads": 10,
+        "touch_seconds": touch_s,
+        "register_seconds": register_s,
+        "first_copy_seconds": wait_s,
+    }
+    return {
+        "strategy": "hugepin",
+        "size": "5GiB",
+        "first_offload_gbps": first_gbps,
+        "stages": {"stages": [stage]},
+    }
+
+
+def test_a_target_not_met_names_the_stage_that_limited_the_row():
+    row = _row(register_s=0.25, touch_s=1.0, wait_s=0.05, seconds=0.3, first_gbps=16.7)
+    targets = bench.check_targets([row])
+    (limit,) = bench.explain([row], targets)
+    assert limit["limited_by"] == "cudaHostRegister (one thread)"
+    assert limit["stage_gbps_in_pipeline"]["cudaHostRegister (one thread)"] == 20.0
+    assert limit["stage_gbps_in_pipeline"]["first touch (10 threads)"] == 50.0  # wall rate
+    assert limit["bound_gbps"] == pytest.approx(5 / 0.3, abs=0.01)  # the slowest + the wait
+    touch_bound = _row(register_s=0.05, touch_s=4.0, wait_s=0.0, seconds=0.4, first_gbps=12.5)
+    (limit,) = bench.explain([touch_bound], bench.check_targets([touch_bound]))
+    assert limit["limited_by"] == "first touch (10 threads)"
+
+
+def test_a_target_met_needs_no_explanation():
+    row = _row(register_s=0.1, touch_s=1.0, wait_s=0.01, seconds=0.15, first_gbps=33.3)
+    assert bench.explain([row], bench.check_targets([row])) == []

@@ -238,7 +238,7 @@ def test_parameters_outside_the_buffers_go_through_the_same_pipeline(ephemeral):
 
 
 def test_touch_first_faults_in_every_chunk_before_the_first_registration():
-    models, buffers = _models()
+    models, _ = _models()
     seen = []
 
     class Watching(FakeCudart):

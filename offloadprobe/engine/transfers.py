@@ -3,9 +3,15 @@
 Bytes moved are the device memory a phase gave back (offloads) or took (loads), net, less
 ``grad_data`` (discarded on offload, zeroed on load: nothing is copied). A strategy that
 hands memory back to the driver outside PyTorch's allocator is measured by the driver's
-own figure (``mem_get_info``) less what PyTorch's caching allocator took or gave back
-meanwhile (its reserved bytes), and its storages count as released only when the driver
-confirms it.
+own figure (``mem_get_info``), corrected by PyTorch's reserved bytes only where that
+lowers the figure, and its storages count as released only when the driver confirms it.
+
+A reserved byte need not be a device byte: a ``MemPool`` over a pluggable allocator hands
+PyTorch whatever addresses its allocator returns (host memory, a virtual range never
+mapped), and torch_memory_saver's paused regions stay reserved. So PyTorch's reserved
+growth over an offload cannot stand for device memory it took from the driver (nor its
+fall over a load for memory it gave back): either would let a strategy that moved nothing
+read as a release.
 """
 
 from __future__ import annotations
@@ -26,11 +32,23 @@ CONFIRMED = 0.97
 
 def released_outside_pytorch(before: GpuReading, after: GpuReading) -> int:
     """Device bytes given back to the driver between two readings outside PyTorch's
-    caching allocator (negative: taken): the fall in ``mem_get_info``'s used bytes, plus
-    what PyTorch reserved meanwhile (a block it cached during the phase is not memory the
-    strategy failed to release), less what it handed back (``empty_cache``)."""
+    caching allocator, at least (negative: taken): the fall in ``mem_get_info``'s used
+    bytes less what PyTorch handed back meanwhile (``empty_cache``: its reserved bytes
+    fell). What PyTorch reserved meanwhile is not added back: the readings cannot tell a
+    block it got from the driver from one a pluggable allocator handed it with no device
+    memory behind (the module doc), and only the first would hide a release."""
     used = before.device_used_after - after.device_used_after
-    return used + (after.reserved_after - before.reserved_after)
+    return used + min(0, after.reserved_after - before.reserved_after)
+
+
+def taken_outside_pytorch(before: GpuReading, after: GpuReading) -> int:
+    """Device bytes the driver handed out between two readings outside PyTorch's caching
+    allocator, at most what a load could have taken (negative: given back): the rise in
+    ``mem_get_info``'s used bytes less what PyTorch reserved meanwhile. What PyTorch gave
+    back meanwhile is not added: its reserved bytes can fall with no device memory freed
+    (a pluggable allocator's segment, a paused region), which would inflate the load."""
+    used = after.device_used_after - before.device_used_after
+    return used - max(0, after.reserved_after - before.reserved_after)
 
 
 def driver_delta(strategy: Any, previous: PhaseRecord | None, rec: PhaseRecord) -> int | None:
@@ -41,8 +59,9 @@ def driver_delta(strategy: Any, previous: PhaseRecord | None, rec: PhaseRecord) 
     before, after = previous.gpu, rec.gpu
     if before is None or after is None:
         return None
-    change = released_outside_pytorch(before, after)
-    return max(0, change if rec.phase in OFFLOADS else -change)
+    if rec.phase in OFFLOADS:
+        return max(0, released_outside_pytorch(before, after))
+    return max(0, taken_outside_pytorch(before, after))
 
 
 def measured_transfer(rec: PhaseRecord, grads: int, driver: int | None) -> tuple[PhaseRecord, int]:

@@ -394,6 +394,10 @@ class HugePinStrategy:
         """Unregister every locked chunk, unmap every mapping, stop the threads."""
         self.runtime.synchronize()
         try:
+            # first what the threads still run (a load that failed part-way leaves chunks
+            # going back): none may unregister, or madvise, a range unmapped under it
+            self._pool.shutdown()
+            self._serial.shutdown()
             for copy in self.copies.values():
                 for index, (offset, size) in enumerate(copy.chunks):
                     if copy.locked[index] and self._cudart is not None:

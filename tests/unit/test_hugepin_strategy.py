@@ -3,7 +3,9 @@ exact host mappings that stay (hugepin) or go after every load (relock), one cop
 registered range, registered bytes, and the note when huge pages are refused."""
 
 import errno
+import time
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 import torch
@@ -256,3 +258,92 @@ def test_touch_first_faults_in_every_chunk_before_the_first_registration():
             strategy.load(models)
     finally:
         strategy.close()
+
+
+class _SlowCopyEvent:
+    """``torch.cuda.Event`` stand-in: the first chunk's load copy completes 0.2 s late."""
+
+    slow: ClassVar[list[bool]] = []
+
+    def record(self):
+        pass
+
+    def synchronize(self):
+        if self.slow and self.slow.pop():
+            time.sleep(0.2)
+
+
+def test_close_after_a_failed_load_waits_for_the_chunks_still_going_back(monkeypatch):
+    """On CUDA each chunk of a load goes back (unregister, ``MADV_DONTNEED``) on the
+    registering thread once its copy completed; a load that fails part-way (the next
+    buffer's restore out of memory) leaves those in flight, and ``close()`` must not unmap
+    a mapping under them (a ``madvise`` on an address since mapped again zeroes it)."""
+    models, _ = _models()
+    cudart = FakeCudart()
+    strategy = _strategy(ephemeral=True, cudart=cudart)
+    strategy._on_cuda = True  # the load's CUDA path; the copies themselves stay host copies
+    monkeypatch.setattr(torch.cuda, "Event", _SlowCopyEvent)
+    monkeypatch.setattr(_SlowCopyEvent, "slow", [True])
+    unmapped, late = [], []
+    real_unmap, real_release = hostmem.unmap, hostmem.release
+
+    def unmap(mapping):
+        unmapped.append((mapping.address, mapping.length))
+        real_unmap(mapping)
+
+    def release(address, length):
+        if any(a <= address < a + n for a, n in unmapped):
+            late.append(address)  # not passed on: the range may be someone else's now
+            return
+        real_release(address, length)
+
+    monkeypatch.setattr(hostmem, "unmap", unmap)
+    monkeypatch.setattr(hostmem, "release", release)
+    real_sources = hugepin.to_load_sources
+
+    def second_restore_fails(models):
+        first, second = real_sources(models)
+
+        def out_of_memory():
+            raise torch.OutOfMemoryError("CUDA out of memory (fake)")
+
+        return [first, SimpleNamespace(key=second.key, data=second.data, restore=out_of_memory)]
+
+    try:
+        strategy.offload(models)
+        registered = [address for address, _ in cudart.registered]
+        monkeypatch.setattr(hugepin, "to_load_sources", second_restore_fails)
+        with pytest.raises(torch.OutOfMemoryError):
+            strategy.load(models)
+    finally:
+        strategy.close()
+    assert late == []
+    assert sorted(cudart.unregistered) == sorted(registered)  # each range exactly once
+    assert strategy.locked_bytes == 0
+
+
+def test_a_registration_failing_on_one_of_several_registrars_fails_the_offload():
+    """No short copy: the offload raises, every storage stays where it was, and what the
+    other registrars locked is unregistered once at ``close()``."""
+    models, buffers = _models()
+    originals = [b.param_data.clone() for b in buffers]
+
+    class FailsThird(FakeCudart):
+        def register(self, address, nbytes):
+            if len(self.registered) == 2 and not getattr(self, "failed", False):
+                self.failed = True
+                raise hostmem.CudaError(f"cudaHostRegister of {nbytes} bytes failed: 2")
+            super().register(address, nbytes)
+
+    cudart = FailsThird()
+    strategy = _strategy(ephemeral=False, cudart=cudart, registrars=3)
+    try:
+        with pytest.raises(hostmem.CudaError):
+            strategy.offload(models)
+        for b, original in zip(buffers, originals, strict=True):
+            assert torch.equal(b.param_data, original)  # not freed
+    finally:
+        strategy.close()
+    assert len(cudart.registered) >= 2
+    assert sorted(cudart.unregistered) == sorted(a for a, _ in cudart.registered)
+    assert strategy.locked_bytes == 0

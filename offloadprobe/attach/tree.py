@@ -108,6 +108,8 @@ class TreeWatcher(threading.Thread):
             ppid=ppid,
             command=" ".join(cmdline) or (known.command if known else ""),
             # mid-exec its cmdline and exe can read empty: keep what an earlier poll saw
-            python=is_python(exe, cmdline) or bool(known and known.python and not cmdline),
+            # (the new image's exe can read before its cmdline: then it is the answer)
+            python=is_python(exe, cmdline)
+            or bool(known and known.python and not cmdline and not exe),
             seen_by=known.seen_by if known else how,
         )

@@ -276,21 +276,27 @@ def check_targets(rows: list[dict]) -> list[dict]:
 def first_offload_limit(row: dict[str, Any]) -> dict[str, Any] | None:
     """Where a pipeline row's first offload went, from its own stage record: the phase's
     seconds, the wait before its first copy (the first chunk touched and registered), and
-    each stage's rate inside the pipeline (bytes over the stage's seconds: registration
-    runs on one thread; touching is summed over the pool's threads, so its wall rate is
-    that times the threads). The slowest stage plus the first copy's wait bounds it."""
-    stages = ((row.get("stages") or {}).get("stages") or [None])[0]
+    each stage's rate inside the pipeline (bytes over the stage's seconds; touching and
+    registering are summed over their threads, so their wall rates are that times the
+    threads). The slowest stage over every chunk but the first (the wait holds that one)
+    plus the wait bounds it."""
+    record = row.get("stages") or {}
+    stages = (record.get("stages") or [None])[0]
     if not stages or stages.get("phase") != "offload" or not stages.get("locked_bytes"):
         return None
     nbytes, threads = stages["locked_bytes"], max(1, stages["threads"])
+    registrars = max(1, (record.get("settings") or {}).get("registrars") or 1)
     wait_s = stages.get("first_copy_seconds") or 0.0
+    register = "one thread" if registrars == 1 else f"{registrars} threads"
     rates = {
-        "cudaHostRegister (one thread)": _gbps(nbytes, stages["register_seconds"]),
+        f"cudaHostRegister ({register})": _gbps(nbytes, stages["register_seconds"] / registrars),
         f"first touch ({threads} threads)": _gbps(nbytes, stages["touch_seconds"] / threads),
         "D2H copy": LINK_GBPS,
     }
     slowest = min(rates, key=lambda k: rates[k] or float("inf"))
-    bound = _gbps(nbytes, nbytes / (rates[slowest] * 1e9) + wait_s) if rates[slowest] else None
+    after_first = nbytes - (nbytes // stages["chunks"] if stages.get("chunks") else 0)
+    rate = rates[slowest]
+    bound = _gbps(nbytes, after_first / (rate * 1e9) + wait_s) if rate else None
     return {
         "phase_seconds": round(stages["seconds"], 4),
         "first_copy_wait_seconds": round(wait_s, 4),

@@ -412,7 +412,8 @@ def main() -> None:
                     )
                 else:  # a row started may overrun the budget by a minute at most
                     timeout = min(180.0, max(left, 60.0))
-                    rows.append(measure_row(strategy, size, args, timeout, Path(tmp)))
+                    found = measure_row(strategy, size, args, timeout, Path(tmp))
+                    rows.append({**found, "commit": args.commit})  # kept rows keep theirs
                 doc.update(rows=rows + kept, components=components)
                 path.write_text(json.dumps(doc, indent=1) + "\n")  # survives a kill
     rows += kept

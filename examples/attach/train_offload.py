@@ -84,14 +84,9 @@ def _world(device: str):
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if "WORLD_SIZE" in os.environ:
         torch.distributed.init_process_group("nccl")
-    else:
-        import socket
-
-        with socket.socket() as sock:  # one rank: any free port on this host
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+    else:  # one rank: an in-process store (a port picked free can be taken by then)
         torch.distributed.init_process_group(
-            "nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
+            "nccl", store=torch.distributed.HashStore(), rank=0, world_size=1
         )
     parallel_state.initialize_model_parallel()
     torch.manual_seed(1234)

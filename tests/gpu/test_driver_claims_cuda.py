@@ -1,6 +1,10 @@
 """On the GPU: a strategy that claims a release through the driver is believed only for
 device memory the driver got back. PyTorch's reserved bytes are no such evidence: a
-``MemPool`` over a pluggable allocator reserves whatever its allocator hands it."""
+``MemPool`` over a pluggable allocator reserves whatever its allocator hands it.
+
+Written in the third session of 2026-12-01 after the last device call of the day: not yet
+run on the H200 (the GPU log of that session, benchmarks/results/h200-2026-12-01-gpu-
+tests-c-*.log, predates it). The next device session runs it first."""
 
 from __future__ import annotations
 

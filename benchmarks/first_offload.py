@@ -273,6 +273,14 @@ def check_targets(rows: list[dict]) -> list[dict]:
     return found
 
 
+LINK_GBPS = 55.0
+"""The D2H copy into registered memory on the H200 (components: 55.0-55.3 GB/s)."""
+
+
+def _gbps(nbytes: int, seconds: float) -> float | None:
+    return round(nbytes / seconds / 1e9, 2) if seconds > 0 else None
+
+
 def first_offload_limit(row: dict[str, Any]) -> dict[str, Any] | None:
     """Where a pipeline row's first offload went, from its own stage record: the phase's
     seconds, the wait before its first copy (the first chunk touched and registered), and
@@ -305,14 +313,6 @@ def first_offload_limit(row: dict[str, Any]) -> dict[str, Any] | None:
         "bound_gbps": bound,
         "measured_gbps": _gbps(nbytes, stages["seconds"]),
     }
-
-
-LINK_GBPS = 55.0
-"""The D2H copy into registered memory on the H200 (components: 55.0-55.3 GB/s)."""
-
-
-def _gbps(nbytes: int, seconds: float) -> float | None:
-    return round(nbytes / seconds / 1e9, 2) if seconds > 0 else None
 
 
 def explain(rows: list[dict], targets: list[dict]) -> list[dict]:

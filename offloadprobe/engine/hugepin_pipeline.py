@@ -393,11 +393,11 @@ class HugePinStrategy:
     def close(self) -> None:
         """Unregister every locked chunk, unmap every mapping, stop the threads."""
         self.runtime.synchronize()
+        # first what the threads still run (a load that failed part-way leaves chunks
+        # going back): none may unregister, or madvise, a range unmapped under it
+        self._pool.shutdown()
+        self._serial.shutdown()
         try:
-            # first what the threads still run (a load that failed part-way leaves chunks
-            # going back): none may unregister, or madvise, a range unmapped under it
-            self._pool.shutdown()
-            self._serial.shutdown()
             for copy in self.copies.values():
                 for index, (offset, size) in enumerate(copy.chunks):
                     if copy.locked[index] and self._cudart is not None:
@@ -409,8 +409,6 @@ class HugePinStrategy:
             self.copies.clear()
             self.registered_bytes = 0
         finally:
-            self._pool.shutdown()
-            self._serial.shutdown()
             path = self.settings.stages
             if path:
                 doc = {

@@ -14,8 +14,9 @@ OPTIONS = ("threads", "registrars", "touch_first", "chunk_mib", "huge_pages", "t
 CHUNK_MIB = 64
 """Measured best on the H200 (12 threads: 26.2 GB/s at 64 MiB, 25.1 at 32, 19.8 at 256)."""
 REGISTRARS = 1
-"""One registering thread (``cudaHostRegister``: 35 GB/s alone on the H200, 24 inside the
-first-offload pipeline, benchmarks/results/h200-2026-12-01-first-offload.json)."""
+"""One registering thread: on the H200 more are slower in total (the driver serialises
+``cudaHostRegister``: 55 GB/s on one thread, 33 on two, 44 on four;
+benchmarks/results/h200-2026-12-01-hugepin-sweep.json)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,14 +65,18 @@ class Settings:
             raise UsageError(
                 f"--strategy-option touch={touch!r}: choose one of {hostmem.TOUCH_METHODS}"
             )
-        huge = options.get("huge_pages", "1") not in ("0", "false", "no")
-        first = options.get("touch_first", "0") not in ("0", "false", "no")
         return cls(
             threads=max(1, threads),
             registrars=max(1, registrars),
-            touch_first=first,
+            touch_first=_flag(options, "touch_first", default=False),
             chunk_bytes=chunk,
-            huge_pages=huge,
+            huge_pages=_flag(options, "huge_pages", default=True),
             touch=touch,
             stages=options.get("stages") or None,
         )
+
+
+def _flag(options: Mapping[str, str], key: str, *, default: bool) -> bool:
+    """``--strategy-option KEY=0|false|no`` is off, any other value on; absent: ``default``."""
+    value = options.get(key)
+    return default if value is None else value not in ("0", "false", "no")

@@ -16,6 +16,7 @@ from offloadprobe.cli.fit import check_fits
 from offloadprobe.cli.params import parameter, with_options
 from offloadprobe.cli.strategies import (
     check_strategies,
+    check_strategy_options,
     model_help,
     optimizer_help,
     split_label,
@@ -145,6 +146,7 @@ def compare_command(values: dict[str, Any]) -> None:
     )
     parsed = option_budgets.budgets({k: values.pop(k) for k in opts.BUDGET_NAMES})
     base = opts.build_config(values)
+    check_strategy_options([spec for _, spec in specs], base.strategy_options)
     if nproc < 1:
         raise UsageError("--nproc-per-node must be at least 1")
     base.parallel.dp(nproc)

@@ -23,6 +23,7 @@ from offloadprobe.cli.params import parameter, with_options
 from offloadprobe.cli.progress import phase_progress
 from offloadprobe.cli.strategies import (
     check_strategies,
+    check_strategy_options,
     model_help,
     optimizer_help,
     split_label,
@@ -100,6 +101,7 @@ def run_command(values: dict[str, Any]) -> None:
     cfg = opts.build_config(
         values, strategy=strategy, optimizer_strategy=optimizer_strategy, label=label
     )
+    check_strategy_options([strategy], cfg.strategy_options)  # before any worker starts
     device = guess_device(cfg.device)
     check_trainable(cfg.model, cfg.parallel)
     if nproc < 1 or nnodes < 1:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from offloadprobe.core.errors import StrategyError, UsageError
 from offloadprobe.core.registry import is_user_spec
@@ -56,6 +56,21 @@ def check_strategies(
                 registry.check(name)
             except StrategyError as exc:
                 raise _other_kind(exc, name, registry, other, place) from None
+
+
+def check_strategy_options(models: Iterable[str], options: Mapping[str, str]) -> None:
+    """``--strategy-option`` pairs each registered model strategy that reads options
+    (``check_options``) takes, before any worker starts: exit 2 with one line. A user's
+    strategy reads them in its worker."""
+    from offloadprobe.engine.strategies import MODEL_STRATEGIES
+
+    if not options:
+        return
+    for name in models:
+        if name in MODEL_STRATEGIES:
+            check = MODEL_STRATEGIES.get(name).check_options
+            if check is not None:
+                check(options)
 
 
 def _other_kind(exc: StrategyError, name: str, registry, other, place: str) -> StrategyError:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -143,6 +143,9 @@ class ModelStrategyInfo:
     moves_params: bool = True
     """False only for ``none``: parameters are meant to stay on the device."""
     part: Part = PART_PARAMS
+    check_options: Callable[[Mapping[str, str]], object] | None = None
+    """Raises ``UsageError`` for ``--strategy-option`` pairs it does not take, in the parent
+    before any worker starts (torch-free); None: it reads no options."""
 
     def build(self, runtime: Any) -> Any:
         return call_factory(self.factory, runtime)

@@ -76,7 +76,19 @@ class Settings:
         )
 
 
+ON, OFF = ("1", "true", "yes"), ("0", "false", "no")
+
+
 def _flag(options: Mapping[str, str], key: str, *, default: bool) -> bool:
-    """``--strategy-option KEY=0|false|no`` is off, any other value on; absent: ``default``."""
+    """``--strategy-option KEY=1|true|yes`` or ``0|false|no``; absent: ``default``."""
     value = options.get(key)
-    return default if value is None else value not in ("0", "false", "no")
+    if value is None:
+        return default
+    if value.lower() not in ON + OFF:
+        raise UsageError(f"--strategy-option {key}={value!r}: choose 1 or 0")
+    return value.lower() in ON
+
+
+def check_options(options: Mapping[str, str]) -> None:
+    """``hugepin``'s and ``relock``'s options, checked in the parent (``UsageError``)."""
+    Settings.from_options(options, local_ranks=1)

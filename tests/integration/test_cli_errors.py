@@ -24,6 +24,18 @@ CASES = {
         "choose one of legacy, fixed, complete, none",
     ),
     "bad host-peak budget": (["run", "--max-host-peak", "1.5"], "has no unit"),
+    "bad hugepin option": (
+        ["run", "--strategy", "hugepin", "--strategy-option", "touch_first=maybe"],
+        "touch_first='maybe': choose 1 or 0",
+    ),
+    "unknown relock option": (
+        ["compare", "lazy", "relock", "--strategy-option", "registrar=2", "--device", "cpu"],
+        "--strategy-option registrar: hugepin and relock take",
+    ),
+    "bad pipelined option": (
+        ["run", "--strategy", "pipelined", "--strategy-option", "threads=many"],
+        "take integers",
+    ),
     "unknown compare baseline": (
         ["compare", "naive", "lazy", "--baseline", "registered", "--device", "cpu"],
         "--baseline 'registered' is not one of the compared rows",

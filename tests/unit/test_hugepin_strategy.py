@@ -186,6 +186,9 @@ def test_settings_follow_the_cpus_and_the_strategy_options(monkeypatch):
     assert Settings.from_options({}, local_ranks=1).chunk_bytes == hugepin.CHUNK_MIB * MIB
     with pytest.raises(Exception, match="touch"):
         Settings.from_options({"touch": "sometimes"})
+    with pytest.raises(Exception, match=r"touch_first='sometimes': choose 1 or 0"):
+        Settings.from_options({"touch_first": "sometimes"})
+    assert not Settings.from_options({"huge_pages": "False"}).huge_pages
     with pytest.raises(Exception, match="take threads"):
         Settings.from_options({"thread": "3"})
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from offloadprobe.engine.descriptors import ModelStrategyInfo
+from offloadprobe.engine.hugepin_settings import check_options
 from offloadprobe.layout.pinned import Alloc, Event
 
 
@@ -31,4 +32,5 @@ STRATEGY = ModelStrategyInfo(
     factory="offloadprobe.engine.hugepin_pipeline:hugepin",
     host_events=host_events,
     emulation="chunks are touched on threads but not page-locked; copies are host copies",
+    check_options=check_options,
 )

@@ -262,4 +262,5 @@ STRATEGY = ModelStrategyInfo(
     factory=PipelinedStrategy,
     host_events=host_events,
     emulation="chunks are populated on threads but not page-locked; copies are host copies",
+    check_options=Tuning.from_options,
 )

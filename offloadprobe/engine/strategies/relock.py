@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from offloadprobe.engine.descriptors import ModelStrategyInfo
+from offloadprobe.engine.hugepin_settings import check_options
 from offloadprobe.layout.pinned import Alloc, Event, Free
 
 
@@ -42,4 +43,5 @@ STRATEGY = ModelStrategyInfo(
     host_events=host_events,
     emulation="chunks are touched on threads but not page-locked; copies are host copies; "
     "pages are handed back after each load",
+    check_options=check_options,
 )

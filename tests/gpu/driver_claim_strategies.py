@@ -21,8 +21,10 @@ def _storages(models) -> list[torch.UntypedStorage]:
 class ReservesWhatNothingBacks:
     """Each offload has PyTorch reserve the claimed bytes (and a little more than the last
     time, so no cached block serves it) in a ``MemPool`` whose pluggable allocator is
-    libc's ``malloc``/``free``: host addresses, never touched. PyTorch's reserved bytes
-    grow by the claim; the device gives nothing back, and nothing is allocated."""
+    libc's ``malloc``/``free``: host addresses, never touched (the run's deterministic
+    mode would fill a new tensor, a kernel writing to a host address: the fill is turned
+    off around the allocation, as an adversary would). PyTorch's reserved bytes grow by
+    the claim; the device gives nothing back, and nothing is allocated."""
 
     def __init__(self) -> None:
         libc = ctypes.util.find_library("c") or "libc.so.6"
@@ -34,8 +36,13 @@ class ReservesWhatNothingBacks:
     def offload(self, models):
         self.offloads += 1
         nbytes = sum(s.nbytes() for s in _storages(models)) + self.offloads * 2 * MiB
-        with torch.cuda.use_mem_pool(self.pool):
-            block = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        fill = torch.utils.deterministic.fill_uninitialized_memory
+        torch.utils.deterministic.fill_uninitialized_memory = False
+        try:
+            with torch.cuda.use_mem_pool(self.pool):
+                block = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        finally:
+            torch.utils.deterministic.fill_uninitialized_memory = fill
         del block  # cached in the pool: reserved stays, allocated goes back
         self.claimed = True
 

@@ -32,6 +32,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # the ranks of a node; more only spin against each other on a 2-core host.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# Every worker this session starts imports the test strategies (tests.integration...): the
+# checkout is on every process's path from the start, the zygote's too (a job with a path
+# of its own would be a fresh interpreter: ``isolation.zygote``).
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    dict.fromkeys(
+        [str(Path(__file__).resolve().parents[1])]
+        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
+)
+
 from tests.fakes import FakeRunner, install_runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,11 +174,15 @@ def _workers_in_this_process() -> None:
     a fresh interpreter costs seconds of CPU, and what most tests check does not depend on
     it. A test of isolation itself (a kill, a cgroup, a signal, ``os._exit``) asks for real
     workers: ``invoke_cli(..., isolated=True)``, ``supervisor.using(subprocess_spawner)``,
-    or a fresh ``offloadprobe`` process (``run_cli``), whose workers are real."""
-    from offloadprobe.isolation import supervisor
+    or a fresh ``offloadprobe`` process (``run_cli``), whose workers are real. Real
+    CPU-emulation workers of this process fork from its zygote from the first on (this
+    process starts many: ``isolation.zygote``); a fresh ``offloadprobe run`` starts its
+    one worker as a fresh interpreter, as a user's does."""
+    from offloadprobe.isolation import supervisor, zygote
     from tests.fakes import InProcessChild
 
     supervisor.SPAWNER.insert(0, InProcessChild(record=False))
+    zygote.expect(2)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:

@@ -296,7 +296,10 @@ class InProcessChild:
         if self.record:
             self.specs.append(SpawnedRow(job.config, dict(spec.env), spec.timeout_s, job))
         keeper = spec.on_started(job) if spec.on_started is not None else None
-        saved = {k: os.environ.get(k) for k in spec.env}
+        # the worker's environment dies with it in a real process: whatever it sets here
+        # (the row's variables, and torch's and megatron-core's own: TORCHINDUCTOR_CACHE_DIR,
+        # CUBLAS_WORKSPACE_CONFIG, NVTE_*) is undone afterwards
+        saved = dict(os.environ)
         os.environ.update(spec.env)
         home = None
         if self.isolates and spec.cgroup is not None:
@@ -309,10 +312,10 @@ class InProcessChild:
         finally:
             if home is not None:
                 home.write_text(str(os.getpid()))
+            for key in set(os.environ) - set(saved):
+                del os.environ[key]
             for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
+                if os.environ.get(key) != value:
                     os.environ[key] = value
             if keeper is not None:
                 keeper.stop()

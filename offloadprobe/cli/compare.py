@@ -30,6 +30,7 @@ from offloadprobe.core.errors import UsageError
 from offloadprobe.core.outcomes import VERDICT_KINDS
 from offloadprobe.core.regression import check_rows
 from offloadprobe.core.world import check_trainable
+from offloadprobe.isolation import zygote
 from offloadprobe.report.documents import document
 from offloadprobe.report.markdown import comparison_markdown, environment_line
 from offloadprobe.report.output import check_writable, write_json, write_text
@@ -171,6 +172,7 @@ def compare_command(values: dict[str, Any]) -> None:
         model_parallel=base.parallel.model_parallel,
     )
     chosen = _baseline(baseline, items)
+    zygote.expect(len(items))
     err = Console(file=sys.stderr)
 
     def started(index: int, item: Candidate) -> None:

@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from offloadprobe.core import collector
 from offloadprobe.core.job import Job, WorkerResult
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.verdicts import ended
-from offloadprobe.isolation import signals
+from offloadprobe.isolation import signals, zygote
 from offloadprobe.isolation.escapes import EscapeWatch
 from offloadprobe.measure.phase_log import last_started, recorded_phases
 
@@ -88,18 +87,9 @@ class Spawner(Protocol):
     def __call__(self, job: Job, spec: WorkerSpec) -> tuple[int, str]: ...
 
 
-def _pdeathsig() -> None:
-    """In the child before exec: die when the parent dies (Linux prctl)."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _preexec(cgroup: Any) -> Callable[[], None]:
     def run() -> None:
-        _pdeathsig()
+        signals.die_with_parent()
         if cgroup is not None:
             cgroup.procs.write_text(str(os.getpid()))
 
@@ -142,21 +132,25 @@ ESCAPED = "escaped.txt"
 
 
 def subprocess_spawner(job: Job, spec: WorkerSpec) -> tuple[int, str]:
-    """The real thing: a fresh interpreter in a session of its own."""
+    """The real thing: a worker in a session of its own, forked from the zygote where
+    that changes nothing (``isolation.zygote``), else a fresh interpreter."""
     folder = job.folder
     out_path, err_path = folder / "stdout.log", folder / "stderr.log"
-    cmd = [sys.executable, "-m", "offloadprobe.engine.worker", str(job.path)]
     env = worker_environment(spec.env)
-    with out_path.open("wb") as out, err_path.open("wb") as err:
-        proc = subprocess.Popen(
-            cmd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-            preexec_fn=_preexec(spec.cgroup),
-        )
+    procs = str(spec.cgroup.procs) if spec.cgroup is not None else ""
+    proc: Any = zygote.fork_worker(job, env, procs)
+    if proc is None:
+        cmd = [sys.executable, "-m", "offloadprobe.engine.worker", str(job.path)]
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            proc = subprocess.Popen(
+                cmd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=_preexec(spec.cgroup),
+            )
     signals.track(proc, spec.cgroup)
     reaper = _reaper(folder, proc.pid, spec.cgroup)
     keeper = spec.on_started(job) if spec.on_started is not None else None

@@ -11,6 +11,7 @@ from offloadprobe.core import environment
 from offloadprobe.core.config import ModelConfig, size_for_payload
 from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
+from offloadprobe.isolation import zygote
 from offloadprobe.layout.terms import Term
 from offloadprobe.repro.children import base_config
 from offloadprobe.repro.gpu import calibrate, optimizer_choice, run_gpu_job
@@ -56,6 +57,7 @@ def reproduce(
     """Run every selected expectation of ``s`` at the ``[repro]`` scale."""
     model = probe_model(s)
     expectations = selected(s, only)
+    zygote.expect(len(expectations))
     resolved = guess_device(device)
     emulated = resolved == "cpu"
     if cycles is None:

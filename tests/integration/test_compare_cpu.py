@@ -23,7 +23,7 @@ def compare_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def compared(compare_dir):
-    from tests.conftest import ROOT, invoke_cli
+    from tests.conftest import invoke_cli
 
     out = compare_dir
     result = invoke_cli(
@@ -46,7 +46,6 @@ def compared(compare_dir):
         "1.5x",
         "--trace",
         str(out / "t.json"),
-        env={"PYTHONPATH": str(ROOT)},  # the children import tests.integration
         isolated=True,
     )
     return result, json.loads((out / "c.json").read_text()), (out / "c.md").read_text()

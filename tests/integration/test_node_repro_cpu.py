@@ -39,7 +39,6 @@ def test_node_level_repro_kills_naive_and_keeps_lazy(tmp_path):
         "2",
         "--json",
         str(out),
-        env={"PYTHONPATH": str(ROOT)},
         isolated=True,
     )
     assert result.exit_code == 0, result.stdout[-3000:] + result.stderr[-2000:]

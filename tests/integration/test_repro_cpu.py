@@ -39,7 +39,6 @@ def ci_small(tmp_path_factory):
         "1",
         "--json",
         str(out),
-        env={"PYTHONPATH": str(ROOT)},
         isolated=True,
     )
     return result, json.loads(out.read_text()) if out.exists() else None

@@ -59,7 +59,7 @@ def test_repro_of_a_scenario_naming_a_function_pair(invoke, tmp_path):
     path.write_text(scenario)
     out = tmp_path / "repro.json"
     args = ["--device", "cpu", "--only", PRE_6193, "--cycles", "1", "--json", str(out)]
-    result = invoke("repro", str(path), *args, env={"PYTHONPATH": str(ROOT)}, isolated=True)
+    result = invoke("repro", str(path), *args, isolated=True)
     assert result.exit_code == 0, result.stderr + result.stdout
     (mine,) = json.loads(out.read_text())["outcomes"]
     assert mine["strategy"] == PRE_6193 and mine["observed"] == "oom"

@@ -10,6 +10,7 @@ The parent a signal stops is a real process of its own.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -65,6 +66,19 @@ def test_a_strategy_that_forges_a_verdict_and_exits_in_load(tmp_path, capfd):
     assert [p["phase"] for c in entry["cycles"] for p in c["phases"]] == ["train", "offload"]
 
 
+def _workers(parent: int) -> list[psutil.Process]:
+    """The parent's workers: fresh interpreters of the worker module, or processes the
+    zygote forked (their parent is the zygote, whose own parent is ``parent``)."""
+    found = []
+    for proc in psutil.Process(parent).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            line = " ".join(proc.cmdline())
+            forked = "offloadprobe.engine.zygote" in line and proc.ppid() != parent
+            if "offloadprobe.engine.worker" in line or forked:
+                found.append(proc)
+    return found
+
+
 def _ours(folder) -> list[str]:
     return glob.glob(os.path.join(folder, "offloadprobe-*"))
 
@@ -96,11 +110,7 @@ def test_sigterm_to_compare_leaves_no_process_and_no_file(tmp_path):
     family: list[psutil.Process] = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not family:  # wait for its first worker to run
-        family = [
-            p
-            for p in psutil.Process(parent.pid).children(recursive=True)
-            if "offloadprobe.engine.worker" in " ".join(p.cmdline())
-        ]
+        family = _workers(parent.pid)
         time.sleep(0.1)
     assert family, "no worker started"
     time.sleep(1.0)  # let it build the model
@@ -113,4 +123,7 @@ def test_sigterm_to_compare_leaves_no_process_and_no_file(tmp_path):
     assert line.startswith("offloadprobe: interrupted: SIGTERM")
     _, alive = psutil.wait_procs(family, timeout=5)
     assert not alive, [p.cmdline() for p in alive]
-    assert not _ours(tmp_path) and not list(tmp_path.iterdir())
+    # torch's compile cache (``torchinductor_USER``) is torch's own: importing torch._dynamo
+    # makes it in any process that does (every run does), and it is kept by design
+    left = [p for p in tmp_path.iterdir() if not p.name.startswith("torchinductor_")]
+    assert not _ours(tmp_path) and not left, left

@@ -21,7 +21,8 @@ from typing import Any
 PAGE = mmap.PAGESIZE
 _MADV_DONTNEED = 4
 _MADV_NOHUGEPAGE = 15
-_MADV_POPULATE_WRITE = 23  # Linux 5.14+
+_MADV_POPULATE_READ = 22  # Linux 5.14+
+_MADV_POPULATE_WRITE = 23
 _PROT_RW = 0x1 | 0x2
 _MAP_PRIVATE_ANON_NORESERVE = 0x02 | 0x20 | 0x4000
 _RESERVE = 1 << 40  # virtual address space for the ballast; NORESERVE: no commit charge
@@ -79,6 +80,13 @@ def populate(start: int, count: int) -> None:
         _POPULATE[0] = False
     view = memoryview((ctypes.c_ubyte * (count * PAGE)).from_address(start)).cast("B")
     view[::PAGE] = bytes(view[::PAGE])
+
+
+def populate_read(start: int, count: int) -> None:
+    """Map ``count`` pages from ``start`` as a read of each would (``MADV_POPULATE_READ``,
+    Linux 5.14+): a file mapping's pages from the page cache, no copy."""
+    if count > 0 and _libc().madvise(start, count * PAGE, _MADV_POPULATE_READ) != 0:
+        raise OSError(ctypes.get_errno(), "madvise(MADV_POPULATE_READ) failed")
 
 
 def drop(start: int, count: int) -> None:

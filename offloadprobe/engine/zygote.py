@@ -1,0 +1,297 @@
+"""The zygote: one interpreter that imports what every CPU-emulation worker imports, once,
+and forks a worker per job (``python -m offloadprobe.engine.zygote``; the parent's side is
+``isolation.zygote``).
+
+A fresh worker spends some 5.5 CPU-s importing torch and megatron-core before its job
+starts: every row of ``compare`` and ``repro`` paid it again. The zygote pays it once
+(``preload``: megatron-core imported as CPU emulation imports it, torch.compile off, the
+modules every run imports, the collector's survivors frozen); no CUDA is touched, and only
+CPU emulation is served (CUDA and a forked driver do not mix).
+
+It reads one request per line on stdin (a JSON object: the job file, the two log files,
+the cgroup's ``cgroup.procs`` or "", the environment) and answers on stdout, one JSON
+object per line: ``{"started": PID}`` in the order of the requests, ``{"ended": PID,
+"status": N}`` when it reaps a worker (its exit code, or minus the signal that killed
+it). It ends when stdin closes (the parent has gone), and dies with the parent.
+
+A forked worker then does, first thing and in this order (``_child``):
+
+1. a session of its own (its process group is what the parent ends) that dies with the
+   zygote (``PR_SET_PDEATHSIG``);
+2. its memory cgroup, joined before it allocates anything;
+3. its output to the job folder's logs, stdin from ``/dev/null``, its environment exactly
+   the job's;
+4. every page it still shares with the zygote made its own (``unshare_pages``): charged
+   to its own cgroup now, before its baseline, not page by page in whichever phase first
+   writes to it, as copy-on-write would;
+5. the worker's ``main``, then the interpreter's exit handlers, as ``python -m
+   offloadprobe.engine.worker JOB`` would run them, and exits with its code.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import mmap
+import os
+import select
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+PAGE = mmap.PAGESIZE
+_PRESENT = 1 << 63
+_FILE_OR_SHARED = 1 << 61
+_EXCLUSIVE = 1 << 56
+_PFN = (1 << 55) - 1
+_PR_SET_PDEATHSIG = 1
+
+
+def preload() -> None:
+    """What every CPU-emulation worker imports, imported once (the zygote's work)."""
+    from offloadprobe.core import collector
+
+    collector.pause_for_imports()
+    import torch  # noqa: F401
+
+    from offloadprobe.engine import worker  # noqa: F401
+    from offloadprobe.engine.runner import run  # noqa: F401
+    from offloadprobe.engine.runtime.eager import eager_fusions
+    from offloadprobe.engine.runtime.imports import import_run_modules
+
+    eager_fusions()
+    import_run_modules()
+    collector.resume(freeze=True)
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _redirect(path: str, fd: int) -> None:
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(target, fd)
+    os.close(target)
+
+
+def _mappings() -> list[tuple[int, int, str, bool]]:
+    """The process's mappings: (start, end, permissions, file-backed)."""
+    found = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        path = fields[5] if len(fields) > 5 else ""
+        found.append((start, end, fields[1], bool(path) and not path.startswith("[")))
+    return found
+
+
+def _entry(pagemap: Any, address: int) -> int:
+    pagemap.seek(address // PAGE * 8)
+    return int.from_bytes(pagemap.read(8), "little")
+
+
+def zero_pfns() -> tuple[int, int, int]:
+    """The kernel's shared zero page and huge zero page, as page frame numbers: (zero
+    page, first and end of the huge one; the same as the zero page where THP maps none).
+    Zeros where the kernel hides page frame numbers (no ``CAP_SYS_ADMIN``)."""
+    huge = 2 << 20
+    area = mmap.mmap(-1, 2 * huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        base = ctypes.addressof(ctypes.c_char.from_buffer(area))
+        aligned = -(-base // huge) * huge
+        _ = area[0]
+        with contextlib.suppress(OSError, AttributeError):  # THP off: no huge zero page
+            area.madvise(mmap.MADV_HUGEPAGE, aligned - base, huge)
+        _ = area[aligned - base]
+        with open("/proc/self/pagemap", "rb", buffering=0) as pagemap:
+            small = _entry(pagemap, base) & _PFN
+            head = _entry(pagemap, aligned) & _PFN
+    finally:
+        with contextlib.suppress(BufferError):
+            area.close()
+    if head == small:
+        return small, small, small + 1
+    return small, head, head + huge // PAGE
+
+
+def shared_runs(entries: np.ndarray, zero: tuple[int, int, int]) -> list[tuple[int, int]]:
+    """Runs of pages, as (first page, pages), whose ``/proc/PID/pagemap`` entries say
+    present, anonymous, not exclusively mapped and not the kernel's zero page (``zero``,
+    from ``zero_pfns``): the pages shared copy-on-write."""
+    import numpy as np
+
+    present = (entries & np.uint64(_PRESENT)) != 0
+    mask = present & ((entries & np.uint64(_FILE_OR_SHARED | _EXCLUSIVE)) == 0)
+    pfn = entries & np.uint64(_PFN)
+    small, first, end = (np.uint64(x) for x in zero)
+    mask &= (pfn != small) & ((pfn < first) | (pfn >= end))
+    return _runs(mask)
+
+
+def unshare_pages(zero: tuple[int, int, int], zygote: int) -> int:
+    """Make this worker's memory what a fresh interpreter's would be after the same
+    imports; the pages that took. Every page it shares copy-on-write with the zygote is
+    copied (``MADV_POPULATE_WRITE`` writes nothing: each page keeps its bytes), and every
+    page of a file mapping the zygote has mapped is mapped here too (``fork`` copies no
+    page table entries of a file mapping without private pages: the first touch of
+    torch's code in a phase would otherwise fault it in, in view of that phase's RSS).
+    Pages that map the zero page stay as they are: made resident they would hold RSS a
+    fresh interpreter does not, and a later allocation there would fault nothing in."""
+    import numpy as np
+
+    from offloadprobe.engine.runtime.host_pages import populate, populate_read
+
+    done = 0
+    with (
+        open("/proc/self/pagemap", "rb", buffering=0) as mine,
+        open(f"/proc/{zygote}/pagemap", "rb", buffering=0) as theirs,
+    ):
+        for start, end, perms, file_backed in _mappings():
+            pages = (end - start) // PAGE
+            if perms == "rw-p":
+                mine.seek(start // PAGE * 8)
+                entries = np.frombuffer(mine.read(pages * 8), dtype=np.uint64)
+                for first, count in shared_runs(entries, zero):
+                    with contextlib.suppress(OSError):  # a mapping gone meanwhile
+                        populate(start + first * PAGE, count)
+                        done += count
+            if file_backed and perms.startswith("r"):
+                theirs.seek(start // PAGE * 8)
+                entries = np.frombuffer(theirs.read(pages * 8), dtype=np.uint64)
+                for first, count in present_runs(entries):
+                    with contextlib.suppress(OSError):
+                        populate_read(start + first * PAGE, count)
+                        done += count
+    return done
+
+
+def present_runs(entries: np.ndarray) -> list[tuple[int, int]]:
+    """Runs of pages, as (first page, pages), whose pagemap entries say present."""
+    import numpy as np
+
+    return _runs((entries & np.uint64(_PRESENT)) != 0)
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    import numpy as np
+
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
+    return [(int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def _child(request: dict[str, Any], settled: int) -> int:
+    """A forked worker's whole life (the module's text); its exit code. ``settled`` is
+    closed once it has its own session and cgroup: the parent is told it started only
+    then (a ``Popen`` returns only after its child's ``preexec`` ran, too)."""
+    os.setsid()
+    _die_with_parent()
+    joined: OSError | None = None
+    try:
+        if request["procs"]:
+            Path(request["procs"]).write_text(str(os.getpid()))
+    except OSError as exc:
+        joined = exc
+    finally:
+        os.close(settled)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    _redirect(request["out"], 1)
+    _redirect(request["err"], 2)
+    if joined is not None:
+        print(f"offloadprobe worker: could not join its memory cgroup: {joined}", file=sys.stderr)
+        return 1
+    os.environ.clear()
+    os.environ.update(request["env"])
+    unshare_pages(tuple(request["zero"]), os.getppid())
+    from offloadprobe.engine import worker
+
+    sys.argv = [worker.__file__, request["job"]]
+    code = 1
+    try:
+        code = worker.main([request["job"]])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+    return code
+
+
+def _status(wait_status: int) -> int:
+    """An exit code, or minus the signal that ended the process (as ``Popen`` has it)."""
+    return os.waitstatus_to_exitcode(wait_status)
+
+
+def _say(message: dict[str, int]) -> None:
+    os.write(1, (json.dumps(message) + "\n").encode())
+
+
+def serve(zero: tuple[int, int, int]) -> None:
+    """Fork a worker for each request on stdin until stdin closes; report each start and
+    each end on stdout."""
+    pending = b""
+    live: set[int] = set()
+    while True:
+        ready, _, _ = select.select([0], [], [], POLL_S)
+        if ready:
+            data = os.read(0, 1 << 16)
+            if not data:
+                return
+            pending += data
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                request = {**json.loads(line), "zero": zero}
+                settled_r, settled_w = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    os.close(settled_r)
+                    os._exit(_child(request, settled_w))
+                os.close(settled_w)
+                os.read(settled_r, 1)  # end of file: the child settled, or died trying
+                os.close(settled_r)
+                live.add(pid)
+                _say({"started": pid})
+        while live:
+            pid, wait_status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            live.discard(pid)
+            _say({"ended": pid, "status": _status(wait_status)})
+
+
+POLL_S = 0.02
+"""How often the zygote looks for ended workers while no request comes."""
+
+
+def main() -> None:
+    """Preload, then serve; or refuse (and end) where page frame numbers are hidden: the
+    zero page could not be told from a shared page, nor a worker's pages made its own
+    exactly."""
+    _die_with_parent()
+    zero = zero_pfns()
+    if not zero[0]:
+        _say({"refused": 1})
+        return
+    preload()
+    _say({"ready": os.getpid()})
+    serve(zero)
+
+
+if __name__ == "__main__":
+    main()

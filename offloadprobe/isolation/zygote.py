@@ -1,0 +1,232 @@
+"""The parent's side of the zygote (``engine.zygote``): CPU-emulation workers forked from
+one pre-imported interpreter instead of each importing torch and megatron-core again.
+
+A job is forked only where that changes nothing a figure depends on: one process (not
+the launcher of ranks, not a rank) in CPU emulation, whose environment is the zygote's
+but for variables no import reads (``INERT``). The zygote starts with the second such job
+of this process (with the first where the caller ``expect``-ed several: the rows of
+``compare`` and ``repro``), with that job's environment, and lives as long as this
+process: it dies with it (``PR_SET_PDEATHSIG``) and ends when its stdin closes. Every
+other job, a lone one, and every job after the zygote failed to start (or refused: a
+kernel that hides page frame numbers) is a fresh interpreter (``supervisor``).
+
+``ForkedWorker`` stands for a forked worker where the supervisor holds a ``Popen``: its
+pid, ``poll`` and ``wait``, with the exit status the zygote reaped (an exit code, or minus
+the signal that ended it). The worker is the zygote's child, not this process's.
+
+This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+from typing import IO, Any
+
+from offloadprobe.core.devices import guess_device
+from offloadprobe.core.errors import OffloadProbeError
+from offloadprobe.core.job import Job
+from offloadprobe.isolation.signals import die_with_parent
+
+INERT = frozenset({"COLUMNS", "LINES", "PYTEST_CURRENT_TEST"})
+"""Variables no import reads: a job may differ from the zygote in these (its worker gets
+the job's own values, as it gets every variable)."""
+
+READY_TIMEOUT_S = 120.0
+"""How long the zygote may take to import everything before it is given up on."""
+
+
+class Zygote:
+    """One running zygote: its process, the environment it started with, what it said."""
+
+    def __init__(self, env: dict[str, str], python: str = sys.executable) -> None:
+        self.env = dict(env)
+        self.proc = subprocess.Popen(
+            [python, "-m", "offloadprobe.engine.zygote"],
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        self._lock = threading.Condition()
+        self._started: list[int] = []
+        self._ended: dict[int, int] = {}
+        self._ready = False
+        self._gone = False
+        self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream: IO[bytes] | None) -> None:
+        assert stream is not None
+        for line in stream:
+            with contextlib.suppress(ValueError):
+                said = json.loads(line)
+                with self._lock:
+                    if "ready" in said:
+                        self._ready = True
+                    elif "refused" in said:
+                        self._gone = True
+                    elif "started" in said:
+                        self._started.append(int(said["started"]))
+                    elif "ended" in said:
+                        self._ended[int(said["ended"])] = int(said["status"])
+                    self._lock.notify_all()
+        with self._lock:
+            self._gone = True
+            self._lock.notify_all()
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
+        with self._lock:
+            self._lock.wait_for(lambda: self._ready or self._gone, timeout=timeout_s)
+            return self._ready and not self._gone
+
+    def fork(self, request: dict[str, Any]) -> ForkedWorker | None:
+        """Ask for one worker; None where the zygote is gone."""
+        with self._lock:
+            before = len(self._started)
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write((json.dumps(request) + "\n").encode())
+                self.proc.stdin.flush()
+            except (OSError, ValueError):
+                return None
+            self._lock.wait_for(lambda: len(self._started) > before or self._gone, timeout=30)
+            if len(self._started) <= before:
+                return None
+            return ForkedWorker(self, self._started[before])
+
+    def status(self, pid: int, timeout: float | None) -> int | None:
+        """The worker's exit status once reaped (waiting up to ``timeout``); a worker whose
+        zygote ended first was killed with it (SIGKILL, ``PR_SET_PDEATHSIG``)."""
+        with self._lock:
+            self._lock.wait_for(lambda: pid in self._ended or self._gone, timeout=timeout)
+            if pid in self._ended:
+                return self._ended[pid]
+            return -9 if self._gone else None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and not self._gone
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            self.proc.wait(timeout=5)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class ForkedWorker:
+    """A forked worker, as the supervisor uses a ``Popen``."""
+
+    def __init__(self, zygote: Zygote, pid: int) -> None:
+        self.zygote = zygote
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.zygote.status(self.pid, timeout=0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self.zygote.status(self.pid, timeout=timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(["offloadprobe.engine.zygote"], timeout or 0)
+        return self.returncode
+
+
+_ZYGOTE: list[Zygote] = []
+_FAILED: list[bool] = []
+_COUNT = {"seen": 0, "expected": 0}
+"""CPU-emulation workers this process started (``seen``), and how many a caller said it
+is about to start (``expected``)."""
+
+
+def expect(workers: int) -> None:
+    """The caller is about to start ``workers`` CPU-emulation workers (the rows of
+    ``compare`` or ``repro``): with two or more, the first is forked too."""
+    _COUNT["expected"] = max(_COUNT["expected"], workers)
+
+
+def forkable(job: Job, env: dict[str, str]) -> bool:
+    """Whether ``job`` may be forked from a zygote started with (or as) ``env``: one
+    process in CPU emulation, with the zygote's environment but for ``INERT``."""
+    if job.launch is not None or job.rank_of_launch:
+        return False
+    try:
+        if guess_device(job.config.device) != "cpu":
+            return False
+    except OffloadProbeError:
+        return False
+    if _ZYGOTE:
+        return _same(_ZYGOTE[0].env, env)
+    return not _FAILED
+
+
+def _worth_it() -> bool:
+    """A zygote pays for itself from a process's second worker on: a single worker
+    (``run``) starts as a fresh interpreter, which costs the same imports and no fork."""
+    return bool(_ZYGOTE) or _COUNT["seen"] > 1 or _COUNT["expected"] > 1
+
+
+def _same(a: dict[str, str], b: dict[str, str]) -> bool:
+    keys = (set(a) | set(b)) - INERT
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+def zygote(env: dict[str, str]) -> Zygote | None:
+    """The running zygote (started with ``env`` if none runs); None where it cannot be."""
+    if _ZYGOTE and _ZYGOTE[0].alive():
+        return _ZYGOTE[0]
+    if _ZYGOTE:
+        _ZYGOTE.pop().close()
+    if _FAILED:
+        return None
+    try:
+        made = Zygote(env)
+    except OSError:
+        _FAILED.append(True)
+        return None
+    if not made.wait_ready():
+        made.close()
+        _FAILED.append(True)
+        return None
+    _ZYGOTE.append(made)
+    return made
+
+
+def fork_worker(job: Job, env: dict[str, str], procs: str) -> ForkedWorker | None:
+    """``job`` in a worker forked from the zygote, its output in the job folder's logs;
+    None where it cannot be (then the caller starts a fresh interpreter)."""
+    if not forkable(job, env):
+        return None
+    _COUNT["seen"] += 1
+    if not _worth_it():
+        return None
+    made = zygote(env)
+    if made is None:
+        return None
+    folder = job.folder
+    request = {
+        "job": str(job.path),
+        "out": str(folder / "stdout.log"),
+        "err": str(folder / "stderr.log"),
+        "procs": procs,
+        "env": env,
+    }
+    return made.fork(request)
+
+
+def shutdown() -> None:
+    """End the zygote (it would end with this process anyway)."""
+    while _ZYGOTE:
+        _ZYGOTE.pop().close()

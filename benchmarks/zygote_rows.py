@@ -44,10 +44,12 @@ def _children_cpu() -> float:
 
 def _forked_cpu() -> tuple[float, float]:
     """The zygote's own CPU and its reaped workers' (0, 0 while none runs)."""
-    if not zygote._ZYGOTE:
-        return 0.0, 0.0
-    times = psutil.Process(zygote._ZYGOTE[0].proc.pid).cpu_times()
-    return times.user + times.system, times.children_user + times.children_system
+    own = children = 0.0
+    for made in zygote.running():
+        times = psutil.Process(made.proc.pid).cpu_times()
+        own += times.user + times.system
+        children += times.children_user + times.children_system
+    return own, children
 
 
 def _one(strategy: str, payload: str, out: Path) -> dict[str, Any]:

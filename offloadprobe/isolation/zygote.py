@@ -2,13 +2,15 @@
 one pre-imported interpreter instead of each importing torch and megatron-core again.
 
 A job is forked only where that changes nothing a figure depends on: one process (not
-the launcher of ranks, not a rank) in CPU emulation, whose environment is the zygote's
-but for variables no import reads (``INERT``). The zygote starts with the second such job
-of this process (with the first where the caller ``expect``-ed several: the rows of
-``compare`` and ``repro``), with that job's environment, and lives as long as this
-process: it dies with it (``PR_SET_PDEATHSIG``) and ends when its stdin closes. Every
-other job, a lone one, and every job after the zygote failed to start (or refused: a
-kernel that hides page frame numbers) is a fresh interpreter (``supervisor``).
+the launcher of ranks, not a rank) in CPU emulation, from a zygote started with the
+job's own environment (but for variables no import reads, ``INERT``): what an import
+reads from the environment is then what a fresh interpreter of that job would have read.
+A zygote starts with the second such job of its environment in this process (with the
+first where the caller ``expect``-ed several: the rows of ``compare`` and ``repro``); at
+most ``MAX_ZYGOTES`` run, and each lives as long as this process: it dies with it
+(``PR_SET_PDEATHSIG``) and ends when its stdin closes. Every other job, a lone one, and
+every job after a zygote failed to start (or refused: a kernel that hides page frame
+numbers) is a fresh interpreter (``supervisor``).
 
 ``ForkedWorker`` stands for a forked worker where the supervisor holds a ``Popen``: its
 pid, ``poll`` and ``wait``, with the exit status the zygote reaped (an exit code, or minus
@@ -144,53 +146,49 @@ class ForkedWorker:
         return self.returncode
 
 
-_ZYGOTE: list[Zygote] = []
+MAX_ZYGOTES = 2
+"""Zygotes kept at once, one per environment (the least recently used one goes first)."""
+
+_ZYGOTES: dict[tuple[tuple[str, str], ...], Zygote] = {}
 _FAILED: list[bool] = []
-_COUNT = {"seen": 0, "expected": 0}
-"""CPU-emulation workers this process started (``seen``), and how many a caller said it
-is about to start (``expected``)."""
+_SEEN: dict[tuple[tuple[str, str], ...], int] = {}
+"""CPU-emulation workers this process started, per environment."""
+_EXPECTED = [0]
+"""How many workers a caller said it is about to start (taken by the next one)."""
 
 
 def expect(workers: int) -> None:
     """The caller is about to start ``workers`` CPU-emulation workers (the rows of
-    ``compare`` or ``repro``): with two or more, the first is forked too."""
-    _COUNT["expected"] = max(_COUNT["expected"], workers)
+    ``compare`` or ``repro``): with two or more, the next is forked too, not only the
+    second of its environment."""
+    _EXPECTED[0] = max(_EXPECTED[0], workers)
 
 
-def forkable(job: Job, env: dict[str, str]) -> bool:
-    """Whether ``job`` may be forked from a zygote started with (or as) ``env``: one
-    process in CPU emulation, with the zygote's environment but for ``INERT``."""
-    if job.launch is not None or job.rank_of_launch:
+def _key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in env.items() if k not in INERT))
+
+
+def forkable(job: Job) -> bool:
+    """Whether ``job`` may be forked from a zygote at all: one process in CPU emulation,
+    and no zygote failed (or refused) to start here."""
+    if _FAILED or job.launch is not None or job.rank_of_launch:
         return False
     try:
-        if guess_device(job.config.device) != "cpu":
-            return False
+        return guess_device(job.config.device) == "cpu"
     except OffloadProbeError:
         return False
-    if _ZYGOTE:
-        return _same(_ZYGOTE[0].env, env)
-    return not _FAILED
 
 
-def _worth_it() -> bool:
-    """A zygote pays for itself from a process's second worker on: a single worker
-    (``run``) starts as a fresh interpreter, which costs the same imports and no fork."""
-    return bool(_ZYGOTE) or _COUNT["seen"] > 1 or _COUNT["expected"] > 1
-
-
-def _same(a: dict[str, str], b: dict[str, str]) -> bool:
-    keys = (set(a) | set(b)) - INERT
-    return all(a.get(k) == b.get(k) for k in keys)
-
-
-def zygote(env: dict[str, str]) -> Zygote | None:
-    """The running zygote (started with ``env`` if none runs); None where it cannot be."""
-    if _ZYGOTE and _ZYGOTE[0].alive():
-        return _ZYGOTE[0]
-    if _ZYGOTE:
-        _ZYGOTE.pop().close()
-    if _FAILED:
-        return None
+def _zygote(key: tuple[tuple[str, str], ...], env: dict[str, str]) -> Zygote | None:
+    """The zygote of ``env`` (started if none runs); None where it cannot be."""
+    made = _ZYGOTES.pop(key, None)
+    if made is not None and made.alive():
+        _ZYGOTES[key] = made  # the most recently used now
+        return made
+    if made is not None:
+        made.close()
+    while len(_ZYGOTES) >= MAX_ZYGOTES:
+        _ZYGOTES.pop(next(iter(_ZYGOTES))).close()
     try:
         made = Zygote(env)
     except OSError:
@@ -200,19 +198,24 @@ def zygote(env: dict[str, str]) -> Zygote | None:
         made.close()
         _FAILED.append(True)
         return None
-    _ZYGOTE.append(made)
+    _ZYGOTES[key] = made
     return made
 
 
 def fork_worker(job: Job, env: dict[str, str], procs: str) -> ForkedWorker | None:
-    """``job`` in a worker forked from the zygote, its output in the job folder's logs;
-    None where it cannot be (then the caller starts a fresh interpreter)."""
-    if not forkable(job, env):
+    """``job`` in a worker forked from the zygote of its environment, its output in the
+    job folder's logs; None where it is not (then the caller starts a fresh interpreter):
+    a job that is not ``forkable``, or the first of its environment in this process (a
+    zygote pays for itself from the second on: alone, a fresh interpreter costs the same
+    imports and no fork) unless the caller ``expect``-ed several."""
+    if not forkable(job):
         return None
-    _COUNT["seen"] += 1
-    if not _worth_it():
+    key = _key(env)
+    _SEEN[key] = _SEEN.get(key, 0) + 1
+    expected, _EXPECTED[0] = _EXPECTED[0] > 1, 0
+    if key not in _ZYGOTES and _SEEN[key] < 2 and not expected:
         return None
-    made = zygote(env)
+    made = _zygote(key, env)
     if made is None:
         return None
     folder = job.folder
@@ -226,7 +229,12 @@ def fork_worker(job: Job, env: dict[str, str], procs: str) -> ForkedWorker | Non
     return made.fork(request)
 
 
+def running() -> list[Zygote]:
+    """The zygotes running now."""
+    return list(_ZYGOTES.values())
+
+
 def shutdown() -> None:
-    """End the zygote (it would end with this process anyway)."""
-    while _ZYGOTE:
-        _ZYGOTE.pop().close()
+    """End every zygote (they would end with this process anyway)."""
+    while _ZYGOTES:
+        _ZYGOTES.pop(next(iter(_ZYGOTES))).close()

@@ -93,7 +93,7 @@ def test_a_forked_worker_killed_by_the_kernel_reads_as_killed(tmp_path, monkeypa
         return made
 
     monkeypatch.setattr(zygote, "fork_worker", spy)
-    monkeypatch.setattr(zygote, "_COUNT", {"seen": 0, "expected": 2})
+    zygote.expect(2)  # fork this one, not only a second run of its environment
     out = tmp_path / "run.json"
     result = invoke_cli(
         "run",

@@ -47,60 +47,79 @@ def test_present_runs_take_every_present_page():
 
 def _job(device: str = "cpu", launch: object = None, ranked: bool = False) -> SimpleNamespace:
     return SimpleNamespace(
-        launch=launch, rank_of_launch=ranked, config=SimpleNamespace(device=device)
+        launch=launch,
+        rank_of_launch=ranked,
+        config=SimpleNamespace(device=device),
+        folder=Path("/w"),
+        path=Path("/w/job.json"),
     )
 
 
 @pytest.fixture
-def fresh_state(monkeypatch):
-    monkeypatch.setattr(zygote, "_ZYGOTE", [])
+def started(monkeypatch) -> list[dict]:
+    """No zygote runs or failed; starting one records its environment instead."""
+    monkeypatch.setattr(zygote, "_ZYGOTES", {})
     monkeypatch.setattr(zygote, "_FAILED", [])
-    monkeypatch.setattr(zygote, "_COUNT", {"seen": 0, "expected": 0})
+    monkeypatch.setattr(zygote, "_SEEN", {})
+    monkeypatch.setattr(zygote, "_EXPECTED", [0])
+    made: list[dict] = []
+
+    def fake(env: dict) -> SimpleNamespace:
+        made.append(env)
+        return SimpleNamespace(
+            env=env,
+            alive=lambda: True,
+            wait_ready=lambda: True,
+            close=lambda: None,
+            fork=lambda request: ("forked", len(made), request),
+        )
+
+    monkeypatch.setattr(zygote, "Zygote", fake)
+    return made
 
 
-def test_one_process_in_cpu_emulation_is_forkable(fresh_state):
-    assert zygote.forkable(_job(), {})
-    assert not zygote.forkable(_job(launch=object()), {})  # torchrun's launcher
-    assert not zygote.forkable(_job(ranked=True), {})  # a rank
-    assert not zygote.forkable(_job(device="bogus"), {})  # bad input: a fresh worker says so
+def test_one_process_in_cpu_emulation_is_forkable(started):
+    assert zygote.forkable(_job())
+    assert not zygote.forkable(_job(launch=object()))  # torchrun's launcher
+    assert not zygote.forkable(_job(ranked=True))  # a rank
+    assert not zygote.forkable(_job(device="bogus"))  # bad input: a fresh worker says so
 
 
-def test_cuda_is_never_forked(fresh_state, monkeypatch):
+def test_cuda_is_never_forked(started, monkeypatch):
     monkeypatch.setattr(zygote, "guess_device", lambda requested: "cuda")
-    assert not zygote.forkable(_job(device="auto"), {})
+    assert not zygote.forkable(_job(device="auto"))
 
 
-def test_a_job_whose_environment_differs_from_the_zygote_is_fresh(fresh_state, monkeypatch):
-    running = SimpleNamespace(env={"PATH": "/bin", "COLUMNS": "80"})
-    monkeypatch.setattr(zygote, "_ZYGOTE", [running])
-    assert zygote.forkable(_job(), {"PATH": "/bin", "COLUMNS": "120"})  # inert
-    assert zygote.forkable(_job(), {"PATH": "/bin", "PYTEST_CURRENT_TEST": "x"})
-    assert not zygote.forkable(_job(), {"PATH": "/bin", "PYTHONPATH": "/src"})
-    assert not zygote.forkable(_job(), {"PATH": "/usr/bin", "COLUMNS": "80"})
-    assert not zygote.forkable(_job(), {"COLUMNS": "80"})  # one variable fewer
-
-
-def test_a_zygote_that_failed_to_start_is_not_tried_again(fresh_state, monkeypatch):
+def test_a_zygote_that_failed_to_start_is_not_tried_again(started, monkeypatch):
     monkeypatch.setattr(zygote, "_FAILED", [True])
-    assert not zygote.forkable(_job(), {})
+    assert not zygote.forkable(_job())
+    assert zygote.fork_worker(_job(), {}, "") is None
+    assert not started
 
 
-def test_a_lone_worker_starts_fresh_the_second_forks(fresh_state, monkeypatch):
-    asked: list[dict] = []
-
-    def fork(request: dict) -> str:
-        asked.append(request)
-        return "forked"
-
-    monkeypatch.setattr(zygote, "zygote", lambda env: SimpleNamespace(fork=fork))
-    job = SimpleNamespace(**vars(_job()), folder=Path("/w"), path=Path("/w/j"))
-    assert zygote.fork_worker(job, {}, "") is None  # the first: no zygote for one row
-    assert zygote.fork_worker(job, {}, "/g/cgroup.procs") == "forked"
-    assert asked[0]["procs"] == "/g/cgroup.procs" and asked[0]["out"] == "/w/stdout.log"
+def test_a_lone_worker_starts_fresh_the_second_of_its_environment_forks(started):
+    env = {"PATH": "/bin"}
+    assert zygote.fork_worker(_job(), env, "") is None  # alone: no zygote for one row
+    assert zygote.fork_worker(_job(), {"PATH": "/usr/bin"}, "") is None  # another env
+    kind, _, request = zygote.fork_worker(_job(), {**env, "COLUMNS": "80"}, "/g/cgroup.procs")
+    assert kind == "forked" and started == [{**env, "COLUMNS": "80"}]
+    assert request["procs"] == "/g/cgroup.procs" and request["out"] == "/w/stdout.log"
+    assert request["env"] == {**env, "COLUMNS": "80"}  # the job's own values, inert or not
 
 
-def test_rows_expected_fork_from_the_first(fresh_state, monkeypatch):
-    monkeypatch.setattr(zygote, "zygote", lambda env: SimpleNamespace(fork=lambda r: "forked"))
-    zygote.expect(2)
-    job = SimpleNamespace(**vars(_job()), folder=Path("/w"), path=Path("/w/j"))
-    assert zygote.fork_worker(job, {}, "") == "forked"
+def test_each_environment_has_a_zygote_of_its_own(started):
+    a, b = {"PATH": "/bin"}, {"PATH": "/bin", "PYTHONPATH": "/src"}
+    for env in (a, a, b, b, a, b):
+        zygote.fork_worker(_job(), env, "")
+    assert started == [a, b]  # started once each, from their second job on
+    c = {"TMPDIR": "/scratch"}
+    zygote.fork_worker(_job(), c, "")
+    zygote.fork_worker(_job(), c, "")
+    assert started == [a, b, c] and list(zygote._ZYGOTES) == [zygote._key(b), zygote._key(c)]
+
+
+def test_rows_expected_fork_from_the_first(started):
+    zygote.expect(3)
+    assert zygote.fork_worker(_job(), {}, "")[0] == "forked"
+    assert zygote._EXPECTED == [0]  # taken by that row
+    assert zygote.fork_worker(_job(), {"X": "1"}, "") is None  # another env, alone

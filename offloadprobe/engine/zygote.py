@@ -280,15 +280,20 @@ POLL_S = 0.02
 
 
 def main() -> None:
-    """Preload, then serve; or refuse (and end) where page frame numbers are hidden: the
+    """Preload, then serve; or refuse (and end) where page frame numbers are hidden (the
     zero page could not be told from a shared page, nor a worker's pages made its own
-    exactly."""
+    exactly) or where the imports initialised CUDA (a forked child cannot use it)."""
     _die_with_parent()
     zero = zero_pfns()
     if not zero[0]:
         _say({"refused": 1})
         return
     preload()
+    import torch
+
+    if torch.cuda.is_initialized():  # a forked child could not use CUDA again
+        _say({"refused": 1})
+        return
     _say({"ready": os.getpid()})
     serve(zero)
 

@@ -28,7 +28,7 @@ import sys
 import threading
 from typing import IO, Any
 
-from offloadprobe.core.devices import guess_device
+from offloadprobe.core.devices import guess_device, has_gpu
 from offloadprobe.core.errors import OffloadProbeError
 from offloadprobe.core.job import Job
 from offloadprobe.isolation.signals import die_with_parent
@@ -169,9 +169,11 @@ def _key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 def forkable(job: Job) -> bool:
-    """Whether ``job`` may be forked from a zygote at all: one process in CPU emulation,
-    and no zygote failed (or refused) to start here."""
-    if _FAILED or job.launch is not None or job.rank_of_launch:
+    """Whether ``job`` may be forked from a zygote at all: one process in CPU emulation on
+    a host without a GPU, and no zygote failed (or refused) to start here. On a GPU host
+    importing megatron-core initialises CUDA, which a forked child cannot use again (seen
+    on the H200: every forked row crashed there)."""
+    if _FAILED or job.launch is not None or job.rank_of_launch or has_gpu():
         return False
     try:
         return guess_device(job.config.device) == "cpu"

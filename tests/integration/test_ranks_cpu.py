@@ -124,7 +124,7 @@ def launch(tmp_path_factory) -> Launch:
         json.dumps(cli),
     ]
     # two "nodes" on one host: one intra-op thread per rank, as torchrun gives co-located ranks
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the checkout is on PYTHONPATH (conftest)
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     agents = [

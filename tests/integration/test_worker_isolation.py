@@ -48,7 +48,7 @@ def test_a_strategy_that_forges_a_verdict_and_exits_in_load(tmp_path, capfd):
         str(out),
         "--trace",
         str(tmp_path / "t.json"),
-        env={"PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)},
+        env={"TMPDIR": str(scratch)},
         isolated=True,
     )
     assert _ours(scratch) == []
@@ -85,7 +85,7 @@ def _ours(folder) -> list[str]:
 
 def test_sigterm_to_compare_leaves_no_process_and_no_file(tmp_path):
     # the parent's temporary files go to a folder of this test's own (other tests make theirs)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "TMPDIR": str(tmp_path)}
+    env = {**os.environ, "COLUMNS": "80", "TMPDIR": str(tmp_path)}
     parent = subprocess.Popen(
         [
             sys.executable,

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from offloadprobe.core.devices import has_gpu
 from offloadprobe.engine import zygote as child_side
 from offloadprobe.isolation import zygote
 from tests.conftest import TINY, invoke_cli
@@ -83,6 +84,7 @@ def test_a_forked_child_holds_what_its_parent_holds_and_shares_nothing():
     assert parent["RssAnon"] - 2 * MiB <= after["RssAnon"] <= parent["RssAnon"] + 12 * MiB
 
 
+@pytest.mark.skipif(has_gpu(), reason="a GPU host forks no worker (CUDA and fork do not mix)")
 def test_a_forked_worker_killed_by_the_kernel_reads_as_killed(tmp_path, monkeypatch):
     forked: list[object] = []
     real = zygote.fork_worker

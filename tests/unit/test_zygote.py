@@ -62,6 +62,7 @@ def started(monkeypatch) -> list[dict]:
     monkeypatch.setattr(zygote, "_FAILED", [])
     monkeypatch.setattr(zygote, "_SEEN", {})
     monkeypatch.setattr(zygote, "_EXPECTED", [0])
+    monkeypatch.setattr(zygote, "has_gpu", lambda: False)
     made: list[dict] = []
 
     def fake(env: dict) -> SimpleNamespace:
@@ -88,6 +89,11 @@ def test_one_process_in_cpu_emulation_is_forkable(started):
 def test_cuda_is_never_forked(started, monkeypatch):
     monkeypatch.setattr(zygote, "guess_device", lambda requested: "cuda")
     assert not zygote.forkable(_job(device="auto"))
+
+
+def test_nothing_is_forked_on_a_gpu_host(started, monkeypatch):
+    monkeypatch.setattr(zygote, "has_gpu", lambda: True)
+    assert not zygote.forkable(_job(device="cpu"))
 
 
 def test_a_zygote_that_failed_to_start_is_not_tried_again(started, monkeypatch):

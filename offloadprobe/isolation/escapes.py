@@ -61,10 +61,19 @@ class EscapeWatch:
                 command = (line[0][:60] if line else "") or proc.name()
                 self.found[proc.pid] = Escaped(proc.pid, command, proc.memory_info().rss)
 
-    def kill_found(self) -> None:
+    def kill_found(self, wait_s: float = 5.0) -> None:
+        """SIGKILL each one found, and wait (up to ``wait_s``) until it is gone: a killed
+        process on a busy host can still be running when the signal call returns."""
+        import psutil
+
+        killed = []
         for pid in self.found:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, psutil.Error):
+                proc = psutil.Process(pid)
                 os.kill(pid, signal.SIGKILL)
+                killed.append(proc)
+        if killed:
+            psutil.wait_procs(killed, timeout=wait_s)
 
     def message(self) -> str | None:
         if not self.found:

@@ -14,23 +14,31 @@ object per line: ``{"started": PID}`` in the order of the requests, ``{"ended": 
 "status": N}`` when it reaps a worker (its exit code, or minus the signal that killed
 it). It ends when stdin closes (the parent has gone), and dies with the parent.
 
+The worker is born in its memory cgroup: the zygote joins the group, forks, and goes
+back only once the worker has made its pages its own (``_enter``, ``_leave``). What the
+fork itself allocates (page tables, the new process's kernel structures) and every page
+the worker copies before its own code could have joined are then charged to the worker's
+group, as a fresh interpreter's are; the zygote meanwhile only says that the worker
+started and waits (each page it writes would leave the worker's copy charged to the
+zygote's group: some tens of pages in all, against some 1,400 before).
+
 A forked worker then does, first thing and in this order (``_child``):
 
 1. a session of its own (its process group is what the parent ends) that dies with the
    zygote (``PR_SET_PDEATHSIG``);
-2. its memory cgroup, joined before it allocates anything;
-3. its output to the job folder's logs, stdin from ``/dev/null``, its environment exactly
-   the job's;
-4. every page it still shares with the zygote made its own (``unshare_pages``): charged
+2. its output to the job folder's logs, stdin from ``/dev/null``, its environment exactly
+   the job's, its working directory the parent's now (``_take_directory``);
+3. every page it still shares with the zygote made its own (``unshare_pages``): charged
    to its own cgroup now, before its baseline, not page by page in whichever phase first
    writes to it, as copy-on-write would;
-5. the worker's ``main``, then the interpreter's exit handlers, as ``python -m
-   offloadprobe.engine.worker JOB`` would run them, and exits with its code.
+4. the worker's ``main``, ended as ``python -m offloadprobe.engine.worker JOB`` ends
+   (``sys.exit`` of its code through the interpreter's own shutdown: non-daemon threads
+   joined, exit handlers, a ``sys.exit`` message printed, death by SIGINT for an
+   unhandled ``KeyboardInterrupt``).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import json
@@ -144,7 +152,10 @@ def unshare_pages(zero: tuple[int, int, int], zygote: int) -> int:
     page table entries of a file mapping without private pages: the first touch of
     torch's code in a phase would otherwise fault it in, in view of that phase's RSS).
     Pages that map the zero page stay as they are: made resident they would hold RSS a
-    fresh interpreter does not, and a later allocation there would fault nothing in."""
+    fresh interpreter does not, and a later allocation there would fault nothing in.
+    Private mappings this process may not write (a library's relocated read-only data,
+    ``r--p``: megabytes of torch's) hold such pages too: each is written back with its own
+    bytes through ``/proc/self/mem``, which copies it as a debugger's write would."""
     import numpy as np
 
     from offloadprobe.engine.runtime.host_pages import populate, populate_read
@@ -153,15 +164,20 @@ def unshare_pages(zero: tuple[int, int, int], zygote: int) -> int:
     with (
         open("/proc/self/pagemap", "rb", buffering=0) as mine,
         open(f"/proc/{zygote}/pagemap", "rb", buffering=0) as theirs,
+        open("/proc/self/mem", "r+b", buffering=0) as memory,
     ):
         for start, end, perms, file_backed in _mappings():
             pages = (end - start) // PAGE
-            if perms == "rw-p":
+            if perms[3] == "p" and (perms[1] == "w" or perms[0] == "r"):
                 mine.seek(start // PAGE * 8)
                 entries = np.frombuffer(mine.read(pages * 8), dtype=np.uint64)
                 for first, count in shared_runs(entries, zero):
                     with contextlib.suppress(OSError):  # a mapping gone meanwhile
-                        populate(start + first * PAGE, count)
+                        address = start + first * PAGE
+                        if perms[1] == "w":
+                            populate(address, count)
+                        else:
+                            _rewrite(memory, address, count)
                         done += count
             if file_backed and perms.startswith("r"):
                 theirs.seek(start // PAGE * 8)
@@ -171,6 +187,15 @@ def unshare_pages(zero: tuple[int, int, int], zygote: int) -> int:
                         populate_read(start + first * PAGE, count)
                         done += count
     return done
+
+
+def _rewrite(memory: Any, address: int, count: int) -> None:
+    """Write ``count`` pages from ``address`` back with their own bytes through
+    ``/proc/self/mem`` (``memory``): a private mapping's shared pages become this
+    process's own copies even where the mapping is not writable."""
+    data = os.pread(memory.fileno(), count * PAGE, address)
+    if os.pwrite(memory.fileno(), data, address) != len(data):
+        raise OSError("short write to /proc/self/mem")
 
 
 def present_runs(entries: np.ndarray) -> list[tuple[int, int]]:
@@ -187,50 +212,105 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return [(int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
-def _child(request: dict[str, Any], settled: int) -> int:
-    """A forked worker's whole life (the module's text); its exit code. ``settled`` is
-    closed once it has its own session and cgroup: the parent is told it started only
-    then (a ``Popen`` returns only after its child's ``preexec`` ran, too)."""
+def _child(request: dict[str, Any], session: int, settled: int, joined: OSError | None) -> None:
+    """A forked worker's whole life (the module's text); it ends as the worker module's
+    ``sys.exit(main())`` does, through the interpreter's own shutdown. ``session`` is
+    closed once it has a session of its own: the zygote says it started only then, as a
+    ``Popen`` returns only after its child's ``preexec`` ran (the parent may end its
+    process group from then on). ``settled`` is closed once its pages are its own: the
+    zygote leaves the worker's cgroup only then. ``joined``: why the zygote could not
+    enter the cgroup, if it could not."""
     os.setsid()
     _die_with_parent()
-    joined: OSError | None = None
-    try:
-        if request["procs"]:
-            Path(request["procs"]).write_text(str(os.getpid()))
-    except OSError as exc:
-        joined = exc
-    finally:
-        os.close(settled)
+    os.close(session)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
     _redirect(request["out"], 1)
     _redirect(request["err"], 2)
     if joined is not None:
+        os.close(settled)
         print(f"offloadprobe worker: could not join its memory cgroup: {joined}", file=sys.stderr)
-        return 1
+        raise SystemExit(1)
     os.environ.clear()
     os.environ.update(request["env"])
-    unshare_pages(tuple(request["zero"]), os.getppid())
+    _take_directory(request["cwd"])
+    try:
+        unshare_pages(tuple(request["zero"]), os.getppid())
+    finally:
+        os.close(settled)
     from offloadprobe.engine import worker
 
     sys.argv = [worker.__file__, request["job"]]
-    code = 1
-    try:
-        code = worker.main([request["job"]])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-    except BaseException:
-        import traceback
+    raise SystemExit(worker.main([request["job"]]))
 
-        traceback.print_exc()
+
+def _take_directory(path: str) -> None:
+    """Work in ``path`` (the parent's working directory when it asked for this worker, not
+    the zygote's when it started), with the import path a ``python -m`` started there has:
+    its first entry, the directory it started in, is ``path`` too."""
+    try:
+        before: str | None = os.getcwd()
+    except OSError:  # the zygote's own directory was removed
+        before = None
+    with contextlib.suppress(OSError):
+        os.chdir(path)
+    if sys.path and sys.path[0] == before:
+        with contextlib.suppress(OSError):
+            sys.path[0] = os.getcwd()
+
+
+def _enter(procs: str) -> tuple[Path | None, OSError | None]:
+    """The zygote into the worker's memory cgroup (``procs``, its ``cgroup.procs``; ""
+    for none) before it forks the worker: the group to go back to afterwards (None: it
+    did not move), and what stopped it entering, if anything."""
+    if not procs:
+        return None, None
+    from offloadprobe.measure.cgroup import MemoryGroup, home_procs
+
+    home = home_procs(MemoryGroup.at(Path(procs).parent))
+    try:
+        Path(procs).write_text(str(os.getpid()))
+    except OSError as exc:
+        return None, exc
+    return home, None
+
+
+def _leave(home: Path | None) -> None:
+    """The zygote back where it came from, once the worker settled; a zygote that cannot go
+    back ends (it would be killed with the worker's group)."""
+    if home is None:
+        return
+    try:
+        home.write_text(str(os.getpid()))
+    except OSError:
+        raise SystemExit(1) from None
+
+
+def _fork(request: dict[str, Any], zygote: int) -> int:
+    """Fork the worker ``request`` asks for, inside its memory cgroup; its pid, said to
+    the parent once the worker has its own session. The zygote leaves the group (and
+    writes anything more) only once the worker's pages are its own."""
+    session_r, session_w = os.pipe()
+    settled_r, settled_w = os.pipe()
+    home, joined = _enter(request["procs"])
+    try:
+        pid = os.fork()
+        if pid == 0:  # the worker: it never comes back here
+            os.close(session_r)
+            os.close(settled_r)
+            _child(request, session_w, settled_w, joined)
+        os.close(session_w)
+        os.close(settled_w)
+        os.read(session_r, 1)  # end of file: it has its session, or died trying
+        os.close(session_r)
+        os.write(1, b'{"started": %d}\n' % pid)  # _say's line, with less to write meanwhile
+        os.read(settled_r, 1)  # end of file: its pages are its own, or it died trying
+        os.close(settled_r)
     finally:
-        with contextlib.suppress(BaseException):
-            atexit._run_exitfuncs()
-        with contextlib.suppress(BaseException):
-            sys.stdout.flush()
-            sys.stderr.flush()
-    return code
+        if os.getpid() == zygote:
+            _leave(home)
+    return pid
 
 
 def _status(wait_status: int) -> int:
@@ -247,6 +327,7 @@ def serve(zero: tuple[int, int, int]) -> None:
     each end on stdout."""
     pending = b""
     live: set[int] = set()
+    zygote = os.getpid()
     while True:
         ready, _, _ = select.select([0], [], [], POLL_S)
         if ready:
@@ -256,17 +337,10 @@ def serve(zero: tuple[int, int, int]) -> None:
             pending += data
             *lines, pending = pending.split(b"\n")
             for line in lines:
-                request = {**json.loads(line), "zero": zero}
-                settled_r, settled_w = os.pipe()
-                pid = os.fork()
-                if pid == 0:
-                    os.close(settled_r)
-                    os._exit(_child(request, settled_w))
-                os.close(settled_w)
-                os.read(settled_r, 1)  # end of file: the child settled, or died trying
-                os.close(settled_r)
-                live.add(pid)
-                _say({"started": pid})
+                # the asker's working directory now, as a Popen would have inherited it
+                asker = f"/proc/{os.getppid()}/cwd"
+                request = {"cwd": asker, **json.loads(line), "zero": zero}
+                live.add(_fork(request, zygote))
         while live:
             pid, wait_status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:

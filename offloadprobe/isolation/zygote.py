@@ -74,7 +74,10 @@ class Zygote:
                     elif "refused" in said:
                         self._gone = True
                     elif "started" in said:
-                        self._started.append(int(said["started"]))
+                        pid = int(said["started"])
+                        # a pid the kernel reused from a reaped worker: that end is not this
+                        self._ended.pop(pid, None)
+                        self._started.append(pid)
                     elif "ended" in said:
                         self._ended[int(said["ended"])] = int(said["status"])
                     self._lock.notify_all()

@@ -26,8 +26,10 @@ A forked worker then does, first thing and in this order (``_child``):
 
 1. a session of its own (its process group is what the parent ends) that dies with the
    zygote (``PR_SET_PDEATHSIG``);
-2. its output to the job folder's logs, stdin from ``/dev/null``, its environment exactly
-   the job's, its working directory the parent's now (``_take_directory``);
+2. its output to the job folder's logs, stdin from ``/dev/null``, its environment the
+   job's plus what the zygote's imports set in theirs (as a fresh worker's imports
+   would: ``TORCHINDUCTOR_CACHE_DIR``), its working directory the parent's now
+   (``_take_directory``);
 3. every page it still shares with the zygote made its own (``unshare_pages``): charged
    to its own cgroup now, before its baseline, not page by page in whichever phase first
    writes to it, as copy-on-write would;
@@ -233,7 +235,7 @@ def _child(request: dict[str, Any], session: int, settled: int, joined: OSError 
         print(f"offloadprobe worker: could not join its memory cgroup: {joined}", file=sys.stderr)
         raise SystemExit(1)
     os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update({**request["env"], **request["imported"]})
     _take_directory(request["cwd"])
     try:
         unshare_pages(tuple(request["zero"]), os.getppid())
@@ -322,7 +324,7 @@ def _say(message: dict[str, int]) -> None:
     os.write(1, (json.dumps(message) + "\n").encode())
 
 
-def serve(zero: tuple[int, int, int]) -> None:
+def serve(zero: tuple[int, int, int], imported: dict[str, str]) -> None:
     """Fork a worker for each request on stdin until stdin closes; report each start and
     each end on stdout."""
     pending = b""
@@ -340,6 +342,7 @@ def serve(zero: tuple[int, int, int]) -> None:
                 # the asker's working directory now, as a Popen would have inherited it
                 asker = f"/proc/{os.getppid()}/cwd"
                 request = {"cwd": asker, **json.loads(line), "zero": zero}
+                request["imported"] = imported
                 live.add(_fork(request, zygote))
         while live:
             pid, wait_status = os.waitpid(-1, os.WNOHANG)
@@ -362,14 +365,19 @@ def main() -> None:
     if not zero[0]:
         _say({"refused": 1})
         return
+    before = dict(os.environ)
     preload()
     import torch
+
+    # what the imports set (torch: TORCHINDUCTOR_CACHE_DIR; CPU emulation:
+    # TORCHDYNAMO_DISABLE), a fresh worker's imports would set in its environment too
+    imported = {k: v for k, v in os.environ.items() if before.get(k) != v}
 
     if torch.cuda.is_initialized():  # a forked child could not use CUDA again
         _say({"refused": 1})
         return
     _say({"ready": os.getpid()})
-    serve(zero)
+    serve(zero, imported)
 
 
 if __name__ == "__main__":

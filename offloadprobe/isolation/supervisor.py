@@ -129,6 +129,8 @@ def _tail(path: Path, seen: int, on_phase: Callable[[dict[str, Any]], None] | No
 
 ESCAPED = "escaped.txt"
 """In the job folder: what the escape watch found (``isolation.escapes``)."""
+ORPHANED = "zygote-ended.txt"
+"""In the job folder: the zygote a forked worker came from ended while it ran."""
 
 
 def subprocess_spawner(job: Job, spec: WorkerSpec) -> tuple[int, str]:
@@ -184,6 +186,8 @@ def subprocess_spawner(job: Job, spec: WorkerSpec) -> tuple[int, str]:
                 reaper.kill()
                 reaper.wait(timeout=1)
     output = _read(out_path) + _read(err_path)
+    if isinstance(proc, zygote.ForkedWorker) and proc.zygote.outlived(proc.pid):
+        (folder / ORPHANED).write_text("")
     return code, output
 
 
@@ -308,6 +312,16 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
         escaped = folder / ESCAPED
         if escaped.exists():  # its figures miss what the escaped process held
             ended_as = Failure(kind="escaped", message=escaped.read_text(), exit_code=1)
+        if (folder / ORPHANED).exists() and result is None:
+            where = last_started(job.phase_log(0))
+            ended_as = Failure(
+                kind="killed",
+                message="SIGKILL: the zygote it was forked from ended while it ran "
+                "(not the strategy's doing: run it again)",
+                cycle=where[0] if where else None,
+                phase=where[1] if where else None,
+                exit_code=-9,
+            )
         timeline = None
         if job.timeline and job.timeline_path.exists():
             with contextlib.suppress(OSError, ValueError):

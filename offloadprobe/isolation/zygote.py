@@ -37,6 +37,9 @@ INERT = frozenset({"COLUMNS", "LINES", "PYTEST_CURRENT_TEST"})
 """Variables no import reads: a job may differ from the zygote in these (its worker gets
 the job's own values, as it gets every variable)."""
 
+FORK_TIMEOUT_S = 30.0
+"""How long a fork may take to be answered before the zygote is given up (and killed)."""
+
 READY_TIMEOUT_S = 120.0
 """How long the zygote may take to import everything before it is given up on."""
 
@@ -100,10 +103,22 @@ class Zygote:
                 self.proc.stdin.flush()
             except (OSError, ValueError):
                 return None
-            self._lock.wait_for(lambda: len(self._started) > before or self._gone, timeout=30)
+            self._lock.wait_for(
+                lambda: len(self._started) > before or self._gone, timeout=FORK_TIMEOUT_S
+            )
             if len(self._started) <= before:
+                # a worker that answers later must not run beside the fresh one that now
+                # takes its job: the zygote goes, and its workers with it (PDEATHSIG)
+                self._gone = True
+                with contextlib.suppress(OSError):
+                    self.proc.kill()
                 return None
             return ForkedWorker(self, self._started[before])
+
+    def outlived(self, pid: int) -> bool:
+        """Whether the zygote ended while worker ``pid`` ran (it died with the zygote)."""
+        with self._lock:
+            return self._gone and pid not in self._ended
 
     def status(self, pid: int, timeout: float | None) -> int | None:
         """The worker's exit status once reaped (waiting up to ``timeout``); a worker whose

@@ -114,3 +114,43 @@ def test_a_forked_worker_killed_by_the_kernel_reads_as_killed(tmp_path, monkeypa
     assert run["outcome"]["detail"].startswith("SIGKILL"), run["outcome"]
     assert (run["outcome"]["cycle"], run["outcome"]["phase"]) == (0, "offload")
     assert [p["phase"] for c in run["cycles"] for p in c["phases"]] == ["train"]
+
+
+@pytest.mark.skipif(has_gpu(), reason="a GPU host forks no worker (CUDA and fork do not mix)")
+def test_a_worker_whose_zygote_ends_under_it_is_not_blamed_on_the_strategy(tmp_path):
+    """The kernel's OOM killer may pick the zygote (some 300 MB): its workers die with it
+    (PR_SET_PDEATHSIG). The row says so, not that the strategy was killed."""
+    import signal
+    import threading
+    import time
+
+    def kill_the_zygote() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for made in zygote.running():
+                if made._started:  # a worker runs: end the zygote under it
+                    time.sleep(1.0)
+                    made.proc.send_signal(signal.SIGKILL)
+                    return
+            time.sleep(0.05)
+
+    zygote.expect(2)
+    killer = threading.Thread(target=kill_the_zygote, daemon=True)
+    killer.start()
+    out = tmp_path / "run.json"
+    result = invoke_cli(
+        "run",
+        *TINY,
+        "--strategy",
+        "tests.integration.user_strategies:SleepsInOffload",
+        "--json",
+        str(out),
+        "--no-progress",
+        isolated=True,
+    )
+    killer.join(timeout=5)
+    assert result.exit_code == 1, result.stderr
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["outcome"]["kind"] == "killed", run["outcome"]
+    assert "zygote" in run["outcome"]["detail"], run["outcome"]
+    assert run["outcome"]["phase"] == "offload", run["outcome"]

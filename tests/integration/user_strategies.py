@@ -49,6 +49,16 @@ class KillsItself(KeepOnHost):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class SleepsInOffload(KeepOnHost):
+    """A strategy whose offload takes 20 s (a window to end something beside it in)."""
+
+    def offload(self, models):
+        import time
+
+        time.sleep(20)
+        super().offload(models)
+
+
 class SkipsOffload(KeepOnHost):
     """A strategy written to fool the gate: it moves nothing, so the host never grows
     (and it zeroes the grads on load, so the round trip alone cannot catch it)."""

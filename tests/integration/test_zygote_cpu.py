@@ -124,11 +124,13 @@ def test_a_worker_whose_zygote_ends_under_it_is_not_blamed_on_the_strategy(tmp_p
     import threading
     import time
 
+    earlier = {id(made): len(made._started) for made in zygote.running()}
+
     def kill_the_zygote() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for made in zygote.running():
-                if made._started:  # a worker runs: end the zygote under it
+                if len(made._started) > earlier.get(id(made), 0):  # this test's worker runs
                     time.sleep(1.0)
                     made.proc.send_signal(signal.SIGKILL)
                     return

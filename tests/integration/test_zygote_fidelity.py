@@ -84,7 +84,7 @@ def _zygote(main: Callable[[list[str]], int]) -> Iterator[Callable[[dict], dict]
             os.dup2(answers_w, 1)
             for fd in (requests_r, requests_w, answers_r, answers_w):
                 os.close(fd)
-            child_side.serve(ZERO)
+            child_side.serve(ZERO, {})
         finally:
             os._exit(0)
     os.close(requests_r)
@@ -185,7 +185,7 @@ def exits_with_a_message(argv):
 
 
 worker.main = globals()[sys.argv[1]]
-zygote.serve(zygote.zero_pfns())
+zygote.serve(zygote.zero_pfns(), {})
 """
 """A zygote of its own (a small interpreter, its ``serve`` at the top of its stack as in
 ``python -m offloadprobe.engine.zygote``) whose ``worker.main`` is the one named."""

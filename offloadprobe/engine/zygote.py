@@ -80,7 +80,9 @@ def preload() -> None:
     collector.resume(freeze=True)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """In a child: be SIGKILLed when the parent ends (Linux ``PR_SET_PDEATHSIG``); for the
+    zygote, its workers, and every worker and zygote the parent starts."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -223,7 +225,7 @@ def _child(request: dict[str, Any], session: int, settled: int, joined: OSError 
     zygote leaves the worker's cgroup only then. ``joined``: why the zygote could not
     enter the cgroup, if it could not."""
     os.setsid()
-    _die_with_parent()
+    die_with_parent()
     os.close(session)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -315,11 +317,6 @@ def _fork(request: dict[str, Any], zygote: int) -> int:
     return pid
 
 
-def _status(wait_status: int) -> int:
-    """An exit code, or minus the signal that ended the process (as ``Popen`` has it)."""
-    return os.waitstatus_to_exitcode(wait_status)
-
-
 def _say(message: dict[str, int]) -> None:
     os.write(1, (json.dumps(message) + "\n").encode())
 
@@ -341,15 +338,15 @@ def serve(zero: tuple[int, int, int], imported: dict[str, str]) -> None:
             for line in lines:
                 # the asker's working directory now, as a Popen would have inherited it
                 asker = f"/proc/{os.getppid()}/cwd"
-                request = {"cwd": asker, **json.loads(line), "zero": zero}
-                request["imported"] = imported
+                request = {"cwd": asker, **json.loads(line), "zero": zero, "imported": imported}
                 live.add(_fork(request, zygote))
         while live:
             pid, wait_status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
             live.discard(pid)
-            _say({"ended": pid, "status": _status(wait_status)})
+            # an exit code, or minus the signal that ended it (as ``Popen`` has it)
+            _say({"ended": pid, "status": os.waitstatus_to_exitcode(wait_status)})
 
 
 POLL_S = 0.02
@@ -360,7 +357,7 @@ def main() -> None:
     """Preload, then serve; or refuse (and end) where page frame numbers are hidden (the
     zero page could not be told from a shared page, nor a worker's pages made its own
     exactly) or where the imports initialised CUDA (a forked child cannot use it)."""
-    _die_with_parent()
+    die_with_parent()
     zero = zero_pfns()
     if not zero[0]:
         _say({"refused": 1})

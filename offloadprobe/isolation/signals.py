@@ -79,15 +79,6 @@ def untrack_folder(folder: Path) -> None:
     _FOLDERS.discard(folder)
 
 
-def die_with_parent() -> None:
-    """In a child: be SIGKILLed when the parent ends (Linux ``PR_SET_PDEATHSIG``)."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _descendants(pid: int) -> list[psutil.Process]:
     try:
         children: list[psutil.Process] = psutil.Process(pid).children(recursive=True)

@@ -31,7 +31,7 @@ from typing import IO, Any
 from offloadprobe.core.devices import guess_device, has_gpu
 from offloadprobe.core.errors import OffloadProbeError
 from offloadprobe.core.job import Job
-from offloadprobe.isolation.signals import die_with_parent
+from offloadprobe.engine.zygote import die_with_parent
 
 INERT = frozenset({"COLUMNS", "LINES", "PYTEST_CURRENT_TEST"})
 """Variables no import reads: a job may differ from the zygote in these (its worker gets
@@ -45,13 +45,12 @@ READY_TIMEOUT_S = 120.0
 
 
 class Zygote:
-    """One running zygote: its process, the environment it started with, what it said."""
+    """One running zygote: its process and what it said."""
 
     def __init__(self, env: dict[str, str], python: str = sys.executable) -> None:
-        self.env = dict(env)
         self.proc = subprocess.Popen(
             [python, "-m", "offloadprobe.engine.zygote"],
-            env=self.env,
+            env=dict(env),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -1,10 +1,11 @@
 """The parent's side of the zygote (``engine.zygote``): CPU-emulation workers forked from
 one pre-imported interpreter instead of each importing torch and megatron-core again.
 
-A job is forked only where that changes nothing a figure depends on: one process (not
-the launcher of ranks, not a rank) in CPU emulation, from a zygote started with the
-job's own environment (but for variables no import reads, ``INERT``): what an import
-reads from the environment is then what a fresh interpreter of that job would have read.
+A job is forked only where that changes nothing a figure depends on: one process or the
+launcher of ranks (not a rank: the launcher forks those itself, ``engine.world.forked``)
+in CPU emulation, from a zygote started with the job's own environment (but for
+variables no import reads, ``INERT``): what an import reads from the environment is then
+what a fresh interpreter of that job would have read.
 A zygote starts with the second such job of its environment in this process (with the
 first where the caller ``expect``-ed several: the rows of ``compare`` and ``repro``); at
 most ``MAX_ZYGOTES`` run, and each lives as long as this process: it dies with it
@@ -186,11 +187,13 @@ def _key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 def forkable(job: Job) -> bool:
-    """Whether ``job`` may be forked from a zygote at all: one process in CPU emulation on
-    a host without a GPU, and no zygote failed (or refused) to start here. On a GPU host
-    importing megatron-core initialises CUDA, which a forked child cannot use again (seen
-    on the H200: every forked row crashed there)."""
-    if _FAILED or job.launch is not None or job.rank_of_launch or has_gpu():
+    """Whether ``job`` may be forked from a zygote at all: one process, or the launcher of
+    ranks, in CPU emulation on a host without a GPU, and no zygote failed (or refused) to
+    start here. On a GPU host importing megatron-core initialises CUDA, which a forked
+    child cannot use again (seen on the H200: every forked row crashed there). A launcher
+    is born in the node's memory cgroup (the supervisor's group for it), with the job's
+    environment, as a fresh one; its ranks it forks itself."""
+    if _FAILED or job.rank_of_launch or has_gpu():
         return False
     try:
         return guess_device(job.config.device) == "cpu"

@@ -79,9 +79,9 @@ def started(monkeypatch) -> list[dict]:
     return made
 
 
-def test_one_process_in_cpu_emulation_is_forkable(started):
+def test_one_process_or_a_launcher_in_cpu_emulation_is_forkable(started):
     assert zygote.forkable(_job())
-    assert not zygote.forkable(_job(launch=object()))  # torchrun's launcher
+    assert zygote.forkable(_job(launch=object()))  # the launcher of ranks (it forks them)
     assert not zygote.forkable(_job(ranked=True))  # a rank
     assert not zygote.forkable(_job(device="bogus"))  # bad input: a fresh worker says so
 

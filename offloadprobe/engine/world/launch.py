@@ -3,9 +3,12 @@
 The launcher is itself a worker (its job has ``launch`` set), started by the parent inside
 the node's memory cgroup: ``torch.distributed.launcher.api.elastic_launch`` (the API
 behind torchrun) starts every rank as ``python -m offloadprobe.engine.worker RANK_JOB``,
-each in the same cgroup. It then reads back rank 0's report, or, when a rank failed, a
-typed failure from the rank that failed first: its exit code or signal, its own result's
-failure, the cycle and phase its phase log was in, and the node cgroup's OOM-kill count.
+each in the same cgroup; in CPU emulation on a host without a GPU it forks each rank from
+the launcher instead, which imported what a rank imports once (``forked``: the same
+worker's ``main``, in a process made what a fresh rank would be). It then reads back rank
+0's report, or, when a rank failed, a typed failure from the rank that failed first: its
+exit code or signal, its own result's failure, the cycle and phase its phase log was in,
+and the node cgroup's OOM-kill count.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from offloadprobe.core import collector
 from offloadprobe.core.job import Job, WorkerResult
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.verdicts import signal_message
+from offloadprobe.engine.world import forked
 from offloadprobe.measure.cgroup import MemoryGroup
 from offloadprobe.measure.phase_log import last_started
 
@@ -87,13 +91,14 @@ def _first_failure(
 def launch(job: Job, *, python: str = sys.executable) -> LaunchOutcome:
     """Run the job on ``job.launch.nproc_per_node`` ranks of this node; wait for all."""
     assert job.launch is not None
+    how = job.launch
+    rank_job = job.rank_job()
+    path = rank_job.write()
+    plan = forked.plan(job, path)  # its imports collected and frozen: the ranks' heap
     collector.resume()  # the launcher runs in the node's cgroup as long as its ranks do
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    how = job.launch
-    rank_job = job.rank_job()
-    path = rank_job.write()
     group = _group(job)
     config = LaunchConfig(
         min_nodes=how.nnodes,
@@ -104,21 +109,33 @@ def launch(job: Job, *, python: str = sys.executable) -> LaunchOutcome:
         rdzv_endpoint=how.rdzv_endpoint or free_endpoint(),
         max_restarts=0,
         monitor_interval=0.1,
-        start_method="spawn",
+        start_method="spawn" if plan is None else "fork",
     )
     if how.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = "1"  # as torchrun does: ranks of a node share cores
     oom_before = group.oom_kills() if group is not None else None
     failure = None
+    reaped = forked.Reaped()
     try:
-        elastic_launch(config, python)("-m", "offloadprobe.engine.worker", str(path))
+        if plan is None:
+            elastic_launch(config, python)("-m", "offloadprobe.engine.worker", str(path))
+        else:
+            with reaped:
+                elastic_launch(config, forked.rank)(plan)
     except ChildFailedError as err:
-        failure = _first_failure(err.failures, rank_job, group, oom_before)
+        failures = err.failures
+        if plan is not None:
+            forked.end_sessions(rank_job.folder)
+            failures = forked.ended(failures, reaped, rank_job.folder)
+        failure = _first_failure(failures, rank_job, group, oom_before)
     except Exception as err:  # rendezvous timeout, a signal torchrun turned into one
         failure = Failure(
             kind="crashed",
             message=f"torchrun's launcher: {type(err).__name__}: {err}".splitlines()[0],
         )
+    finally:
+        if plan is not None:
+            forked.end_sessions(rank_job.folder)
     result = WorkerResult.read(rank_job.result_path(0))
     report = result.report if result is not None else None
     if failure is None and result is not None and result.failure is not None:

@@ -22,6 +22,7 @@ from offloadprobe.core.devices import has_gpu
 from offloadprobe.engine import zygote as child_side
 from offloadprobe.isolation import zygote
 from tests.conftest import TINY, invoke_cli
+from tests.integration.user_strategies import started_mark
 
 pytestmark = pytest.mark.processes(1)  # one zygote worker (the fork below imports nothing)
 
@@ -127,13 +128,16 @@ def test_a_worker_whose_zygote_ends_under_it_is_not_blamed_on_the_strategy(tmp_p
     earlier = {id(made): len(made._started) for made in zygote.running()}
 
     def kill_the_zygote() -> None:
+        """Once this test's worker is in its offload (however loaded the host is)."""
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for made in zygote.running():
-                if len(made._started) > earlier.get(id(made), 0):  # this test's worker runs
-                    time.sleep(1.0)
-                    made.proc.send_signal(signal.SIGKILL)
-                    return
+                for pid in made._started[earlier.get(id(made), 0) :]:  # this test's worker
+                    mark = started_mark(pid)
+                    if mark.exists():
+                        made.proc.send_signal(signal.SIGKILL)
+                        mark.unlink()
+                        return
             time.sleep(0.05)
 
     zygote.expect(2)

@@ -1,5 +1,9 @@
 """User strategies with verl's signature, for the CLI tests (importable as a module)."""
 
+import os
+import tempfile
+from pathlib import Path
+
 import torch
 
 
@@ -49,12 +53,19 @@ class KillsItself(KeepOnHost):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def started_mark(pid: int) -> Path:
+    """The file ``SleepsInOffload`` makes in process ``pid`` as its offload starts."""
+    return Path(tempfile.gettempdir()) / f"sleeps-in-offload-{pid}"
+
+
 class SleepsInOffload(KeepOnHost):
-    """A strategy whose offload takes 20 s (a window to end something beside it in)."""
+    """A strategy whose offload takes 20 s (a window to end something beside it in). It
+    says when the window opens: ``started_mark(pid)`` exists from then on."""
 
     def offload(self, models):
         import time
 
+        started_mark(os.getpid()).touch()
         time.sleep(20)
         super().offload(models)
 

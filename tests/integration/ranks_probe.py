@@ -9,8 +9,9 @@ First, gloo's collectives and their emulation side by side (``collectives-rank<R
 see gloo_collectives.py). ``CASES_JSON`` maps a case name to
 ``{"parallel": {...}, "model": {...}}``. Next to the RunRecord each file holds the rank's
 world and, from a second build of the model at the same layout, the rank's own buffers
-(bytes, expert-parallel buffer count, parameters) and the loss of one train step, for the
-test to check the record against.
+(bytes, expert-parallel buffer count, parameters), for the test to check the record
+against. (No train step there: the record's first train phase is that step already, a
+fresh model of the same seed on the same batch, and the reference check runs it again.)
 """
 
 # ruff: noqa: E402  (the collector is paused before torch is imported)
@@ -29,7 +30,6 @@ import torch
 
 from offloadprobe.core.config import ModelConfig, ParallelConfig, RunConfig
 from offloadprobe.engine.model.builder import build_probe_model
-from offloadprobe.engine.model.train import train_step
 from offloadprobe.engine.runner import run_cycles
 from offloadprobe.engine.runtime import open_runtime
 from tests.integration import gloo_collectives
@@ -48,7 +48,6 @@ def _own_buffers(cfg: RunConfig, runtime) -> dict:
         ),
         "chunks": len(model.chunks),
         "param_count": model.param_count,
-        "loss": train_step(model),
     }
     del model
     runtime.release()

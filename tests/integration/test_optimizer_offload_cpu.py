@@ -1,6 +1,6 @@
 """Optimizer-state offload on real megatron-core objects, in CPU emulation.
 
-GIVEN a tiny GPT + DDP + DistributedOptimizer (classic AdamW, or the precision-aware
+GIVEN a tiny GPT (one layer) + DDP + DistributedOptimizer (classic AdamW, or the precision-aware
 optimizer with its ``master_param`` state) trained one step,
 WHEN an optimizer strategy offloads and loads it,
 THEN every optimizer tensor comes back bit for bit, training continues exactly as in a
@@ -27,11 +27,11 @@ from offloadprobe.engine.runtime import open_runtime
 from offloadprobe.engine.strategies import model_strategy
 
 TINY = ModelConfig(
-    num_layers=2,
-    hidden_size=128,
+    num_layers=1,
+    hidden_size=64,
     num_attention_heads=4,
-    vocab_size=512,
-    seq_length=32,
+    vocab_size=256,
+    seq_length=16,
     micro_batch_size=1,
 )
 SEED = 7

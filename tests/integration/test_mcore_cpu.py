@@ -45,31 +45,41 @@ MAGNITUDE = [
 ]
 
 
-@pytest.fixture(scope="module")
-def classic(tmp_path_factory):
+def _mcore(tmp_path_factory, *model: str) -> tuple[dict, str]:
     from tests.conftest import invoke_cli
 
     out = tmp_path_factory.mktemp("mcore") / "run.json"
-    result = invoke_cli(
-        "run",
-        "--strategy",
-        "mcore",
-        "--optimizer-strategy",
-        "mcore",
-        "--json",
-        str(out),
-        *MAGNITUDE,
-    )
+    args = ["run", "--strategy", "mcore", "--optimizer-strategy", "mcore", "--json", str(out)]
+    result = invoke_cli(*args, *model)
     assert result.exit_code == 0, result.stderr + result.stdout
     return json.loads(out.read_text())["runs"][0], result.stdout
 
 
-def test_megatron_moves_every_buffer_and_all_optimizer_state(classic):
-    run, stdout = classic
+@pytest.fixture(scope="module")
+def classic(tmp_path_factory):
+    """The host magnitudes' run (the no-offload reference, which doubles its cost and is
+    exact at any size, is ``checked``'s)."""
+    return _mcore(tmp_path_factory, *MAGNITUDE, "--no-reference-check")
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    """Both cycles compared bit for bit with a model that never offloaded."""
+    return _mcore(tmp_path_factory, *TINY)
+
+
+@pytest.mark.parametrize("which", ["classic", "checked"])
+def test_megatron_moves_every_buffer_and_all_optimizer_state(request, which):
+    run, _ = request.getfixturevalue(which)
     left = {k: v for k, v in run["summary"]["left_after_offload_bytes_by_key"].items() if v}
     assert left == {}
     assert run["summary"]["integrity_ok"] and run["integrity"] == []
+
+
+def test_training_goes_on_as_if_it_never_offloaded(checked):
+    run, stdout = checked
     assert "compared bit for bit with a no-offload run" in stdout
+    assert [c["cycle"] for c in run["cycles"]] == [0, 1]
 
 
 def test_host_holds_parameters_and_optimizer_state(classic):

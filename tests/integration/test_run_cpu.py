@@ -159,7 +159,7 @@ def test_every_built_in_round_trip_is_bit_exact(magnitudes):
 
 def test_user_strategy_is_plugged_in(invoke, tmp_path):
     spec = "tests.integration.user_strategies:keep_on_host"
-    result, doc = _run(invoke, tmp_path, "--strategy", spec, "--cycles", "2", *TINY_MODEL)
+    result, doc = _run(invoke, tmp_path, "--strategy", spec, "--cycles", "1", *TINY_MODEL)
     assert result.exit_code == 0, result.stderr + result.stdout
     run = doc["runs"][0]
     assert run["summary"]["integrity_ok"] and run["integrity"] == []

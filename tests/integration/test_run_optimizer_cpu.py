@@ -1,9 +1,9 @@
 """`offloadprobe run` with optimizer-state strategies: the residency audit through the CLI.
 
 The host magnitude (what ``fixed`` moves, ``legacy`` leaves) uses a 16 MiB payload in a
-fresh worker process each (the CLI's parent runs here: it measures nothing): in CPU
-emulation, RSS figures of small tensors depend on the heap pages earlier runs in the same
-process freed. Checked again with the page-exact ballast (five runs in a busy test
+worker process of its own each, forked from one zygote as compare's rows are (the CLI's
+parent runs here: it measures nothing): in CPU emulation, RSS figures of small tensors
+depend on the heap pages earlier runs in the same process freed. Checked again with the page-exact ballast (five runs in a busy test
 worker, another pytest beside it): ``fixed`` less ``legacy`` read 0.962x to 0.997x of
 the master weights in process, against 0.997x in a fresh one; too close to the 5% the
 assertion allows. The audit's byte counts are exact at any size, so the rest runs in this
@@ -73,7 +73,12 @@ def _run(tmp, spec, *model, fresh: bool = False):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    from offloadprobe.isolation import zygote
+
     tmp = tmp_path_factory.mktemp("opt")
+    # two workers of one environment, as compare's rows: the first forks from a zygote too
+    # (alone, it would be a fresh interpreter, and the second would start the zygote)
+    zygote.expect(2)
     found = {spec: _run(tmp, spec, *MAGNITUDE, fresh=True) for spec in ("legacy", "fixed")}
     for spec in ("complete", PRE_FIX):
         found[spec] = _run(tmp, spec, "--cycles", "2", *TINY_MODEL)

@@ -30,7 +30,7 @@ from offloadprobe.engine.sequence import Steps
 from offloadprobe.engine.strategies import model_strategy
 
 MODEL = ModelConfig(
-    num_layers=1, hidden_size=128, num_attention_heads=4, vocab_size=512, seq_length=16
+    num_layers=1, hidden_size=64, num_attention_heads=4, vocab_size=256, seq_length=16
 )
 MODEL_STRATEGIES = ["naive", "lazy", "registered", "pipelined", "pageable", "mcore"]
 MODEL_STRATEGIES += ["hugepin", "relock", "none"]

@@ -44,6 +44,8 @@ def test_a_strategy_that_forges_a_verdict_and_exits_in_load(tmp_path, capfd):
         "--strategy",
         strategy,
         *ONE,
+        "--train-steps",
+        "0",  # the train phase is still recorded, with no step to pay for
         "--json",
         str(out),
         "--trace",

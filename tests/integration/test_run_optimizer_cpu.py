@@ -3,11 +3,12 @@
 The host magnitude (what ``fixed`` moves, ``legacy`` leaves) uses a 16 MiB payload in a
 worker process of its own each, forked from one zygote as compare's rows are (the CLI's
 parent runs here: it measures nothing): in CPU emulation, RSS figures of small tensors
-depend on the heap pages earlier runs in the same process freed. Checked again with the page-exact ballast (five runs in a busy test
-worker, another pytest beside it): ``fixed`` less ``legacy`` read 0.962x to 0.997x of
-the master weights in process, against 0.997x in a fresh one; too close to the 5% the
-assertion allows. The audit's byte counts are exact at any size, so the rest runs in this
-process on the tiny model with the no-offload reference check on.
+depend on the heap pages earlier runs in the same process freed. Checked again with the
+page-exact ballast (five runs in a busy test worker, another pytest beside it): ``fixed``
+less ``legacy`` read 0.962x to 0.997x of the master weights in process, against 0.997x in
+a fresh one; too close to the 5% the assertion allows. The audit's byte counts are exact
+at any size, so the rest runs in this process on the tiny model with the no-offload
+reference check on.
 """
 
 import json

@@ -1,5 +1,6 @@
-"""The measurement of ``test_emulated_settle``, run in a fresh interpreter: torch and the
-emulation only (no pytest, no test fixtures to import there)."""
+"""The measurement of ``test_emulated_settle``: torch and the emulation only (it runs as
+well in a fresh interpreter, ``python -c "import tests.unit.settle_probe as t;
+print(t.measure())"``)."""
 
 MIB = 1 << 20
 

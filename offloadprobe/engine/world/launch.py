@@ -115,6 +115,7 @@ def launch(job: Job, *, python: str = sys.executable) -> LaunchOutcome:
         os.environ["OMP_NUM_THREADS"] = "1"  # as torchrun does: ranks of a node share cores
     oom_before = group.oom_kills() if group is not None else None
     failure = None
+    failures = None
     reaped = forked.Reaped()
     try:
         if plan is None:
@@ -124,10 +125,6 @@ def launch(job: Job, *, python: str = sys.executable) -> LaunchOutcome:
                 elastic_launch(config, forked.rank)(plan)
     except ChildFailedError as err:
         failures = err.failures
-        if plan is not None:
-            forked.end_sessions(rank_job.folder)
-            failures = forked.ended(failures, reaped, rank_job.folder)
-        failure = _first_failure(failures, rank_job, group, oom_before)
     except Exception as err:  # rendezvous timeout, a signal torchrun turned into one
         failure = Failure(
             kind="crashed",
@@ -136,6 +133,10 @@ def launch(job: Job, *, python: str = sys.executable) -> LaunchOutcome:
     finally:
         if plan is not None:
             forked.end_sessions(rank_job.folder)
+    if failures is not None:
+        if plan is not None:
+            failures = forked.ended(failures, reaped, rank_job.folder)
+        failure = _first_failure(failures, rank_job, group, oom_before)
     result = WorkerResult.read(rank_job.result_path(0))
     report = result.report if result is not None else None
     if failure is None and result is not None and result.failure is not None:

@@ -13,7 +13,9 @@ TORCH_SPEC ?= $(if $(HAS_GPU),torch,torch==2.13.0)
 # One line of its own, the rest to a log shown only on failure: a fresh clone's `make run`
 # shows its table within the first 15 lines. Bytecode for the package and the tests is
 # compiled once: every run, child and rank imports them (where PYTHONDONTWRITEBYTECODE is
-# set, as here, Python would compile them each time).
+# set, as here, Python would compile them each time); so are pytest's assertion-rewritten
+# test modules, by collecting them once with bytecode written (each test worker would
+# otherwise rewrite every module again, some 2 CPU-s; stale ones are rewritten as before).
 SETUP_LOG := $(VENV)/setup.log
 $(BIN)/offloadprobe: pyproject.toml
 	@echo "make: setting up $(VENV) with $(TORCH_SPEC), megatron-core and offloadprobe (once)"
@@ -21,7 +23,9 @@ $(BIN)/offloadprobe: pyproject.toml
 	@{ $(BIN)/python -m pip install --upgrade pip \
 	  && $(BIN)/python -m pip install "$(TORCH_SPEC)" \
 	  && $(BIN)/python -m pip install -e ".[dev]" \
-	  && $(BIN)/python -m compileall -q offloadprobe tests benchmarks examples; } \
+	  && $(BIN)/python -m compileall -q offloadprobe tests benchmarks examples \
+	  && PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest --collect-only -q -n 0 \
+	     -p no:cacheprovider; } \
 	  > $(SETUP_LOG) 2>&1 || { tail -n 40 $(SETUP_LOG); \
 	  echo "make: setting up $(VENV) failed; the whole log: $(SETUP_LOG)"; exit 1; }
 	@touch $@

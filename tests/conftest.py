@@ -175,13 +175,32 @@ def _workers_in_this_process() -> None:
     it. A test of isolation itself (a kill, a cgroup, a signal, ``os._exit``) asks for real
     workers: ``invoke_cli(..., isolated=True)``, ``supervisor.using(subprocess_spawner)``,
     or a fresh ``offloadprobe`` process (``run_cli``), whose workers are real. Real
-    CPU-emulation workers of this process fork from a zygote from the second of an
-    environment on (``isolation.zygote``), as they would in any process that starts
-    several; a fresh ``offloadprobe run`` starts its one worker as a fresh interpreter."""
-    from offloadprobe.isolation import supervisor
+    CPU-emulation workers of this process all fork from a zygote, one per environment, the
+    first of each too: a test session starts them again and again
+    (``zygote.expect_a_session``); a fresh ``offloadprobe run`` starts its one worker as a
+    fresh interpreter."""
+    from offloadprobe.isolation import supervisor, zygote
     from tests.fakes import InProcessChild
 
     supervisor.SPAWNER.insert(0, InProcessChild(record=False))
+    zygote.expect_a_session()
+
+
+@pytest.fixture(autouse=True)
+def _environment_kept():
+    """What a test leaves in ``os.environ`` is undone after it: megatron-core's NVTE_* and
+    CUBLAS_WORKSPACE_CONFIG from a model built in this process, torch's
+    TORCHINDUCTOR_CACHE_DIR from a lazy import. The next test starts from the session's
+    environment, and the session's real workers fork from one zygote per environment
+    (``isolation.zygote`` keys them by it), not from one more per variable left behind."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        for key in set(os.environ) - set(saved):
+            del os.environ[key]
+        for key, value in saved.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:

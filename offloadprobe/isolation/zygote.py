@@ -7,7 +7,8 @@ in CPU emulation, from a zygote started with the job's own environment (but for
 variables no import reads, ``INERT``): what an import reads from the environment is then
 what a fresh interpreter of that job would have read.
 A zygote starts with the second such job of its environment in this process (with the
-first where the caller ``expect``-ed several: the rows of ``compare`` and ``repro``); at
+first where the caller ``expect``-ed several: the rows of ``compare`` and ``repro``, or
+every job of a process that said it is a session: ``expect_a_session``); at
 most ``MAX_ZYGOTES`` run, and each lives as long as this process: it dies with it
 (``PR_SET_PDEATHSIG``) and ends when its stdin closes. Every other job, a lone one, and
 every job after a zygote failed to start (or refused: a kernel that hides page frame
@@ -173,6 +174,8 @@ _SEEN: dict[tuple[tuple[str, str], ...], int] = {}
 """CPU-emulation workers this process started, per environment."""
 _EXPECTED = [0]
 """How many workers a caller said it is about to start (taken by the next one)."""
+_SESSION = [False]
+"""Whether this process said it starts workers all its life (``expect_a_session``)."""
 
 
 def expect(workers: int) -> None:
@@ -180,6 +183,13 @@ def expect(workers: int) -> None:
     ``compare`` or ``repro``): with two or more, the next is forked too, not only the
     second of its environment."""
     _EXPECTED[0] = max(_EXPECTED[0], workers)
+
+
+def expect_a_session() -> None:
+    """This process starts CPU-emulation workers again and again while it lives (a test
+    session with several offload tests): every worker forks, the first of an environment
+    too, instead of that one paying a fresh interpreter's imports beside the zygote's."""
+    _SESSION[0] = True
 
 
 def _key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
@@ -234,7 +244,7 @@ def fork_worker(job: Job, env: dict[str, str], procs: str) -> ForkedWorker | Non
         return None
     key = _key(env)
     _SEEN[key] = _SEEN.get(key, 0) + 1
-    expected, _EXPECTED[0] = _EXPECTED[0] > 1, 0
+    expected, _EXPECTED[0] = _EXPECTED[0] > 1 or _SESSION[0], 0
     if key not in _ZYGOTES and _SEEN[key] < 2 and not expected:
         return None
     made = _zygote(key, env)

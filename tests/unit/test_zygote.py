@@ -62,6 +62,7 @@ def started(monkeypatch) -> list[dict]:
     monkeypatch.setattr(zygote, "_FAILED", [])
     monkeypatch.setattr(zygote, "_SEEN", {})
     monkeypatch.setattr(zygote, "_EXPECTED", [0])
+    monkeypatch.setattr(zygote, "_SESSION", [False])  # this test session said it is one
     monkeypatch.setattr(zygote, "has_gpu", lambda: False)
     made: list[dict] = []
 
@@ -122,6 +123,14 @@ def test_each_environment_has_a_zygote_of_its_own(started):
     zygote.fork_worker(_job(), c, "")
     zygote.fork_worker(_job(), c, "")
     assert started == [a, b, c] and list(zygote._ZYGOTES) == [zygote._key(b), zygote._key(c)]
+
+
+def test_a_session_forks_every_worker_from_the_first_of_each_environment(started):
+    zygote.expect_a_session()
+    assert zygote.fork_worker(_job(), {}, "")[0] == "forked"
+    assert zygote.fork_worker(_job(), {"X": "1"}, "")[1] == 2  # the first of another env
+    assert zygote.fork_worker(_job(), {}, "")[1] == 2  # its zygote kept: none started
+    assert started == [{}, {"X": "1"}]
 
 
 def test_rows_expected_fork_from_the_first(started):

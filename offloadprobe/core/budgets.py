@@ -197,37 +197,6 @@ def parse_bandwidth(text: str) -> OffloadBandwidthBudget:
     return OffloadBandwidthBudget(min_gbps=float(match.group(1)))
 
 
-def budgets_from_flags(
-    max_host_peak: str | None,
-    max_gpu_residual: str | None,
-    min_offload_bandwidth: str | None,
-    max_host_held: str | None = None,
-    *,
-    baseline_json: str | None = None,
-    max_increase: str | None = None,
-) -> list[Budget]:
-    """The budgets a command line sets (validated up front, before anything runs)."""
-    budgets: list[Budget] = []
-    if max_host_peak is not None:
-        budgets.append(parse_host_peak(max_host_peak))
-    if max_gpu_residual is not None:
-        budgets.append(
-            GpuResidualBudget(
-                parse_size(max_gpu_residual, what="--max-gpu-residual", allow_zero=True)
-            )
-        )
-    if min_offload_bandwidth is not None:
-        budgets.append(parse_bandwidth(min_offload_bandwidth))
-    if max_host_held is not None:
-        budgets.append(parse_host_held(max_host_held))
-    if baseline_json is not None or max_increase is not None:
-        from offloadprobe.core.regression import regression_budget
-
-        # last: a broken budget names the verdict before a regression does
-        budgets.append(regression_budget(baseline_json, max_increase))
-    return budgets
-
-
 def check_all(budgets: list[Budget], runs: list[RunRecord]) -> list[Breach]:
     """Every breach of every budget by every run, in run order."""
     checked = [run for run in runs if run.summary is not None]

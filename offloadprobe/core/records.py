@@ -1,5 +1,6 @@
 """Typed records of what a run measured. Reporters render these and nothing else. The
-per-phase readings are ``core.readings``' (imported here, where every caller finds them).
+per-phase readings are ``core.readings``' and a world's rank and node rows
+``core.world_records``' (imported here, where every caller finds them).
 
 Every size is an ``int`` of bytes; ``None`` means "not measurable here" (for
 example GPU readings in CPU emulation), never zero.
@@ -12,7 +13,7 @@ from typing import Any
 
 from offloadprobe.core.outcomes import Failure, Verdict, where_text
 from offloadprobe.core.readings import CgroupReading, GpuReading, HostReading, PinnedReading
-from offloadprobe.core.world_records import NodePhase, NodeRecord, RankPlace, Spread, WorldRun
+from offloadprobe.core.world_records import NodePhase, NodeRecord, RankPlace, Spread
 
 SCHEMA_VERSION = 4
 """2 added: per-run ``label``, ``verdict``/``outcome``, ``summary.params``,
@@ -201,6 +202,19 @@ class RunRecord:
         for rec in self.phases:
             grouped.setdefault(rec.cycle, []).append(asdict(rec))
         return [{"cycle": c, "phases": p} for c, p in sorted(grouped.items())]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorldRun:
+    """A run over several ranks: its layout, every rank's record, and one row per node."""
+
+    world_size: int
+    nnodes: int
+    layout: dict[str, int | None]
+    """tp, pp, ep, cp, vpp and the derived dp."""
+    ranks: list[RunRecord]
+    nodes: list[NodeRecord]
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,15 +1,12 @@
-"""Records of a run over several ranks: where each rank ran, the node rows, the world.
+"""Records of a run over several ranks: where each rank ran, its spreads and the node rows
+(the world they make up, ``WorldRun``, is a record of ``core.records``: it holds runs).
 
 Every size is an ``int`` of bytes; ``None`` means "not measurable here".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from offloadprobe.core.records import RunRecord
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,16 +82,3 @@ class NodeRecord:
     figures: dict[str, Spread]
     """Each summary figure (``host_peak_bytes``, ``steady_host_bytes``...) over the ranks."""
     phases: list[NodePhase]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class WorldRun:
-    """A run over several ranks: its layout, every rank's record, and one row per node."""
-
-    world_size: int
-    nnodes: int
-    layout: dict[str, int | None]
-    """tp, pp, ep, cp, vpp and the derived dp."""
-    ranks: list[RunRecord]
-    nodes: list[NodeRecord]
-    notes: list[str] = field(default_factory=list)

@@ -129,7 +129,7 @@ def _ranked(job: Job) -> Report | None:
 def _launch(job: Job) -> tuple[Report | None, Failure | None]:
     from offloadprobe.engine.world.launch import launch
 
-    outcome = launch(job)
+    outcome = launch(job, main)
     report = report_from_dict(outcome.report) if outcome.report is not None else None
     return report, outcome.failure
 

@@ -31,7 +31,7 @@ from offloadprobe.core import collector
 from offloadprobe.core.job import Job, WorkerResult
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.verdicts import ended
-from offloadprobe.engine.zygote import die_with_parent
+from offloadprobe.engine.forking import die_with_parent
 from offloadprobe.isolation import signals, zygote
 from offloadprobe.isolation.escapes import EscapeWatch
 from offloadprobe.measure.phase_log import last_started, recorded_phases

@@ -33,7 +33,7 @@ from typing import IO, Any
 from offloadprobe.core.devices import guess_device, has_gpu
 from offloadprobe.core.errors import OffloadProbeError
 from offloadprobe.core.job import Job
-from offloadprobe.engine.zygote import die_with_parent
+from offloadprobe.engine.forking import die_with_parent
 
 INERT = frozenset({"COLUMNS", "LINES", "PYTEST_CURRENT_TEST"})
 """Variables no import reads: a job may differ from the zygote in these (its worker gets

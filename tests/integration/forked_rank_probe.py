@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from offloadprobe.engine import zygote
+from offloadprobe.engine import forking
 from tests.integration.user_strategies import KeepOnHost
 
 
@@ -36,15 +36,15 @@ def _shared_bytes() -> int:
     """Bytes of this process's private pages still shared copy-on-write (the kernel's
     zero pages aside), read from its own pagemap; mappings of a GiB or more (CPU
     emulation's ballast reserves a TiB, made after the fork) are left out."""
-    zero, total = zygote.zero_pfns(), 0
+    zero, total = forking.zero_pfns(), 0
     with open("/proc/self/pagemap", "rb", buffering=0) as pagemap:
-        for start, end, perms, _ in zygote._mappings():
+        for start, end, perms, _ in forking.mappings():
             if perms[3] != "p" or end - start >= 2**30:
                 continue
-            pagemap.seek(start // zygote.PAGE * 8)
-            entries = np.frombuffer(pagemap.read((end - start) // zygote.PAGE * 8), np.uint64)
-            total += sum(n for _, n in zygote.shared_runs(entries, zero))
-    return total * zygote.PAGE
+            pagemap.seek(start // forking.PAGE * 8)
+            entries = np.frombuffer(pagemap.read((end - start) // forking.PAGE * 8), np.uint64)
+            total += sum(n for _, n in forking.shared_runs(entries, zero))
+    return total * forking.PAGE
 
 
 class RecordsItsProcess(KeepOnHost):

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from offloadprobe.core.devices import has_gpu
-from offloadprobe.engine import zygote as child_side
+from offloadprobe.engine import forking as child_side
 from offloadprobe.isolation import zygote
 from tests.conftest import TINY, invoke_cli
 from tests.integration.user_strategies import started_mark
@@ -43,7 +43,7 @@ def _status() -> dict[str, int]:
 def _shared_pages() -> int:
     total = 0
     with open("/proc/self/pagemap", "rb", buffering=0) as pagemap:
-        for start, end, perms, _ in child_side._mappings():
+        for start, end, perms, _ in child_side.mappings():
             if perms != "rw-p":
                 continue
             pagemap.seek(start // child_side.PAGE * 8)

@@ -26,12 +26,13 @@ from typing import IO
 import numpy as np
 import pytest
 
+from offloadprobe.engine import forking
 from offloadprobe.engine import zygote as child_side
 
 pytestmark = pytest.mark.processes(1)
 
 MiB = 2**20
-ZERO = child_side.zero_pfns()
+ZERO = forking.zero_pfns()
 KPAGECGROUP = Path("/proc/kpagecgroup")
 
 
@@ -44,9 +45,9 @@ def _foreign_anonymous_bytes(group_inode: int) -> int:
         open("/proc/self/pagemap", "rb", buffering=0) as pagemap,
         KPAGECGROUP.open("rb", buffering=0) as owners,
     ):
-        for start, stop, _, _ in child_side._mappings():
-            pagemap.seek(start // child_side.PAGE * 8)
-            raw = pagemap.read((stop - start) // child_side.PAGE * 8)
+        for start, stop, _, _ in forking.mappings():
+            pagemap.seek(start // forking.PAGE * 8)
+            raw = pagemap.read((stop - start) // forking.PAGE * 8)
             entries = np.frombuffer(raw, dtype=np.uint64)
             anonymous = (entries >> np.uint64(63)) & ~(entries >> np.uint64(61)) & np.uint64(1)
             for pfn in (entries & np.uint64((1 << 55) - 1))[anonymous == 1]:
@@ -55,7 +56,7 @@ def _foreign_anonymous_bytes(group_inode: int) -> int:
                     continue
                 owners.seek(pfn * 8)
                 if int.from_bytes(owners.read(8), "little") != group_inode:
-                    foreign += child_side.PAGE
+                    foreign += forking.PAGE
     return foreign
 
 
@@ -154,7 +155,7 @@ def test_every_anonymous_page_of_a_forked_worker_is_charged_to_its_own_cgroup(tm
 ENDINGS = """
 import json, os, sys, threading, time
 
-from offloadprobe.engine import worker, zygote
+from offloadprobe.engine import forking, worker, zygote
 
 sys.path[0] = os.getcwd()  # as ``python -m`` has it: the directory it started in
 
@@ -185,7 +186,7 @@ def exits_with_a_message(argv):
 
 
 worker.main = globals()[sys.argv[1]]
-zygote.serve(zygote.zero_pfns(), {})
+zygote.serve(forking.zero_pfns(), {})
 """
 """A zygote of its own (a small interpreter, its ``serve`` at the top of its stack as in
 ``python -m offloadprobe.engine.zygote``) whose ``worker.main`` is the one named."""

@@ -561,7 +561,7 @@ def node_readings(node_peak: int, *, local: bool = True) -> list:
 
 def world_run() -> RunRecord:
     """Two ranks on one node: naive-like offload peaks of 2x each, 3x at the node."""
-    from offloadprobe.core.world_records import WorldRun
+    from offloadprobe.core.records import WorldRun
     from offloadprobe.measure.node import NodeSource, node_records
 
     ranks = [rank_run(0, 0, peak=256 * MiB), rank_run(1, 0, peak=260 * MiB)]

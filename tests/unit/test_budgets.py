@@ -2,12 +2,12 @@ import pytest
 
 from offloadprobe.core.budgets import (
     GpuResidualBudget,
-    budgets_from_flags,
     check_all,
     parse_bandwidth,
     parse_host_peak,
 )
 from offloadprobe.core.errors import UsageError
+from offloadprobe.core.option_budgets import budgets_from_flags
 from offloadprobe.core.records import PartSummary, RunRecord, RunSummary
 
 GiB = 2**30

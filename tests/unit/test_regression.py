@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from offloadprobe.core.budgets import budgets_from_flags
 from offloadprobe.core.errors import UsageError
+from offloadprobe.core.option_budgets import budgets_from_flags
 from offloadprobe.core.outcomes import Verdict
 from offloadprobe.core.regression import RegressionBudget, check_rows, parse_increase
 from offloadprobe.core.verdicts import expecting, judge

@@ -154,7 +154,7 @@ def test_calibration_takes_the_rank_that_keeps_the_most(monkeypatch, tmp_path: P
 
     from offloadprobe.core.config import RunConfig
     from offloadprobe.core.job import WorkerResult
-    from offloadprobe.core.world_records import WorldRun
+    from offloadprobe.core.records import WorldRun
     from offloadprobe.repro.gpu import calibrate
     from tests.fakes import fake_report, fake_run, install_child
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from offloadprobe.engine.zygote import present_runs, shared_runs
+from offloadprobe.engine.forking import present_runs, shared_runs
 from offloadprobe.isolation import zygote
 
 PRESENT, FILE, EXCLUSIVE = 1 << 63, 1 << 61, 1 << 56

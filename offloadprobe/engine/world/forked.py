@@ -3,7 +3,7 @@
 A fresh rank is ``python -m offloadprobe.engine.worker RANK_JOB``: some 5.5 CPU-s
 importing torch and megatron-core before its job starts, once per rank. In CPU emulation
 on a host without a GPU (the zygote's rule: CUDA and a forked child do not mix) the
-launcher imports what a rank imports once (``plan``: the zygote's ``preload`` and the
+launcher imports what a rank imports once (``plan``: ``forking.preload`` and the
 ranks' own modules) and hands torchrun's launcher a function, ``rank``, with the
 ``fork`` start method: torch's own ``LocalElasticAgent`` and ``MultiprocessContext``
 start, watch and stop the ranks, the rendezvous is unchanged.
@@ -18,11 +18,12 @@ process a fresh rank would be:
    ``/dev/null``, ``multiprocessing``'s idea of the process a main one's, intra-op threads
    as ``OMP_NUM_THREADS`` sets a fresh one's (the launcher's OpenMP read it at its start);
 3. its pid in the job folder (``pid_path``): the launcher maps how each rank ended to it;
-4. every page it still shares with the launcher made its own (``zygote.unshare_pages``
+4. every page it still shares with the launcher made its own (``forking.unshare_pages``
    against the launcher's pid): its RSS, anonymous and file-backed, is the launcher's
    after the same imports, and the node cgroup is charged for it now, before any baseline;
 
-then runs the worker's ``main`` as a fresh rank does, and ends as its interpreter would
+then runs the worker's ``main`` (handed over by the worker that launches: ``plan``'s
+``entry``) as a fresh rank does, and ends as its interpreter would
 (``_end``): non-daemon threads joined, exit handlers run, its exit code, a ``sys.exit``
 message, death by SIGINT for an unhandled ``KeyboardInterrupt``. A rank that ends with 0
 returns to torch's wrapper, which tells the agent and exits 0 once the agent has every
@@ -67,7 +68,7 @@ from typing import Any
 
 from offloadprobe.core.errors import OffloadProbeError
 from offloadprobe.core.job import Job
-from offloadprobe.engine import zygote
+from offloadprobe.engine import forking
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,13 +81,15 @@ class ForkPlan:
     """The job folder: each rank writes its pid there (``pid_path``)."""
     launcher: int
     zero: tuple[int, int, int]
-    """The kernel's zero pages (``zygote.zero_pfns``)."""
+    """The kernel's zero pages (``forking.zero_pfns``)."""
     handlers: dict[int, Any]
     """The launcher's signal handlers before torch's agent installed its own."""
     faults: bool
     """Whether the launcher's fault handler was on then."""
     main: Any
     """The launcher's ``multiprocessing.current_process()``: a main process."""
+    entry: Callable[[list[str]], int]
+    """What a rank runs: the worker's ``main`` (``main([job])``)."""
 
 
 def usable(job: Job) -> bool:
@@ -103,16 +106,17 @@ def usable(job: Job) -> bool:
         return False
 
 
-def plan(job: Job, rank_job: Path) -> ForkPlan | None:
-    """Import what a rank imports, once, and say how to fork the ranks; None where they
+def plan(job: Job, rank_job: Path, entry: Callable[[list[str]], int]) -> ForkPlan | None:
+    """Import what a rank imports, once, and say how to fork the ranks, each to run
+    ``entry`` (the worker's ``main``) on ``rank_job``; None where they
     are fresh interpreters: a GPU host or device, a kernel that hides page frame numbers
     (a rank's pages could not be made its own exactly), imports that initialised CUDA."""
     if not usable(job):
         return None
-    zero = zygote.zero_pfns()
+    zero = forking.zero_pfns()
     if not zero[0]:
         return None
-    zygote.preload()
+    forking.preload()
     import torch
 
     from offloadprobe.engine.world import run  # noqa: F401  (what every rank imports)
@@ -133,6 +137,7 @@ def plan(job: Job, rank_job: Path) -> ForkPlan | None:
         handlers=handlers,
         faults=faulthandler.is_enabled(),
         main=multiprocessing.current_process(),
+        entry=entry,
     )
 
 
@@ -149,15 +154,14 @@ def rank(plan: ForkPlan) -> None:
     """A forked rank's whole life (torch's wrapper calls it in the new process); see the
     module's text."""
     _settle(plan)
-    from offloadprobe.engine import worker
-
-    sys.argv = [worker.__file__, plan.job]
-    _end(_main(lambda: worker.main([plan.job])))
+    # the command line a fresh rank has: ``python -m offloadprobe.engine.worker RANK_JOB``
+    sys.argv = [str(sys.modules[plan.entry.__module__].__file__), plan.job]
+    _end(_main(lambda: plan.entry([plan.job])))
 
 
 def _settle(plan: ForkPlan) -> None:
     os.setsid()
-    zygote.die_with_parent()
+    forking.die_with_parent()
     if os.getppid() != plan.launcher:  # the launcher ended before the line above
         os.kill(os.getpid(), signal.SIGKILL)
     for number, handler in plan.handlers.items():
@@ -171,7 +175,7 @@ def _settle(plan: ForkPlan) -> None:
     _threads_from_environment()
     rank = int(os.environ.get("RANK", "0"))
     pid_path(Path(plan.folder), rank).write_text(str(os.getpid()))
-    zygote.unshare_pages(plan.zero, plan.launcher)
+    forking.unshare_pages(plan.zero, plan.launcher)
 
 
 def _stdin_from_devnull() -> None:

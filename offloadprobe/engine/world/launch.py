@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -88,13 +89,16 @@ def _first_failure(
     )
 
 
-def launch(job: Job, *, python: str = sys.executable) -> LaunchOutcome:
-    """Run the job on ``job.launch.nproc_per_node`` ranks of this node; wait for all."""
+def launch(
+    job: Job, entry: Callable[[list[str]], int], *, python: str = sys.executable
+) -> LaunchOutcome:
+    """Run the job on ``job.launch.nproc_per_node`` ranks of this node; wait for all. A
+    forked rank runs ``entry`` (the worker's ``main``), a fresh one the worker module."""
     assert job.launch is not None
     how = job.launch
     rank_job = job.rank_job()
     path = rank_job.write()
-    plan = forked.plan(job, path)  # its imports collected and frozen: the ranks' heap
+    plan = forked.plan(job, path, entry)  # imports collected and frozen: the ranks' heap
     collector.resume()  # the launcher runs in the node's cgroup as long as its ranks do
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch

@@ -18,8 +18,8 @@ import torch.distributed as dist
 
 from offloadprobe.core.job import Job
 from offloadprobe.core.outcomes import Failure
-from offloadprobe.core.records import Report, RunRecord, run_from_dict, run_to_dict
-from offloadprobe.core.world_records import RankPlace, WorldRun
+from offloadprobe.core.records import Report, RunRecord, WorldRun, run_from_dict, run_to_dict
+from offloadprobe.core.world_records import RankPlace
 from offloadprobe.engine.run_record import report_of
 from offloadprobe.engine.runner import Hooks, run_cycles
 from offloadprobe.engine.runtime import open_runtime

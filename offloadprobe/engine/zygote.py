@@ -205,10 +205,13 @@ def main() -> None:
         _say({"refused": 1})
         return
     before = dict(os.environ)
+    from offloadprobe.core import collector
+
+    collector.pause_for_imports()  # preload's pause: the worker module's leftovers frozen too
+    from offloadprobe.engine import worker  # noqa: F401  (every job runs its main)
+
     preload()
     import torch
-
-    from offloadprobe.engine import worker  # noqa: F401  (every job runs its main)
 
     # what the imports set (torch: TORCHINDUCTOR_CACHE_DIR; CPU emulation:
     # TORCHDYNAMO_DISABLE), a fresh worker's imports would set in its environment too

@@ -161,17 +161,19 @@ def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Check every marker's keywords before anything runs. With two offload tests or more,
     the session's CPU-emulation workers all fork from a zygote (``isolation.zygote``): the
-    first pays no fresh interpreter's imports beside it."""
+    first pays no fresh interpreter's imports beside it. Not in a pytest-xdist worker: it
+    collects every test but runs the ones it is handed, maybe one (a zygote started for a
+    lone test would cost a fresh interpreter's imports and stay resident)."""
     probes = 0
     for item in items:
         marker = item.get_closest_marker(MARKER)
         if marker is not None:
             check_options(marker.kwargs, where=f"{item.nodeid}: {MARKER}")
         probes += marker is not None or "offload_probe" in getattr(item, "fixturenames", ())
-    if probes >= 2:
+    if probes >= 2 and not hasattr(config, "workerinput"):
         from offloadprobe.isolation import zygote
 
         zygote.expect_a_session()

@@ -96,6 +96,34 @@ def test_quick(offload_probe):
     assert spec.config.reference_check is False
 
 
+@pytest.mark.parametrize(("tests", "session"), [(1, False), (2, True)])
+def test_two_offload_tests_make_a_session_that_forks_its_first_worker_too(
+    run_plugin, fake_child, monkeypatch, tests, session
+):
+    """With two offload tests or more (a marker, or the fixture asked for), the plugin says
+    the process is a session: its CPU-emulation workers all fork from one zygote, the first
+    too (``zygote.expect_a_session``); one offload test starts one fresh worker, as before."""
+    from offloadprobe.isolation import zygote
+
+    monkeypatch.setattr(zygote, "_SESSION", [False])
+    fake_child.runs["lazy"] = dict(host_peak_x=1.0)
+    marked = """
+@pytest.mark.offload_budget(strategy="lazy", max_host_peak="1.5x")
+def test_marked(offload_run):
+    pass
+"""
+    fixture = """
+def test_fixture(offload_probe):
+    offload_probe(strategy="lazy", max_host_peak="1.5x")
+
+def test_plain():
+    pass
+"""
+    result = run_plugin("import pytest\n" + marked + (fixture if tests == 2 else ""))
+    result.assert_outcomes(passed=tests + (tests == 2))
+    assert zygote._SESSION[0] is session
+
+
 def test_fixture_returns_the_run_and_fails_on_a_breach(run_plugin, fake_child):
     fake_child.runs["mine:S"] = dict(host_peak_x=1.9)
     result = run_plugin(

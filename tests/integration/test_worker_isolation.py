@@ -29,12 +29,19 @@ USER = "tests.integration.user_strategies:"
 ONE = ["--device", "cpu", *TINY_MODEL, "--cycles", "1", "--no-reference-check", "--no-progress"]
 
 
-def test_a_strategy_that_forges_a_verdict_and_exits_in_load(tmp_path, capfd):
+def test_a_strategy_that_forges_a_verdict_and_exits_in_load(tmp_path, capfd, monkeypatch):
     """It prints a verdict line of its own, then ends its process with status 0 in the
     middle of a load: the row is exited early, with the phases measured before it, and the
     printed line appears only framed, as the measured process's output. Sampled (a
     trace), its sampler's files go with the worker's folder: none stays where the worker
-    would put temporary files."""
+    would put temporary files. The worker is what a lone ``offloadprobe run`` starts, a
+    fresh interpreter (this test session forks every other one from a zygote)."""
+    from offloadprobe.isolation import zygote
+
+    monkeypatch.setattr(zygote, "_SESSION", [False])  # a lone run's parent is no session
+    forked: list[object] = []
+    real = zygote.fork_worker
+    monkeypatch.setattr(zygote, "fork_worker", lambda *a: forked.append(real(*a)) or forked[-1])
     out = tmp_path / "r.json"
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -53,6 +60,7 @@ def test_a_strategy_that_forges_a_verdict_and_exits_in_load(tmp_path, capfd):
         env={"TMPDIR": str(scratch)},
         isolated=True,
     )
+    assert forked == [None]  # its one worker: a fresh interpreter (supervisor's Popen)
     assert _ours(scratch) == []
     assert proc.exit_code == 1, proc.stderr
     assert proc.stdout.startswith(f"{strategy} + none: exited early")

@@ -39,6 +39,7 @@ def test_a_strategy_that_forges_a_verdict_and_exits_in_load(tmp_path, capfd, mon
     from offloadprobe.isolation import zygote
 
     monkeypatch.setattr(zygote, "_SESSION", [False])  # a lone run's parent is no session
+    monkeypatch.setattr(zygote, "_EXPECTED", [0])  # nor expects rows (an in-process compare's)
     forked: list[object] = []
     real = zygote.fork_worker
     monkeypatch.setattr(zygote, "fork_worker", lambda *a: forked.append(real(*a)) or forked[-1])

@@ -3,7 +3,7 @@
 The same ``offloadprobe run --nproc-per-node 2`` runs in turns with forked ranks (what
 CPU emulation does) and with fresh ``python -m offloadprobe.engine.worker`` ranks (the
 path a GPU host takes, forced here through a ``sitecustomize`` on the run's
-``PYTHONPATH`` that turns ``engine.world.forked.usable`` off). Each run is a process of
+``PYTHONPATH`` that turns ``engine.world.forked.forks_cleanly`` off). Each run is a process of
 its own (a lone run: its launcher is a fresh interpreter, not forked from a zygote), so
 its CPU seconds are this process's reaped children's: the CLI parent, the launcher and
 the ranks it reaped. Per run it records each rank's host figures (baseline RSS before
@@ -37,7 +37,7 @@ from offloadprobe.core import environment  # noqa: E402
 STRATEGIES = ("naive", "lazy")
 FRESH = (
     "import offloadprobe.engine.world.forked as forked\n"
-    "forked.usable = lambda job: False  # fresh ranks, as on a GPU host\n"
+    "forked.forks_cleanly = lambda device: False  # fresh ranks, as on a GPU host\n"
 )
 RANK_KEYS = ("baseline_host_bytes", "host_peak_bytes", "steady_host_bytes")
 NODE_KEYS = ("baseline_bytes", "peak_bytes", "steady_bytes")

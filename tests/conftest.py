@@ -42,7 +42,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     )
 )
 
-from tests.fakes import FakeRunner, install_runner
+from tests.fakes import FakeRunner, environment_restored, install_runner
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,14 +193,8 @@ def _environment_kept():
     TORCHINDUCTOR_CACHE_DIR from a lazy import. The next test starts from the session's
     environment, and the session's real workers fork from one zygote per environment
     (``isolation.zygote`` keys them by it), not from one more per variable left behind."""
-    saved = dict(os.environ)
-    yield
-    if os.environ != saved:
-        for key in set(os.environ) - set(saved):
-            del os.environ[key]
-        for key, value in saved.items():
-            if os.environ.get(key) != value:
-                os.environ[key] = value
+    with environment_restored():
+        yield
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:

@@ -18,8 +18,10 @@ tested on the real runner (see ``tests/conftest.py``).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -289,36 +291,47 @@ class InProcessChild:
         held before stays charged where it was; the figures are rises over a baseline)."""
 
     def __call__(self, job: Any, spec: Any) -> tuple[int, str]:
-        import os
-
         from offloadprobe.engine.worker import serve
 
         if self.record:
             self.specs.append(SpawnedRow(job.config, dict(spec.env), spec.timeout_s, job))
         keeper = spec.on_started(job) if spec.on_started is not None else None
-        # the worker's environment dies with it in a real process: whatever it sets here
-        # (the row's variables, and torch's and megatron-core's own: TORCHINDUCTOR_CACHE_DIR,
-        # CUBLAS_WORKSPACE_CONFIG, NVTE_*) is undone afterwards
-        saved = dict(os.environ)
-        os.environ.update(spec.env)
-        home = None
-        if self.isolates and spec.cgroup is not None:
-            from offloadprobe.measure.cgroup import home_procs
-
-            home = home_procs(spec.cgroup)
-            spec.cgroup.join()
         try:
-            return serve(job), ""
+            # the worker's environment dies with it in a real process: whatever it sets here
+            # (the row's variables, and torch's and megatron-core's own:
+            # TORCHINDUCTOR_CACHE_DIR, CUBLAS_WORKSPACE_CONFIG, NVTE_*) is undone afterwards
+            with environment_restored():
+                os.environ.update(spec.env)
+                home = None
+                if self.isolates and spec.cgroup is not None:
+                    from offloadprobe.measure.cgroup import home_procs
+
+                    home = home_procs(spec.cgroup)
+                    spec.cgroup.join()
+                try:
+                    return serve(job), ""
+                finally:
+                    if home is not None:
+                        home.write_text(str(os.getpid()))
         finally:
-            if home is not None:
-                home.write_text(str(os.getpid()))
+            if keeper is not None:
+                keeper.stop()
+
+
+@contextlib.contextmanager
+def environment_restored() -> Iterator[None]:
+    """``os.environ`` as it was when the block began, once it ends: what the block (or the
+    code it ran) set, changed or removed is undone."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        if os.environ != saved:
             for key in set(os.environ) - set(saved):
                 del os.environ[key]
             for key, value in saved.items():
                 if os.environ.get(key) != value:
                     os.environ[key] = value
-            if keeper is not None:
-                keeper.stop()
 
 
 def install_child(monkeypatch: Any, child: Any) -> Any:

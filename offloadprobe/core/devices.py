@@ -43,3 +43,16 @@ def guess_device(requested: str) -> str:
     if requested == "cuda" and not has_gpu():
         raise DeviceUnavailable(NO_CUDA)
     return requested
+
+
+def forks_cleanly(requested: str) -> bool:
+    """Whether a process that imported torch and megatron-core may fork the processes of a
+    run on ``requested``: CPU emulation on a host without a GPU. On a GPU host importing
+    megatron-core initialises CUDA, which a forked child cannot use again (seen on the
+    H200: every forked row crashed there); bad input is a fresh worker's to report."""
+    if has_gpu():
+        return False
+    try:
+        return guess_device(requested) == "cpu"
+    except UsageError:  # DeviceUnavailable is one
+        return False

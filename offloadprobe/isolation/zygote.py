@@ -30,8 +30,7 @@ import sys
 import threading
 from typing import IO, Any
 
-from offloadprobe.core.devices import guess_device, has_gpu
-from offloadprobe.core.errors import OffloadProbeError
+from offloadprobe.core.devices import forks_cleanly
 from offloadprobe.core.job import Job
 from offloadprobe.engine.forking import die_with_parent
 
@@ -198,17 +197,13 @@ def _key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
 
 def forkable(job: Job) -> bool:
     """Whether ``job`` may be forked from a zygote at all: one process, or the launcher of
-    ranks, in CPU emulation on a host without a GPU, and no zygote failed (or refused) to
-    start here. On a GPU host importing megatron-core initialises CUDA, which a forked
-    child cannot use again (seen on the H200: every forked row crashed there). A launcher
-    is born in the node's memory cgroup (the supervisor's group for it), with the job's
-    environment, as a fresh one; its ranks it forks itself."""
-    if _FAILED or job.rank_of_launch or has_gpu():
+    ranks, in CPU emulation on a host without a GPU (``devices.forks_cleanly``), and no
+    zygote failed (or refused) to start here. A launcher is born in the node's memory
+    cgroup (the supervisor's group for it), with the job's environment, as a fresh one;
+    its ranks it forks itself."""
+    if _FAILED or job.rank_of_launch:
         return False
-    try:
-        return guess_device(job.config.device) == "cpu"
-    except OffloadProbeError:
-        return False
+    return forks_cleanly(job.config.device)
 
 
 def _zygote(key: tuple[tuple[str, str], ...], env: dict[str, str]) -> Zygote | None:

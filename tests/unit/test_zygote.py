@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from offloadprobe.core import devices
 from offloadprobe.engine.forking import present_runs, shared_runs
 from offloadprobe.isolation import zygote
 
@@ -63,7 +64,7 @@ def started(monkeypatch) -> list[dict]:
     monkeypatch.setattr(zygote, "_SEEN", {})
     monkeypatch.setattr(zygote, "_EXPECTED", [0])
     monkeypatch.setattr(zygote, "_SESSION", [False])  # this test session said it is one
-    monkeypatch.setattr(zygote, "has_gpu", lambda: False)
+    monkeypatch.setattr(devices, "has_gpu", lambda: False)
     made: list[dict] = []
 
     def fake(env: dict) -> SimpleNamespace:
@@ -88,12 +89,12 @@ def test_one_process_or_a_launcher_in_cpu_emulation_is_forkable(started):
 
 
 def test_cuda_is_never_forked(started, monkeypatch):
-    monkeypatch.setattr(zygote, "guess_device", lambda requested: "cuda")
+    monkeypatch.setattr(devices, "guess_device", lambda requested: "cuda")
     assert not zygote.forkable(_job(device="auto"))
 
 
 def test_nothing_is_forked_on_a_gpu_host(started, monkeypatch):
-    monkeypatch.setattr(zygote, "has_gpu", lambda: True)
+    monkeypatch.setattr(devices, "has_gpu", lambda: True)
     assert not zygote.forkable(_job(device="cpu"))
 
 

@@ -66,7 +66,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from offloadprobe.core.errors import OffloadProbeError
+from offloadprobe.core.devices import forks_cleanly
 from offloadprobe.core.job import Job
 from offloadprobe.engine import forking
 
@@ -92,26 +92,12 @@ class ForkPlan:
     """What a rank runs: the worker's ``main`` (``main([job])``)."""
 
 
-def usable(job: Job) -> bool:
-    """Whether the ranks of ``job`` may be forked: CPU emulation on a host without a GPU
-    (a forked child cannot use CUDA again; on a GPU host megatron-core's import
-    initialises it)."""
-    from offloadprobe.core.devices import guess_device, has_gpu
-
-    if has_gpu():
-        return False
-    try:
-        return guess_device(job.config.device) == "cpu"
-    except OffloadProbeError:
-        return False
-
-
 def plan(job: Job, rank_job: Path, entry: Callable[[list[str]], int]) -> ForkPlan | None:
     """Import what a rank imports, once, and say how to fork the ranks, each to run
     ``entry`` (the worker's ``main``) on ``rank_job``; None where they
     are fresh interpreters: a GPU host or device, a kernel that hides page frame numbers
     (a rank's pages could not be made its own exactly), imports that initialised CUDA."""
-    if not usable(job):
+    if not forks_cleanly(job.config.device):
         return None
     zero = forking.zero_pfns()
     if not zero[0]:

@@ -12,10 +12,11 @@ driver's parts and those overlap:
    and the strategy's ``notes`` say so. Each parameter outside the DDP buffers (frozen
    ones, a reference model's: ``engine/model/sources.py``) is one more source of the same
    pipeline, with its own exact mapping;
-2. the mapping is cut into chunks (``CHUNK_MIB``, 64 MiB); a pool of threads sized to
-   the CPUs this process may use (its affinity mask over the ranks on the node, less the
-   thread issuing copies and the registering one) first-touches them
-   (``MADV_POPULATE_WRITE``, or ``memset`` where the kernel lacks it);
+2. the mapping is cut into chunks (``CHUNK_MIB``, 64 MiB; the first source's ramp up from
+   ``FIRST_CHUNK_MIB``, 4 MiB, so the first copy starts early); a pool of threads sized
+   to the CPUs this process may use (its affinity mask over the ranks on the node, less
+   two for the node, the thread issuing copies and the registering one) first-touches
+   them (``memset``; ``MADV_POPULATE_WRITE`` on request);
 3. one thread (``registrars`` threads, each taking the next chunk) registers each touched
    chunk with ``cudaHostRegister`` (through ctypes, so the GIL is released while the
    driver pins);
@@ -38,8 +39,9 @@ nothing is page-locked (``registered_bytes`` stays 0), and copies are host copie
 
 Settings (``engine/hugepin_settings.py``; ``--strategy-option key=value``, for sweeps):
 ``threads``, ``registrars``, ``touch_first`` (``1``: every chunk touched before the first
-registration), ``chunk_mib``, ``huge_pages`` (``0`` for 4 KiB pages), ``touch`` (auto,
-populate, memset) and ``stages`` (a path: every offload's and load's stage timings are
+registration), ``chunk_mib``, ``first_chunk_mib`` (the first source's chunks ramp up from
+it; ``0``: no ramp), ``huge_pages`` (``0`` for 4 KiB pages), ``touch`` (memset, populate,
+auto) and ``stages`` (a path: every offload's and load's stage timings are
 written there as JSON at ``close()``).
 
 The descriptors (``engine/strategies/hugepin.py``, ``relock.py``) name this module and
@@ -61,12 +63,13 @@ import torch
 
 from offloadprobe.core.errors import OffloadProbeError
 from offloadprobe.engine import hostmem
-from offloadprobe.engine.hugepin_settings import CHUNK_MIB, OPTIONS, Settings
+from offloadprobe.engine.hugepin_settings import CHUNK_MIB, FIRST_CHUNK_MIB, OPTIONS, Settings
 from offloadprobe.engine.model.sources import Source, to_load_sources, to_offload_sources
 from offloadprobe.engine.runtime import Runtime
 
 __all__ = [  # Settings and its constants live in hugepin_settings (torch-free)
     "CHUNK_MIB",
+    "FIRST_CHUNK_MIB",
     "OPTIONS",
     "HugePinStrategy",
     "Settings",
@@ -240,7 +243,8 @@ class HugePinStrategy:
         mapping = hostmem.map_exact(size, huge=self.settings.huge_pages)
         if mapping.refused is not None:
             self._note(f"hugepin: 4 KiB pages, {mapping.refused}")
-        chunks = hostmem.plan_chunks(size, self.settings.chunk_bytes)
+        first = None if self.copies else self.settings.first_chunk_bytes  # the first source
+        chunks = hostmem.plan_chunks(size, self.settings.chunk_bytes, first)
         copy = HostCopy(
             mapping=mapping,
             host=_frombuffer(mapping.address, size),

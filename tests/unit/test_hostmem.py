@@ -1,6 +1,7 @@
 """``engine/hostmem``: exact mappings, huge-page advice and its refusal, touch, release."""
 
 import errno
+import itertools
 
 import pytest
 
@@ -17,9 +18,20 @@ def test_chunks_tile_the_range_at_multiples_of_the_chunk_size():
         hostmem.plan_chunks(MIB, 4097)
 
 
-def test_worker_threads_leave_the_copy_and_register_threads_their_cores():
-    assert hostmem.worker_threads(16) == 14
-    assert hostmem.worker_threads(16, local_ranks=2) == 6
+def test_chunks_ramp_up_from_the_first_size_and_still_tile_the_range():
+    chunks = hostmem.plan_chunks(40 * MIB + 5, 16 * MIB, 2 * MIB)
+    assert [n for _, n in chunks] == [2 * MIB, 4 * MIB, 8 * MIB, 16 * MIB, 10 * MIB + 5]
+    assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(chunks))
+    assert chunks[0][0] == 0 and sum(n for _, n in chunks) == 40 * MIB + 5
+    assert hostmem.plan_chunks(MIB, 16 * MIB, 2 * MIB) == ((0, MIB),)
+    assert hostmem.plan_chunks(8 * MIB, 4 * MIB, 4 * MIB) == hostmem.plan_chunks(8 * MIB, 4 * MIB)
+    with pytest.raises(ValueError):
+        hostmem.plan_chunks(MIB, 4 * MIB, 4097)
+
+
+def test_worker_threads_leave_the_node_two_cpus_and_the_copy_and_register_threads_theirs():
+    assert hostmem.worker_threads(16) == 12
+    assert hostmem.worker_threads(16, local_ranks=2) == 5
     assert hostmem.worker_threads(16, local_ranks=8) == 1
     assert hostmem.worker_threads(2) == 1
     assert hostmem.worker_threads(hostmem.available_cpus()) >= 1

@@ -174,14 +174,17 @@ def test_a_refused_huge_page_advice_is_said_in_the_notes(monkeypatch):
 
 def test_settings_follow_the_cpus_and_the_strategy_options(monkeypatch):
     monkeypatch.setattr(hostmem, "available_cpus", lambda: 16)
-    assert Settings.from_options({}, local_ranks=1).threads == 14
-    assert Settings.from_options({}, local_ranks=2).threads == 6
+    assert Settings.from_options({}, local_ranks=1).threads == 12
+    assert Settings.from_options({}, local_ranks=2).threads == 5
     options = {"threads": "3", "chunk_mib": "3", "huge_pages": "0", "touch": "memset"}
     s = Settings.from_options(options | {"registrars": "2", "touch_first": "1"}, local_ranks=1)
     assert (s.threads, s.registrars, s.huge_pages, s.touch) == (3, 2, False, "memset")
     assert s.touch_first
     default = Settings.from_options({}, local_ranks=1)
-    assert default.registrars == 1 and not default.touch_first
+    assert default.registrars == 1 and not default.touch_first and default.touch == "memset"
+    assert default.first_chunk_bytes == hugepin.FIRST_CHUNK_MIB * MIB
+    assert Settings.from_options({"first_chunk_mib": "0"}).first_chunk_bytes is None
+    assert Settings.from_options({"first_chunk_mib": "64"}).first_chunk_bytes is None
     assert s.chunk_bytes % hostmem.huge_page_size() == 0 and s.chunk_bytes >= 3 * MIB
     assert Settings.from_options({}, local_ranks=1).chunk_bytes == hugepin.CHUNK_MIB * MIB
     with pytest.raises(Exception, match="touch"):

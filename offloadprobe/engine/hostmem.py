@@ -206,8 +206,8 @@ def plan_chunks(
     the last one is short. Without ``first_bytes`` every chunk starts at a multiple of
     ``chunk_bytes``; with it the sizes ramp up, ``first_bytes`` doubling to
     ``chunk_bytes`` (a pipeline's first copy waits for one small chunk, not a whole one:
-    on the H200 the bare pipeline's wait fell from 28 to 4 ms, its first offload rose
-    from 22.3 to 28.2 GB/s; ``benchmarks/results/h200-2026-12-03-first-offload-*.json``)."""
+    on the H200 the bare pipeline's wait before its first copy fell from 17-37 ms to
+    2-4 ms; ``benchmarks/results/h200-2026-12-03-first-offload-limits.json``)."""
     for size in (chunk_bytes, first_bytes or chunk_bytes):
         if size <= 0 or size % PAGE:
             raise ValueError(f"chunk size {size} is not a positive multiple of {PAGE}")
@@ -230,9 +230,10 @@ def worker_threads(cpus: int, local_ranks: int = 1, reserved: int = 2, spare: in
     """Touch threads for one process: its share of the CPUs (``local_ranks`` processes
     share them, after ``spare`` CPUs left to the node: the kernel's and the driver's own
     work, the measuring parent) less ``reserved`` (its thread issuing copies and its
-    registering one). The registering thread bounds the pipeline, so it must never wait
-    for a CPU: on the H200's 16 CPUs the bare pipeline's first offload read 22.3 GB/s on
-    12 touch threads against 21.2 on 14 and 19.1 on 8."""
+    registering one). On the H200's 16 CPUs the bare pipeline read the same on 12 and on
+    14 touch threads (medians 22.6 and 22.9 GB/s over three runs each) and less on 8
+    (22.0); 12 keeps the registering thread, which bounds the pipeline, off a full machine
+    (``benchmarks/results/h200-2026-12-03-first-offload-limits.json``)."""
     return max(1, (cpus - spare) // max(1, local_ranks) - reserved)
 
 

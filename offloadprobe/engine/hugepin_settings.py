@@ -24,13 +24,14 @@ CHUNK_MIB = 64
 """Measured best on the H200 (12 threads: 26.2 GB/s at 64 MiB, 25.1 at 32, 19.8 at 256)."""
 FIRST_CHUNK_MIB = 4
 """The first source's chunks ramp up from this size, doubling to ``CHUNK_MIB``: the first
-copy waits for one 4 MiB chunk, not 64 MiB (bare pipeline on the H200: 4 ms against
-28 ms before the first copy, 28.2 GB/s against 22.3)."""
+copy waits for one 4 MiB chunk, not 64 MiB (bare pipeline on the H200: 2-4 ms against
+17-37 ms before the first copy; first offload median 26.1 GB/s over six runs against
+24.9; ``benchmarks/results/h200-2026-12-03-first-offload-limits.json``)."""
 TOUCH = "memset"
-"""First touch by writing: in the bare pipeline on the H200 ``memset`` read 22.3 GB/s
-against ``MADV_POPULATE_WRITE``'s 20.9, and ``hugepin`` 23.8 and 24.6 GB/s against 19.3
-and 23.7 (``populate`` holds the mmap lock for each chunk's whole fault-in, while the
-registering thread's ``cudaHostRegister`` needs it too)."""
+"""First touch by writing: in the bare pipeline on the H200 ``memset`` read 22.3, 22.6
+and 26.3 GB/s against ``MADV_POPULATE_WRITE``'s 20.0, 20.9 and 23.1 (``populate`` holds
+the mmap lock for each chunk's whole fault-in, which the registering thread's
+``cudaHostRegister`` needs too: the likely cause, not measured apart)."""
 REGISTRARS = 1
 """One registering thread: on the H200 more are slower in total (the driver serialises
 ``cudaHostRegister``: 55 GB/s on one thread, 33 on two, 44 on four;

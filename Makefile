@@ -23,7 +23,7 @@ $(BIN)/offloadprobe: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@{ $(BIN)/python -m pip install --upgrade pip \
 	  && $(BIN)/python -m pip install "$(TORCH_SPEC)" \
-	  && $(BIN)/python -m pip install -e ".[dev]" \
+	  && $(BIN)/python -m pip install -e ".[megatron,dev]" \
 	  && $(BIN)/python -m compileall -q offloadprobe tests benchmarks examples \
 	  && { PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest --collect-only -q -n 0 \
 	     -p no:cacheprovider || echo "make: test collection failed (make test shows why)"; }; } \

@@ -6,7 +6,16 @@ not measure (a column that reads it on every row is dropped, see report/tables.p
 
 from __future__ import annotations
 
-from offloadprobe.attach.records import Call, JobRecord, NodeSummary, PhaseSummary, RankSummary
+from offloadprobe.attach.records import (
+    MODULE_NEVER_IMPORTED,
+    NOT_WRAPPED,
+    Call,
+    JobRecord,
+    NodeSummary,
+    PhaseGrowth,
+    PhaseSummary,
+    RankSummary,
+)
 from offloadprobe.core.units import format_bytes
 from offloadprobe.report.tables import NOT_MEASURED, Column, Left
 
@@ -87,6 +96,32 @@ RANK_COLUMNS: list[Column[RankSummary]] = [
     Column("GPU left", lambda r: size(r.gpu_left_max_bytes)),
 ]
 
+NO_SPAN = "-"
+"""A growth over one call: there is no first-to-last to take."""
+
+
+def _growth(g: PhaseGrowth, value: int | None) -> str:
+    return NO_SPAN if g.calls < 2 else size(value)
+
+
+GROWTH_COLUMNS: list[Column[PhaseGrowth]] = [
+    Left("phase", lambda g: g.phase),
+    Column("rank", lambda g: rank_name(g.rank)),
+    Left("pid", lambda g: ",".join(str(p) for p in g.pids)),
+    Column("calls", lambda g: str(g.calls)),
+    Column("host growth", lambda g: _growth(g, g.host_growth_bytes)),
+    Column("pinned growth", lambda g: _growth(g, g.pinned_growth_bytes)),
+]
+"""Per phase and rank: RSS and pinned bytes after the last call less after the first."""
+
+GROWTH_CAPTION = "growth: after the phase's last call less after its first, per rank"
+
+
+def has_growth(record: JobRecord) -> bool:
+    """Whether any phase was called more than once in a rank (a span to show)."""
+    return any(g.calls > 1 for g in record.growth)
+
+
 NODE_COLUMNS: list[Column[NodeSummary]] = [
     Left("node", lambda n: n.host),
     Column("processes", lambda n: str(n.processes)),
@@ -124,10 +159,7 @@ def headline(record: JobRecord, width: int = 80) -> list[str]:
 def status_lines(record: JobRecord) -> list[str]:
     """Everything after the tables, one finding a line: phases not called, processes not
     instrumented, breaches, budgets not applied, notes, and the verdict."""
-    lines = []
-    for p in record.phases:
-        if p.calls == 0:
-            lines.append(f"{p.status}: {p.name} ({p.target})")
+    lines = [phase_line(p) for p in record.phases if p.calls == 0]
     for u in record.uninstrumented:
         lines.append(
             f"not instrumented: pid {u.pid} (parent {u.ppid}, seen in {u.seen_by}): {u.command}"
@@ -140,11 +172,32 @@ def status_lines(record: JobRecord) -> list[str]:
     return lines
 
 
+def phase_line(p: PhaseSummary) -> str:
+    """One named phase that was not called, and why, naming its module and function."""
+    module, _, function = p.target.partition(":")
+    if p.status.startswith(NOT_WRAPPED):
+        return f"not wrapped: {p.name} ({p.target}): {p.status.removeprefix(NOT_WRAPPED)}"
+    if p.status == MODULE_NEVER_IMPORTED:
+        return (
+            f"{p.status}: {p.name} ({p.target}): no process of the job imported {module}, "
+            f"where {function} was to be wrapped (check the module's name)"
+        )
+    return f"{p.status}: {p.name} ({p.target})"
+
+
 def verdict_line(record: JobRecord) -> str:
     if record.exit_code != 0:
         return f"verdict: job failed: {job_status(record)}"
     if record.breaches:
         return f"verdict: over budget ({len(record.breaches)} breach(es))"
+    if record.unmeasured:
+        names = ", ".join(p.name for p in record.unmeasured)
+        return f"verdict: not measured: phase(s) {names} (see above)"
+    if record.nothing_named:
+        return (
+            "verdict: nothing measured: name a function with --phase or --preset, or mark "
+            "the job's code with offloadprobe.phase"
+        )
     if record.require_calls and record.never_called:
         names = ", ".join(p.name for p in record.never_called)
         return f"verdict: phase(s) never called with --require-calls: {names}"

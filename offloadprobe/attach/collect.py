@@ -15,9 +15,14 @@ from typing import Any
 
 from offloadprobe.attach import protocol
 from offloadprobe.attach.records import (
+    CALLED,
+    MODULE_NEVER_IMPORTED,
+    NEVER_CALLED,
+    NOT_WRAPPED,
     Call,
     JobRecord,
     NodeSummary,
+    PhaseGrowth,
     PhaseSummary,
     Process,
     RankSummary,
@@ -141,24 +146,66 @@ def _phases(specs: Sequence[PhaseSpec], streams: _Stream) -> list[PhaseSummary]:
     for spec in specs:
         calls = by_phase.pop(spec.name, [])
         if calls:
-            status = "called"
+            status = CALLED
         elif spec.name in streams.wrapped:
-            status = "never called"
+            status = NEVER_CALLED
         elif spec.name in streams.skipped:
-            status = f"not wrapped: {streams.skipped[spec.name]}"
+            status = NOT_WRAPPED + streams.skipped[spec.name]
         else:
-            status = "module never imported"
+            status = MODULE_NEVER_IMPORTED
         out.append(summarise_phase(spec.name, spec.target, spec.preset, calls, status))
     for name, calls in by_phase.items():  # offloadprobe.phase() blocks
-        out.append(summarise_phase(name, calls[0].target, None, calls, "called"))
+        out.append(summarise_phase(name, calls[0].target, None, calls, CALLED))
     return out
 
 
-def summarise_ranks(calls: Sequence[Call]) -> list[RankSummary]:
+def _by_rank(calls: Iterable[Call]) -> dict[tuple[str, int, int], list[Call]]:
+    """Calls grouped by host and rank, or by host and pid where a call has no rank; in
+    the order given within each group."""
     groups: dict[tuple[str, int, int], list[Call]] = {}
     for call in calls:
         key = (call.host, 0, call.rank) if call.rank is not None else (call.host, 1, call.pid)
         groups.setdefault(key, []).append(call)
+    return groups
+
+
+def _span(first: int | None, last: int | None) -> int | None:
+    return None if first is None or last is None else last - first
+
+
+def summarise_growth(calls: Sequence[Call]) -> list[PhaseGrowth]:
+    """Per phase (in order of first call) and rank: the figures after the last call less
+    after the first, calls taken in the order they started."""
+    phases: dict[str, list[Call]] = {}
+    for call in sorted(calls, key=lambda c: (c.start_time, c.pid)):
+        phases.setdefault(call.phase, []).append(call)
+    out = []
+    for phase, mine in phases.items():
+        for (host, _, _), group in sorted(_by_rank(mine).items()):
+            first, last = group[0], group[-1]
+            several = len(group) > 1
+            out.append(
+                PhaseGrowth(
+                    phase=phase,
+                    rank=first.rank,
+                    host=host,
+                    pids=tuple(sorted({c.pid for c in group})),
+                    calls=len(group),
+                    host_growth_bytes=(
+                        last.host_after_bytes - first.host_after_bytes if several else None
+                    ),
+                    pinned_growth_bytes=(
+                        _span(first.pinned_after_bytes, last.pinned_after_bytes)
+                        if several
+                        else None
+                    ),
+                )
+            )
+    return out
+
+
+def summarise_ranks(calls: Sequence[Call]) -> list[RankSummary]:
+    groups = _by_rank(calls)
     return [
         RankSummary(
             rank=group[0].rank,
@@ -263,6 +310,7 @@ def collect(
         nodes=tuple(summarise_nodes(streams.processes, calls, memory)),
         processes=tuple(streams.processes),
         uninstrumented=tuple(uninstrumented),
+        growth=tuple(summarise_growth(calls)),
         notes=tuple(all_notes),
         require_calls=require_calls,
     )

@@ -125,15 +125,16 @@ class Hook:
     def _wrap(self, module: types.ModuleType, spec: dict[str, Any]) -> Any:
         parts = spec["qualname"].split(".")
         owner: Any = module
-        try:
-            for part in parts[:-1]:
-                owner = getattr(owner, part)
-        except AttributeError:
-            return self._skip(spec, f"{module.__name__} has no {'.'.join(parts[:-1])}")
+        for depth, part in enumerate(parts[:-1]):
+            if not hasattr(owner, part):
+                where = ".".join([module.__name__, *parts[:depth]])
+                return self._skip(spec, f"{where} has no {part}{_nearest(part, owner)}")
+            owner = getattr(owner, part)
         name = parts[-1]
         raw, rewrap = _member(owner, name)
         if raw is None:
-            return self._skip(spec, f"{spec['qualname']} is not found in {module.__name__}")
+            where = ".".join([module.__name__, *parts[:-1]])
+            return self._skip(spec, f"{where} has no {name}{_nearest(name, owner)}")
         fn = getattr(raw, "__func__", raw) if rewrap is not None else raw
         if isinstance(fn, type) or not callable(fn):
             return self._skip(spec, f"{spec['qualname']} is not a function or method")
@@ -194,6 +195,19 @@ class Hook:
     def still_pending(self) -> list[dict[str, Any]]:
         """Targets whose module this process never imported."""
         return [spec for specs in self.pending.values() for spec in specs]
+
+
+def _nearest(name: str, owner: Any) -> str:
+    """``; did you mean X?`` for the names of ``owner`` closest to a misspelt ``name``
+    (or nothing); only where a target is missing, so difflib is imported then alone."""
+    import difflib
+
+    try:
+        names = [n for n in dir(owner) if not n.startswith("__")]
+    except Exception:
+        return ""
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def _initializing(module: types.ModuleType) -> bool:

@@ -132,6 +132,11 @@ class Uninstrumented:
     """``process tree`` (the parent's polling of its children) and/or ``cgroup``."""
 
 
+CALLED, NEVER_CALLED, MODULE_NEVER_IMPORTED = "called", "never called", "module never imported"
+NOT_WRAPPED = "not wrapped: "
+"""A phase's status: one of the three, or ``not wrapped: <reason>``."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PhaseSummary:
     """Every call of one phase name, across the job."""
@@ -154,6 +159,11 @@ class PhaseSummary:
     """The job cgroup's high-water mark at the last of these calls' exits."""
     seconds_total: float = 0.0
 
+    @property
+    def unmeasured(self) -> bool:
+        """Whether this phase could not be measured at all (see ``status``)."""
+        return self.status == MODULE_NEVER_IMPORTED or self.status.startswith(NOT_WRAPPED)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RankSummary:
@@ -167,6 +177,23 @@ class RankSummary:
     host_after_max_bytes: int | None
     pinned_after_max_bytes: int | None
     gpu_left_max_bytes: int | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseGrowth:
+    """One phase's calls in one rank (or one process without a rank), first to last: what
+    a job that creeps each cycle shows, where no single call grows much."""
+
+    phase: str
+    rank: int | None
+    host: str
+    pids: tuple[int, ...]
+    calls: int
+    host_growth_bytes: int | None
+    """RSS after the last call less RSS after the first; None for a single call."""
+    pinned_growth_bytes: int | None
+    """Pinned bytes (``pinned_after_bytes``) after the last call less after the first;
+    None for a single call, or where pinned bytes were not measured at both."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -212,6 +239,8 @@ class JobRecord:
     nodes: tuple[NodeSummary, ...]
     processes: tuple[Process, ...]
     uninstrumented: tuple[Uninstrumented, ...]
+    growth: tuple[PhaseGrowth, ...] = ()
+    """Per phase and rank, first call to last."""
     notes: tuple[str, ...] = ()
     breaches: tuple[Breach, ...] = ()
     unjudged: tuple[str, ...] = ()
@@ -221,6 +250,18 @@ class JobRecord:
     @property
     def never_called(self) -> tuple[PhaseSummary, ...]:
         return tuple(p for p in self.phases if p.calls == 0)
+
+    @property
+    def unmeasured(self) -> tuple[PhaseSummary, ...]:
+        """Named phases nothing could be measured of: the function was not found or not
+        wrapped, or its module was never imported (a misspelt name, most often)."""
+        return tuple(p for p in self.phases if p.unmeasured)
+
+    @property
+    def nothing_named(self) -> bool:
+        """No phase named (no --phase, no --preset) and no ``offloadprobe.phase`` block
+        recorded: nothing was looked for, so nothing can be called ok."""
+        return not self.phases
 
     @property
     def job_ok(self) -> bool:

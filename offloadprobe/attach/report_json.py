@@ -1,14 +1,16 @@
-"""attach's JSON document (``--json F``). Stable keys:
+"""attach's JSON document (``--json F``), and the record read back from it (``show``).
 
-``job_exit_code`` (the job's status: its code, 128+N for signal N), ``job_signal``,
-``exit_code`` (attach's), ``command``, ``seconds``, ``calls`` (each: ``phase``, ``target``,
-``pid``, ``rank``, ``local_rank``, ``node_rank``, ``host``, ``index``, ``depth``,
-``parent``, ``seconds``, ``raised``, ``error``, ``host_before_bytes``,
-``host_after_bytes``, ``host_peak_bytes`` (the call's peak RSS less its starting RSS),
-``host_peak_method``, ``host_growth_bytes``, the ``pinned_*`` and ``gpu_*`` fields,
-``device_moved_bytes``, ``node_*``), ``phases``, ``ranks``, ``nodes``, ``processes``,
-``not_instrumented``, ``never_called``, ``breaches``, ``not_judged``, ``notes``.
-Bytes are integers; null is "not measured".
+Stable keys: ``kind`` (``attach``), ``schema``, ``job_exit_code`` (the job's status: its
+code, 128+N for signal N), ``job_signal``, ``exit_code`` (attach's), ``command``,
+``seconds``, ``require_calls``, ``calls`` (each: ``phase``, ``target``, ``pid``, ``rank``,
+``local_rank``, ``node_rank``, ``host``, ``index``, ``depth``, ``parent``, ``seconds``,
+``raised``, ``error``, ``host_before_bytes``, ``host_after_bytes``, ``host_peak_bytes``
+(the call's peak RSS less its starting RSS), ``host_peak_method``, ``host_growth_bytes``,
+the ``pinned_*`` and ``gpu_*`` fields, ``device_moved_bytes``, ``node_*``), ``phases``,
+``growth`` (per phase and rank: ``host_growth_bytes`` and ``pinned_growth_bytes``, after
+the last call less after the first), ``ranks``, ``nodes``, ``processes``,
+``not_instrumented``, ``never_called``, ``not_measured``, ``breaches``, ``not_judged``,
+``notes``. Bytes are integers; null is "not measured".
 """
 
 from __future__ import annotations
@@ -16,11 +18,26 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from offloadprobe.attach.records import Call, JobRecord
+from offloadprobe.attach.collect import summarise_growth
+from offloadprobe.attach.records import (
+    Breach,
+    Call,
+    JobRecord,
+    NodeSummary,
+    PhaseGrowth,
+    PhaseSummary,
+    Process,
+    RankSummary,
+    Uninstrumented,
+)
 from offloadprobe.attach.run import exit_status
 from offloadprobe.attach.verdict import exit_code
+from offloadprobe.core.serial import rebuild
 
+KIND = "attach"
 SCHEMA = 1
+SCHEMA_KEYS = ("schema", "schema_version")
+"""Where a document says its schema: ``schema`` as written here, ``schema_version`` too."""
 
 
 def _plain(obj: Any) -> Any:
@@ -36,21 +53,60 @@ def _plain(obj: Any) -> Any:
 def attach_json(record: JobRecord) -> dict[str, Any]:
     """The document, from the record only."""
     return {
+        "kind": KIND,
         "schema": SCHEMA,
         "job_exit_code": exit_status(record.exit_code),
         "job_signal": -record.exit_code if record.exit_code < 0 else None,
         "exit_code": exit_code(record),
         "command": list(record.command),
         "seconds": record.seconds,
+        "require_calls": record.require_calls,
         "calls": [c.to_json() for c in record.calls],
         "phases": [_plain(p) for p in record.phases],
+        "growth": [_plain(g) for g in record.growth],
         "ranks": [_plain(r) for r in record.ranks],
         "nodes": [_plain(n) for n in record.nodes],
         "processes": [_plain(p) for p in record.processes],
         "not_instrumented": [_plain(u) for u in record.uninstrumented],
         "never_called": [p.name for p in record.never_called],
+        "not_measured": [p.name for p in record.unmeasured],
         "breaches": [_plain(b) for b in record.breaches],
         "not_judged": list(record.unjudged),
         "notes": list(record.notes),
         "records_dir": record.out_dir,
     }
+
+
+def is_attach_json(doc: dict[str, Any]) -> bool:
+    """Whether ``doc`` is attach's document (older ones have no ``kind``: by their keys)."""
+    if doc.get("kind") == KIND:
+        return True
+    return any(k in doc for k in SCHEMA_KEYS) and {"job_exit_code", "calls", "phases"} <= set(doc)
+
+
+def record_from_json(doc: dict[str, Any]) -> JobRecord:
+    """The record ``attach_json`` was made from (what the report is rendered from)."""
+    signal = doc.get("job_signal")
+
+    def each(cls: type, key: str) -> tuple[Any, ...]:
+        return tuple(rebuild(cls, item) for item in doc.get(key) or ())
+
+    calls = each(Call, "calls")
+    growth = each(PhaseGrowth, "growth") if "growth" in doc else tuple(summarise_growth(calls))
+    return JobRecord(
+        command=tuple(doc["command"]),
+        exit_code=-int(signal) if signal else int(doc["job_exit_code"]),
+        seconds=float(doc["seconds"]),
+        out_dir=doc.get("records_dir"),
+        calls=calls,
+        phases=each(PhaseSummary, "phases"),
+        ranks=each(RankSummary, "ranks"),
+        nodes=each(NodeSummary, "nodes"),
+        processes=each(Process, "processes"),
+        uninstrumented=each(Uninstrumented, "not_instrumented"),
+        growth=growth,
+        notes=tuple(doc.get("notes") or ()),
+        breaches=each(Breach, "breaches"),
+        unjudged=tuple(doc.get("not_judged") or ()),
+        require_calls=bool(doc.get("require_calls", False)),
+    )

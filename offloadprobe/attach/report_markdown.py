@@ -37,6 +37,9 @@ def attach_markdown(record: JobRecord) -> str:
         out += ["**phases**", "", *_table(cells.PHASE_COLUMNS, called)]
         if cells.has_device(record):
             out += ["**phases, device**", "", *_table(cells.DEVICE_COLUMNS, called)]
+    if cells.has_growth(record):
+        out += ["**growth, first call to last**", "", *_table(cells.GROWTH_COLUMNS, record.growth)]
+        out += [cells.GROWTH_CAPTION, ""]
     if record.calls:
         out += ["**calls**", "", *_table(cells.CALL_COLUMNS, record.calls)]
     if len(record.ranks) > 1:

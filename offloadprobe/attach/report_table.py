@@ -1,6 +1,7 @@
 """attach's report for the terminal (stderr after the job): 80 columns, colourless.
 
-Phases (host side; device side where measured), then every call (up to
+Phases (host side; device side where measured), growth per phase and rank from first
+call to last (where a phase was called more than once), then every call (up to
 ``MAX_CALL_ROWS``), ranks, nodes, and one line per finding (never called, not
 instrumented, over budget, notes) with the verdict last.
 """
@@ -24,6 +25,15 @@ def render_attach(record: JobRecord, console: Console) -> None:
         console.print(column_table(cells.PHASE_COLUMNS, called, title="phases"))
         if cells.has_device(record):
             console.print(column_table(cells.DEVICE_COLUMNS, called, title="phases, device"))
+    if cells.has_growth(record):
+        console.print(
+            column_table(
+                cells.GROWTH_COLUMNS,
+                record.growth,
+                title="growth, first call to last",
+                caption=cells.GROWTH_CAPTION,
+            )
+        )
     if record.calls and len(record.calls) <= cells.MAX_CALL_ROWS:
         console.print(
             column_table(

@@ -9,8 +9,11 @@
   cgroup, the process tree's sampled RSS, as the report says).
 
 Exit code: the job's own status when it failed (its code, or 128+N for signal N: never
-0); else 1 for a breach or, with ``--require-calls``, a named phase never called; else 0.
-Bad input is 2, raised as ``UsageError`` before the job starts.
+0); else 1 for a breach, for a named phase that could not be measured at all (its
+function not found in its module, or not wrapped; its module never imported by any
+process of the job), for a job with nothing to measure (no phase named, no
+``offloadprobe.phase`` block recorded) or, with ``--require-calls``, for a named phase
+never called; else 0. Bad input is 2, raised as ``UsageError`` before the job starts.
 """
 
 from __future__ import annotations
@@ -157,7 +160,7 @@ def exit_code(record: JobRecord) -> int:
     """See the module's text."""
     if record.exit_code != 0:
         return exit_status(record.exit_code)
-    if record.breaches:
+    if record.breaches or record.unmeasured or record.nothing_named:
         return 1
     if record.require_calls and record.never_called:
         return 1

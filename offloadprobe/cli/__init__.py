@@ -141,6 +141,13 @@ def main(argv: list[str] | None = None) -> None:
         _interrupted(exc.signum)
     except OffloadProbeError as exc:
         fail(str(exc), exc.exit_code)
+    except ModuleNotFoundError as exc:  # torch or megatron-core, on a path not guarded
+        from offloadprobe.core.extras import from_import_error
+
+        lacking = from_import_error(exc, " ".join(["offloadprobe", *args[:1]]))
+        if lacking is None:
+            raise
+        fail(str(lacking), lacking.exit_code)
     except Exception as exc:
         kind = type(exc).__name__
         if kind == "Exit":

@@ -39,6 +39,9 @@ def alloc_conf_command(
     ] = True,
 ) -> None:
     """List the pinned-allocator settings (PYTORCH_ALLOC_CONF) the installed torch accepts."""
+    from offloadprobe.core import extras
+
+    extras.require("offloadprobe alloc-conf", (extras.TORCH,))
     import torch
 
     from offloadprobe.core.alloc_conf import cuda_build, pinned_settings

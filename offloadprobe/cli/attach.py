@@ -15,11 +15,13 @@ from offloadprobe.cli import app
 from offloadprobe.cli.progress import PROGRESS_FLAGS, quiet_verb_help
 
 HELP = """Run COMMAND (a script, python -m ..., torchrun ...) unchanged and measure every call
-of the named functions in every Python process of its tree: host peak over the call's
-start, RSS before and after, pinned and GPU bytes, duration, rank. The job's output,
-exit code and signals pass through; the report goes to stderr after it ends.
-Exit: 0 ok; 1 over budget, or a --require-calls phase never called; the job's own
-status when it failed; 2 bad input (before the job starts)."""
+of the named functions (--phase, --preset) and every offloadprobe.phase block of the
+job's own code, in every Python process of its tree: host peak over the call's start,
+RSS before and after, pinned and GPU bytes, duration, rank. The job's output, exit code
+and signals pass through; the report goes to stderr after it ends.
+Exit: 0 ok; 1 over budget, a named function not found or its module never imported,
+nothing measured at all, or a --require-calls phase never called; the job's own status
+when it failed; 2 bad input (before the job starts)."""
 
 
 @app.command(

@@ -23,7 +23,7 @@ from offloadprobe.cli.strategies import (
 )
 from offloadprobe.cli.timeline import TimelineOutputs, compare_rows, output_parameters
 from offloadprobe.compare.comparison import Candidate
-from offloadprobe.core import environment, option_budgets
+from offloadprobe.core import environment, extras, option_budgets
 from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
@@ -125,6 +125,7 @@ def compare_command(values: dict[str, Any]) -> None:
     from offloadprobe.compare.comparison import candidates, compare
     from offloadprobe.core.alloc_conf import validate_alloc_conf
 
+    extras.require("offloadprobe compare")  # before anything else: the workers import both
     json_path, markdown = values.pop("json_path"), values.pop("markdown")
     outputs = TimelineOutputs(trace=values.pop("trace"), plot=values.pop("plot"))
     check_writable(json_path, "--json")

@@ -117,6 +117,10 @@ def plan_command(values: dict[str, Any]) -> None:
             "--strategy runs a strategy on the probe model: add --probe (a scenario's "
             "strategies are its [expect] keys)"
         )
+    if specs:
+        from offloadprobe.core import extras
+
+        extras.require("offloadprobe plan --probe --strategy")  # it runs the strategy
     mismatches: list[str] = []
     judged: list[Any] = []
     if scenario is not None:

@@ -72,8 +72,10 @@ def repro_command(
 ) -> None:
     """Run each strategy the scenario names at the [repro] scale, in a fresh process each,
     under the scenario's limit scaled by the same factor, and compare with what it expects."""
+    from offloadprobe.core import extras
     from offloadprobe.repro.reproduce import reproduce
 
+    extras.require("offloadprobe repro")  # before anything else: the children import both
     check_writable(json_path, "--json")
     s = load_scenario(resolve(scenario))
     status = Console(file=sys.stderr)

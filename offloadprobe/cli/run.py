@@ -29,7 +29,7 @@ from offloadprobe.cli.strategies import (
     split_label,
 )
 from offloadprobe.cli.timeline import TimelineOutputs, output_parameters
-from offloadprobe.core import option_budgets
+from offloadprobe.core import extras, option_budgets
 from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
@@ -78,7 +78,7 @@ EXTRA = [
 @with_options(opts.RUN, EXTRA)
 def run_command(values: dict[str, Any]) -> None:
     """Run offload/load cycles of one strategy and print what each phase cost."""
-
+    extras.require("offloadprobe run")  # before anything else: the workers import both
     json_path, trace, plot = values.pop("json_path"), values.pop("trace"), values.pop("plot")
     show = values.pop("progress")
     check_writable(json_path, "--json")

@@ -21,7 +21,8 @@ def _formats() -> str:
 @app.command("show")
 def show_command(
     result: Annotated[
-        Path, typer.Argument(help="A file a verb's --json wrote (run, compare, plan, repro).")
+        Path,
+        typer.Argument(help="A file a verb's --json wrote (run, compare, plan, repro, attach)."),
     ],
     format: Annotated[
         str, typer.Option("--format", "-f", help=f"How to render it: {_formats()}.")
@@ -44,7 +45,7 @@ def show_command(
         ),
     ] = None,
 ) -> None:
-    """Render a saved run, comparison, plan or repro (no torch, nothing runs)."""
+    """Render a saved run, comparison, plan, repro or attach (no torch, nothing runs)."""
     from offloadprobe.report.documents import load
     from offloadprobe.report.reporters import REPORTERS, render
 

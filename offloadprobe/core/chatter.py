@@ -15,18 +15,48 @@ megatron-core's deprecation banners (``GPTModel IS DEPRECATED``, logged by
 ``megatron.core`` loggers) and optional-backend warnings (Transformer Engine, Apex,
 ``warnings.warn`` in their modules). Our own notes say what was emulated or missing."""
 
+TORCH_LOG_CHATTER = {"torch.utils.cpp_extension": ("No CUDA runtime is found",)}
+"""torch's own import-time log lines that offloadprobe's imports cause in its processes
+(logger -> message starts): a CUDA build of torch on a host without a driver logs "No CUDA
+runtime is found, using CUDA_HOME=..." when megatron-core's ``nccl_allocator`` imports
+``torch.utils.cpp_extension``. Dropped by a filter on that logger: its other records stay."""
+
+TORCH_WARNING_CHATTER = (r"CUDA initialization: ", r"Failed to initialize NumPy: ")
+"""torch's warnings (message starts) when our device checks (``torch.cuda.is_available``)
+find a CUDA build without a driver (the report says which device ran, CPU emulation
+too), and when our import of torch finds no numpy (``alloc-conf`` in a base install)."""
+
 OURS = str(Path(__file__).resolve().parents[1])
 """The folder of the offloadprobe package."""
 
 
+class _DropStarting:
+    """A logging filter that drops the records whose message starts with one of ``starts``."""
+
+    def __init__(self, starts: tuple[str, ...]) -> None:
+        self.starts = starts
+
+    def filter(self, record: Any) -> bool:
+        return not str(record.msg).startswith(self.starts)
+
+
 def quiet_third_party() -> None:
-    """Silence warnings raised in, and log records below ERROR from, ``THIRD_PARTY``; show
-    the other third-party warnings at the code that caused them (``attribute_warnings``)."""
+    """Silence warnings raised in, and log records below ERROR from, ``THIRD_PARTY``, and
+    torch's chatter (``TORCH_LOG_CHATTER``, ``TORCH_WARNING_CHATTER``); show the other
+    third-party warnings at the code that caused them (``attribute_warnings``). Called in
+    offloadprobe's own processes only (the CLI, workers, the zygote): never in a job that
+    ``attach`` measures, whose output is its own."""
     import logging
 
     for package in THIRD_PARTY:
         warnings.filterwarnings("ignore", module=package.replace(".", r"\.") + r"(\.|$)")
         logging.getLogger(package).setLevel(logging.ERROR)
+    for name, starts in TORCH_LOG_CHATTER.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropStarting) for f in logger.filters):
+            logger.addFilter(_DropStarting(starts))
+    for start in TORCH_WARNING_CHATTER:
+        warnings.filterwarnings("ignore", message=start, category=UserWarning)
     attribute_warnings()
 
 

@@ -41,7 +41,9 @@ def preload() -> None:
     launcher's before it forks its ranks), beside the worker module itself: its caller's
     (the zygote imports it; a launcher runs in it)."""
     from offloadprobe.core import collector
+    from offloadprobe.core.chatter import quiet_third_party
 
+    quiet_third_party()  # before megatron-core's imports (a launcher's stderr is the user's)
     collector.pause_for_imports()
     import torch  # noqa: F401
 

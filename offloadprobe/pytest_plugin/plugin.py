@@ -135,10 +135,14 @@ def _render(run: Any, judged: Any, emulated: bool) -> str:
 def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
     """Run one pair of strategies in a fresh worker; return its record and, when the row's
     verdict is not ok, why."""
+    from offloadprobe.core import extras
     from offloadprobe.core.devices import guess_device
     from offloadprobe.core.errors import UsageError
     from offloadprobe.isolation.rows import measure
 
+    lacking = extras.missing()
+    if lacking:
+        raise pytest.UsageError(extras.message(MARKER, lacking))
     budgets = check_options(options)
     try:
         config = _config(options)

@@ -1,10 +1,10 @@
 """A saved result, whatever verb wrote it: its kind, its typed record, how it was printed.
 
 Every verb's ``--json`` document carries ``kind`` (``run``, ``compare``, ``plan``,
-``probe plan``, ``repro``) and, where a flag shaped the printed output (``plan --terms``),
-``printed``. ``load`` turns such a document back into its typed record, so any reporter
-renders a saved result exactly as the verb did; older documents without ``kind`` are
-recognised by their keys.
+``probe plan``, ``repro``, ``attach``) and, where a flag shaped the printed output
+(``plan --terms``), ``printed``. ``load`` turns such a document back into its typed
+record, so any reporter renders a saved result exactly as the verb did; older documents
+without ``kind`` are recognised by their keys.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.serial import rebuild
 
-KINDS = ("run", "compare", "plan", "probe plan", "repro")
+KINDS = ("run", "compare", "plan", "probe plan", "repro", "attach")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,10 @@ def kind_of(doc: dict[str, Any]) -> str:
     kind = doc.get("kind")
     if kind in KINDS:
         return str(kind)
+    from offloadprobe.attach.report_json import is_attach_json
+
+    if is_attach_json(doc):  # before its kind key (schema or schema_version: either)
+        return "attach"
     if "baseline" in doc and "runs" in doc:
         return "compare"
     if "runs" in doc:
@@ -49,7 +53,9 @@ def kind_of(doc: dict[str, Any]) -> str:
         return "plan"
     if "strategies" in doc and "payload_bytes" in doc:
         return "probe plan"
-    raise UsageError("not an offloadprobe result: no run, compare, plan or repro record in it")
+    raise UsageError(
+        "not an offloadprobe result: no run, compare, plan, repro or attach record in it"
+    )
 
 
 def record_of(kind: str, doc: dict[str, Any]) -> Any:
@@ -70,6 +76,10 @@ def record_of(kind: str, doc: dict[str, Any]) -> Any:
         from offloadprobe.plan.probe import ProbePlan
 
         return rebuild(ProbePlan, doc)
+    if kind == "attach":
+        from offloadprobe.attach.report_json import record_from_json
+
+        return record_from_json(doc)
     from offloadprobe.repro.records import Repro
 
     return rebuild(Repro, doc)

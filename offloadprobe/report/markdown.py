@@ -111,6 +111,10 @@ def render(document: Any) -> str:
         return repro_markdown(record)
     if kind == "plan":
         return plan_markdown(record)
+    if kind == "attach":
+        from offloadprobe.attach.report_markdown import attach_markdown
+
+        return str(attach_markdown(record))
     return probe_plan_markdown(record)
 
 

@@ -162,6 +162,14 @@ def test_pre_fix_offload_peaks_at_two_buffers_over_its_start(single):
         # the fresh copy replaced the old one: no growth once the first copy exists
         assert abs(call["host_after_bytes"] - call["host_before_bytes"]) <= 0.05 * buffer
     assert offloads[0]["host_after_bytes"] - offloads[0]["host_before_bytes"] >= 0.95 * buffer
+    # first offload to last: the copy each made replaced the one before, so no buffer's
+    # worth of creep (a leaked copy a cycle would be 1x; the train step between the two
+    # calls grew the process by 0.09x once here)
+    (growth,) = (g for g in doc["growth"] if g["phase"] == "offload")
+    assert growth["calls"] == 2 and growth["pinned_growth_bytes"] is None  # CPU: no pinned
+    span = offloads[-1]["host_after_bytes"] - offloads[0]["host_after_bytes"]
+    assert growth["host_growth_bytes"] == span
+    assert abs(span) <= 0.5 * buffer, span
 
 
 def test_the_helper_subprocess_call_is_recorded_in_its_own_process(single):
@@ -188,6 +196,8 @@ def test_two_torchrun_ranks_post_fix_copies_into_the_buffer_it_kept(ranks):
         assert offloads[0]["host_peak_bytes"] >= 0.9 * buffer[rank]  # the kept buffer, made
         for call in offloads[1:]:
             assert call["host_peak_bytes"] <= 0.05 * buffer[rank], call
+        (growth,) = (g for g in doc["growth"] if g["phase"] == "offload" and g["rank"] == rank)
+        assert growth["calls"] == 2 and abs(growth["host_growth_bytes"]) <= 0.5 * buffer[rank]
     assert sorted(r["rank"] for r in doc["ranks"]) == [0, 1]
     # torchrun's agent loaded the bootstrap too (it is Python): three processes, none missed
     assert len(doc["processes"]) >= 3 and doc["not_instrumented"] == []
@@ -234,14 +244,53 @@ def test_a_malformed_phase_exits_2_before_the_job_starts(tmp_path):
 
 
 def test_a_phase_never_called_is_listed_and_fails_with_require_calls(tmp_path):
-    phases = ("spike=attach_target:spike", "kept=attach_target:keep", "gone=no_such_mod:f")
+    phases = ("spike=attach_target:spike", "kept=attach_target:keep")
     result, doc = _small(tmp_path, "spike:1000", phases=phases)
-    assert result.exit_code == 0
-    assert sorted(doc["never_called"]) == ["gone", "kept"]
+    assert result.exit_code == 0 and doc["exit_code"] == 0
+    assert doc["never_called"] == ["kept"] and doc["not_measured"] == []
     assert "never called: kept (attach_target:keep)" in result.stderr
-    assert "module never imported: gone (no_such_mod:f)" in result.stderr
     strict, _ = _small(tmp_path, "spike:1000", phases=phases, extra=("--require-calls",))
     assert strict.exit_code == 1 and "never called with --require-calls" in strict.stderr
+
+
+def test_a_misspelt_function_or_a_module_never_imported_fails_naming_both(tmp_path):
+    phases = ("spike=attach_target:spkie", "gone=no_such_mod:f", "kept=attach_target:keep")
+    result, doc = _small(tmp_path, "spike:1000", phases=phases)
+    assert result.exit_code == 1 and doc["exit_code"] == 1 and doc["job_exit_code"] == 0
+    assert sorted(doc["not_measured"]) == ["gone", "spike"]
+    assert (
+        "not wrapped: spike (attach_target:spkie): attach_target has no spkie; did you mean "
+        "spike?" in " ".join(result.stderr.split())
+    )
+    assert "module never imported: gone (no_such_mod:f): no process of the job imported " in (
+        " ".join(result.stderr.split())
+    )
+    assert "\nverdict: not measured: phase(s) spike, gone (see above)\n" in result.stderr
+
+
+def test_in_code_phases_alone_start_attach_and_show_reprints_its_report(tmp_path, capfd):
+    """No --phase: the job's own ``offloadprobe.phase`` block is measured; the attach
+    runtime in the job imports no torch; ``show`` prints the saved JSON as attach did."""
+    n = 40 * 1024**2
+    result, doc = _small(tmp_path, "torch", "block:41943040", "block:41943040", phases=())
+    assert result.exit_code == 0, result.stderr
+    assert "small_job: torch imported: False" in capfd.readouterr().out
+    calls = _calls(doc, "block")
+    assert [c["index"] for c in calls] == [1, 2]
+    assert all(c["target"] == "offloadprobe.phase" for c in calls)
+    assert all(c["host_peak_bytes"] >= 0.9 * n for c in calls)
+    (growth,) = doc["growth"]
+    assert growth["phase"] == "block" and growth["calls"] == 2
+    assert (
+        growth["host_growth_bytes"] == calls[1]["host_after_bytes"] - calls[0]["host_after_bytes"]
+    )
+    assert abs(growth["host_growth_bytes"]) <= 0.05 * n  # the spike is freed inside each call
+    shown = invoke_cli("show", str(tmp_path / "small.json"), columns=80)
+    report = result.stderr.rpartition("wrote JSON ")[0]  # then where it wrote it
+    assert shown.exit_code == 0 and shown.stdout == report
+    nothing, doc = _small(tmp_path, "spike:1000", phases=())
+    assert nothing.exit_code == 1 and doc["phases"] == []
+    assert "verdict: nothing measured" in nothing.stderr
 
 
 def test_a_python_process_that_never_loaded_the_bootstrap_is_listed(tmp_path):

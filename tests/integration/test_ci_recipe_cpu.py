@@ -129,7 +129,7 @@ def test_the_install_step_is_the_only_one_left_out(flow):
     names = [name for name, _ in flow.steps]
     assert names == ["Install", "Measure offload memory"]
     install = dict(flow.steps)["Install"]
-    assert "pip install" in install and '"offloadprobe[plot]' in install
+    assert "pip install" in install and '"offloadprobe[megatron,plot]' in install
 
 
 def test_the_job_passes_with_its_canary_failing_as_expected(job):

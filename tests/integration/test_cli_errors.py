@@ -88,3 +88,49 @@ def test_no_arguments_prints_help(invoke):
     result = invoke()
     assert result.exit_code == 0
     assert "Usage" in result.stdout
+
+
+MEASURING = {
+    "run": ["run", "--strategy", "lazy", "--device", "cpu"],
+    "compare": ["compare", "naive", "lazy", "--device", "cpu"],
+    "repro": ["repro", "ci-small", "--device", "cpu"],
+    "plan --probe --strategy": ["plan", "--probe", "--strategy", "lazy", "--device", "cpu"],
+}
+INSTALL = "pip install 'offloadprobe[megatron]'"
+
+
+@pytest.mark.parametrize("verb", sorted(MEASURING))
+def test_a_measuring_verb_without_megatron_core_says_how_to_install_it(
+    invoke, fake_runner, monkeypatch, verb
+):
+    """A light install (``pip install offloadprobe``: no torch, no megatron-core), as the
+    check finds it: every verb that builds megatron's objects refuses before it starts."""
+    from offloadprobe.core import extras
+
+    monkeypatch.setattr(extras, "_found", lambda module: module != "megatron.core")
+    result = invoke(*MEASURING[verb])
+    _assert_one_line_usage_error(
+        result, f"offloadprobe {verb} needs megatron-core, not installed here: {INSTALL}"
+    )
+    assert fake_runner.configs == []
+
+
+def test_alloc_conf_without_torch_says_how_to_install_it(invoke, monkeypatch):
+    from offloadprobe.core import extras
+
+    monkeypatch.setattr(extras, "_found", lambda module: module != "torch")
+    result = invoke("alloc-conf")
+    _assert_one_line_usage_error(result, f"alloc-conf needs torch, not installed here: {INSTALL}")
+
+
+def test_a_missing_torch_on_an_unguarded_path_is_the_same_one_line(invoke, monkeypatch):
+    """The boundary's net: a verb that imports torch where no check stood before it."""
+    import sys
+
+    from offloadprobe.core import extras
+
+    monkeypatch.setattr(extras, "require", lambda *a, **k: None)
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch: ModuleNotFoundError
+    result = invoke("alloc-conf")
+    _assert_one_line_usage_error(result, "offloadprobe alloc-conf needs torch, not installed here")
+    assert INSTALL in result.stderr

@@ -84,17 +84,21 @@ def _torch_free(code: str) -> None:
     assert proc.stdout.strip().splitlines()[-1] == "False", proc.stdout + proc.stderr
 
 
-def test_plan_and_show_import_no_torch(tmp_path):
-    """``plan`` of a scenario and of the probe (no --strategy: nothing runs), and ``show``."""
+def test_plan_show_attach_and_help_import_no_torch(tmp_path):
+    """``plan`` of a scenario and of the probe (no --strategy: nothing runs), ``show``,
+    ``--help`` of the program and of a measuring verb, and ``attach`` itself (its job, a
+    Python process marking no phase, is judged as measuring nothing: exit 1)."""
     saved = tmp_path / "plan.json"
     _torch_free(
         "from offloadprobe.cli import main\n"
         f"saved = {str(saved)!r}\n"
         "probe = ['plan', '--probe', '--device', 'cpu', '--layers', '1', '--json', saved + '2']\n"
-        "for args in (probe, ['plan', 'verl-6193', '--json', saved], ['show', saved]):\n"
+        "job = ['attach', '--no-cgroup', '--', sys.executable, '-c', 'pass']\n"
+        "for args, code in ((probe, 0), (['plan', 'verl-6193', '--json', saved], 0),\n"
+        "        (['show', saved], 0), (['--help'], 0), (['run', '--help'], 0), (job, 1)):\n"
         "    try:\n"
         "        main(args)\n"
         "    except SystemExit as exc:\n"
-        "        assert exc.code == 0, exc.code\n"
+        "        assert exc.code == code, (args, exc.code)\n"
     )
     assert json.loads(saved.read_text())["kind"] == "plan"

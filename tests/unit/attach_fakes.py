@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from offloadprobe.attach.collect import (
     NodeMemory,
+    summarise_growth,
     summarise_nodes,
     summarise_phase,
     summarise_ranks,
@@ -27,8 +28,9 @@ def call(
     moved: int | None,
     start: float,
     gpu: bool = True,
+    before: int | None = None,
 ) -> Call:
-    before = 2 * GIB + rank * MIB
+    before = 2 * GIB + rank * MIB if before is None else before
     allocated = 10 * GIB
     return Call(
         phase=phase,
@@ -64,12 +66,30 @@ def call(
 
 
 def calls(gpu: bool = True) -> list[Call]:
-    return [
-        call("offload", 1, peak=32 * MIB, growth=32 * MIB, moved=32 * MIB, start=0, gpu=gpu),
-        call("load", 1, peak=0, growth=0, moved=None, start=1, gpu=gpu),
-        call("offload", 2, peak=64 * MIB, growth=0, moved=32 * MIB, start=2, gpu=gpu),
-        call("load", 2, peak=0, growth=0, moved=32 * MIB, start=3, gpu=gpu),
-    ]
+    """Two cycles of a pre-fix pair, one after the other: each call starts at the RSS the
+    one before left (the first offload keeps its copy, the second load leaks 4 MiB)."""
+    out: list[Call] = []
+    rss = 2 * GIB
+    for phase, index, peak, growth, moved in (
+        ("offload", 1, 32 * MIB, 32 * MIB, 32 * MIB),
+        ("load", 1, 0, 0, None),
+        ("offload", 2, 64 * MIB, 0, 32 * MIB),
+        ("load", 2, 4 * MIB, 4 * MIB, 32 * MIB),
+    ):
+        out.append(
+            call(
+                phase,
+                index,
+                peak=peak,
+                growth=growth,
+                moved=moved,
+                start=len(out),
+                gpu=gpu,
+                before=rss,
+            )
+        )
+        rss += growth
+    return out
 
 
 def job(
@@ -77,6 +97,7 @@ def job(
     exit_code: int = 0,
     require_calls: bool = False,
     never: bool = False,
+    never_status: str = "module never imported",
     gpu: bool = True,
     ranks: int = 1,
 ) -> JobRecord:
@@ -104,7 +125,7 @@ def job(
                 "torch_memory_saver.entrypoint:TorchMemorySaver.pause",
                 "torch-memory-saver",
                 [],
-                "module never imported",
+                never_status,
             )
         )
     processes = [
@@ -142,6 +163,7 @@ def job(
                 pid=4200, ppid=4100, command="python -I -c pass", seen_by="process tree"
             ),
         ),
+        growth=tuple(summarise_growth(all_calls)),
         notes=("a note",),
         require_calls=require_calls,
     )

@@ -189,19 +189,23 @@ def test_what_cannot_be_wrapped_is_skipped_with_a_reason(world):
     )
     _, records = install(
         "g=hk_h:gen",
-        "missing=hk_h:nothing",
+        "missing=hk_h:absent",
         "cls=hk_h:Thing",
         "val=hk_h:VALUE",
         "deep=hk_h:Nope.method",
+        "typo=hk_h:gne",
+        "method=hk_h:Thing.nope",
     )
     import hk_h  # noqa: F401
 
     reasons = {fields["phase"]: fields["reason"] for kind, fields in records if kind == "skipped"}
     assert "generator" in reasons["g"]
-    assert "not found" in reasons["missing"]
+    assert reasons["missing"] == "hk_h has no absent"
     assert "not a function" in reasons["cls"]
     assert "not a function" in reasons["val"]
-    assert "has no Nope" in reasons["deep"]
+    assert reasons["deep"] == "hk_h has no Nope"
+    assert reasons["typo"] == "hk_h has no gne; did you mean gen?"
+    assert reasons["method"] == "hk_h.Thing has no nope"
 
 
 def test_a_module_never_imported_stays_pending(world):

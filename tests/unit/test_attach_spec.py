@@ -88,5 +88,4 @@ def test_presets_then_phases_in_order_and_duplicates_refused():
         spec.resolve(["x=a:b", "y=a:b"], [])
     with pytest.raises(UsageError, match="is not a preset: choose one of verl-megatron"):
         spec.resolve([], ["verl"])
-    with pytest.raises(UsageError, match="nothing to measure"):
-        spec.resolve([], [])
+    assert spec.resolve([], []) == ()  # the job's own offloadprobe.phase blocks alone

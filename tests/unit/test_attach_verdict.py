@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from offloadprobe.attach import verdict
+from offloadprobe.attach import cells, verdict
 from offloadprobe.attach.verdict import Budgets
 from offloadprobe.core.errors import UsageError
 from tests.unit import attach_fakes as fake
@@ -58,6 +60,23 @@ def test_exit_codes():
     assert verdict.exit_code(verdict.judge(ok, Budgets())) == 0
     assert verdict.exit_code(fake.job(exit_code=3)) == 3
     assert verdict.exit_code(fake.job(exit_code=-9)) == 137
-    never = fake.job(require_calls=True, never=True)
-    assert verdict.exit_code(never) == 1
-    assert verdict.exit_code(fake.job(require_calls=False, never=True)) == 0
+    called_never = fake.job(require_calls=False, never=True, never_status="never called")
+    assert verdict.exit_code(called_never) == 0
+    assert verdict.exit_code(replace(called_never, require_calls=True)) == 1
+    assert verdict.exit_code(fake.job(exit_code=3, never=True)) == 3  # the job's status first
+
+
+@pytest.mark.parametrize(
+    "status", ["module never imported", "not wrapped: offload_pairs has no offload_to_cpuu"]
+)
+def test_a_named_phase_that_could_not_be_measured_fails_without_require_calls(status):
+    record = fake.job(require_calls=False, never=True, never_status=status)
+    assert [p.name for p in record.unmeasured] == ["tms_pause"]
+    assert verdict.exit_code(record) == 1
+    assert cells.verdict_line(record) == "verdict: not measured: phase(s) tms_pause (see above)"
+
+
+def test_a_job_with_nothing_named_and_no_block_recorded_is_not_ok():
+    record = replace(fake.job(), calls=(), phases=(), ranks=(), growth=())
+    assert record.nothing_named and verdict.exit_code(record) == 1
+    assert cells.verdict_line(record).startswith("verdict: nothing measured: name a function")

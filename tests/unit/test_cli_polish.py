@@ -94,3 +94,32 @@ def test_third_party_chatter_is_silenced_and_ours_stays(caplog):
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def test_torchs_no_cuda_chatter_is_dropped_and_its_other_records_stay(caplog):
+    """What a CUDA build of torch says on a host without a driver when megatron-core's
+    imports reach ``torch.utils.cpp_extension`` (a log record) and our device checks reach
+    ``torch.cuda.is_available`` (a warning); in offloadprobe's own processes only."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    filters = list(logger.filters)
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            _quiet_third_party_warnings()
+            once = len(logger.filters)
+            _quiet_third_party_warnings()  # the zygote, then its worker: one filter
+            warnings.warn(
+                "CUDA initialization: Found no NVIDIA driver on your system.", stacklevel=1
+            )
+            warnings.warn("Failed to initialize NumPy: No module named 'numpy'", stacklevel=1)
+            warnings.warn("an unrelated torch warning", UserWarning, stacklevel=1)
+        assert [str(w.message) for w in seen] == ["an unrelated torch warning"]
+        assert len(logger.filters) == once
+        with caplog.at_level(logging.INFO):
+            logger.warning("No CUDA runtime is found, using CUDA_HOME='%s'", "/usr/local")
+            logger.warning("Error checking compiler version for c++")
+        assert [r.getMessage() for r in caplog.records] == [
+            "Error checking compiler version for c++"
+        ]
+    finally:
+        logger.filters[:] = filters

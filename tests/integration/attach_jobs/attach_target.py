@@ -15,6 +15,15 @@ def keep(nbytes: int) -> int:
     return nbytes
 
 
+def block(nbytes: int) -> int:
+    """A transient inside the job's own ``offloadprobe.phase("block")``: what a framework
+    that marks its phases in its code does (no --phase needed)."""
+    import offloadprobe
+
+    with offloadprobe.phase("block"):
+        return spike(nbytes)
+
+
 def fail(message: str) -> None:
     raise RuntimeError(message)
 

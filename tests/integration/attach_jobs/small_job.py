@@ -1,11 +1,12 @@
 """A small job (no torch) for attach's tests: ``python small_job.py ACTION...``.
 
-Actions run in order: ``spike:N``, ``keep:N``, ``mover:N``, ``fail:MSG`` (raises out of the
-job), ``spawn:N`` / ``fork:N`` (a multiprocessing child calls spike(N)), ``isolated``
-(a Python child started with -I, which ignores PYTHONPATH: never instrumented),
-``envonly:N`` (a child started with ONLY PYTHONPATH and OFFLOADPROBE_JOB in its
-environment, as a Ray worker given them through runtime_env), ``touch:PATH`` (the job
-started), ``sleep:S``, ``exit:N``.
+Actions run in order: ``spike:N``, ``keep:N``, ``mover:N``, ``block:N`` (spike inside the
+job's own ``offloadprobe.phase("block")``), ``torch`` (prints whether torch is imported),
+``fail:MSG`` (raises out of the job), ``spawn:N`` / ``fork:N`` (a multiprocessing child
+calls spike(N)), ``isolated`` (a Python child started with -I, which ignores PYTHONPATH:
+never instrumented), ``envonly:N`` (a child started with ONLY PYTHONPATH and
+OFFLOADPROBE_JOB in its environment, as a Ray worker given them through runtime_env),
+``touch:PATH`` (the job started), ``sleep:S``, ``exit:N``.
 """
 
 import multiprocessing
@@ -27,6 +28,10 @@ def main(actions):
             attach_target.keep(int(arg))
         elif verb == "mover":
             attach_target.Mover().offload(int(arg))
+        elif verb == "block":
+            attach_target.block(int(arg))
+        elif verb == "torch":
+            print("small_job: torch imported:", "torch" in sys.modules, flush=True)
         elif verb == "fail":
             attach_target.fail(arg)
         elif verb in ("spawn", "fork"):

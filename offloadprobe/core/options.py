@@ -333,7 +333,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _o(
         "max_gpu_residual",
-        "Budget: device bytes left after offload (a size, 0 for none).",
+        "Budget: device bytes left after each offload (a size, 0 for none), less the "
+        "optimizer state --optimizer-strategy none keeps there.",
         unit="budget",
         group="budgets",
     ),

@@ -8,7 +8,9 @@
 ``host_peak_method``, ``host_growth_bytes``, the ``pinned_*`` and ``gpu_*`` fields,
 ``device_moved_bytes``, ``node_*``), ``phases``, ``ranks``, ``nodes``, ``processes``,
 ``not_instrumented``, ``never_called``, ``breaches``, ``not_judged``, ``notes``.
-Bytes are integers; null is "not measured".
+Bytes are integers; null is "not measured". ``schema_version`` is every verb's
+(``core.records.SCHEMA_VERSION``); files written before it say ``"schema": 1``
+(:func:`schema_version_of` reads either). Schema: ``offloadprobe/schemas/attach.schema.json``.
 """
 
 from __future__ import annotations
@@ -19,8 +21,17 @@ from typing import Any
 from offloadprobe.attach.records import Call, JobRecord
 from offloadprobe.attach.run import exit_status
 from offloadprobe.attach.verdict import exit_code
+from offloadprobe.core.records import SCHEMA_VERSION
 
-SCHEMA = 1
+OLD_KEY = "schema"
+"""The key attach's documents carried their version in before ``schema_version`` (1)."""
+
+
+def schema_version_of(doc: dict[str, Any]) -> int | None:
+    """A saved attach document's version: ``schema_version``, or an older file's
+    ``schema``; None where it has neither."""
+    version = doc.get("schema_version", doc.get(OLD_KEY))
+    return int(version) if isinstance(version, int) else None
 
 
 def _plain(obj: Any) -> Any:
@@ -36,7 +47,7 @@ def _plain(obj: Any) -> Any:
 def attach_json(record: JobRecord) -> dict[str, Any]:
     """The document, from the record only."""
     return {
-        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
         "job_exit_code": exit_status(record.exit_code),
         "job_signal": -record.exit_code if record.exit_code < 0 else None,
         "exit_code": exit_code(record),

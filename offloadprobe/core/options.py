@@ -359,6 +359,14 @@ OPTIONS: tuple[Option, ...] = (
         group="budgets",
     ),
     _o(
+        "baseline_row",
+        "Regression gate: the label of the stored row to hold this test to (with "
+        "baseline_json=); the test's own label when unset. A stored result without that "
+        "row is an error.",
+        group="budgets",
+        verbs=frozenset({PLUGIN}),
+    ),
+    _o(
         "max_increase",
         "Regression gate: fail a row whose host peak, steady host, pinned or GPU-left "
         "bytes grew by more than this over --baseline-json, e.g. 5%.",

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 LAYERS = [
-    ("core",),
+    ("core", "schemas"),
     ("layout",),
     ("measure",),
     ("engine",),

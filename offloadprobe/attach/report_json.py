@@ -1,8 +1,10 @@
 """attach's JSON document (``--json F``), and the record read back from it (``show``).
 
-Stable keys: ``kind`` (``attach``), ``schema``, ``job_exit_code`` (the job's status: its
-code, 128+N for signal N), ``job_signal``, ``exit_code`` (attach's), ``command``,
-``seconds``, ``require_calls``, ``calls`` (each: ``phase``, ``target``, ``pid``, ``rank``,
+Stable keys: ``kind`` (``attach``), ``schema_version`` (every verb's,
+``core.records.SCHEMA_VERSION``; files written before it say ``"schema": 1``, and
+:func:`schema_version_of` reads either), ``job_exit_code`` (the job's status: its code,
+128+N for signal N), ``job_signal``, ``exit_code`` (attach's), ``command``, ``seconds``,
+``require_calls``, ``calls`` (each: ``phase``, ``target``, ``pid``, ``rank``,
 ``local_rank``, ``node_rank``, ``host``, ``index``, ``depth``, ``parent``, ``seconds``,
 ``raised``, ``error``, ``host_before_bytes``, ``host_after_bytes``, ``host_peak_bytes``
 (the call's peak RSS less its starting RSS), ``host_peak_method``, ``host_growth_bytes``,
@@ -10,7 +12,8 @@ the ``pinned_*`` and ``gpu_*`` fields, ``device_moved_bytes``, ``node_*``), ``ph
 ``growth`` (per phase and rank: ``host_growth_bytes`` and ``pinned_growth_bytes``, after
 the last call less after the first), ``ranks``, ``nodes``, ``processes``,
 ``not_instrumented``, ``never_called``, ``not_measured``, ``breaches``, ``not_judged``,
-``notes``. Bytes are integers; null is "not measured".
+``notes``. Bytes are integers; null is "not measured". Schema:
+``offloadprobe/schemas/attach.schema.json``.
 """
 
 from __future__ import annotations
@@ -32,12 +35,19 @@ from offloadprobe.attach.records import (
 )
 from offloadprobe.attach.run import exit_status
 from offloadprobe.attach.verdict import exit_code
+from offloadprobe.core.records import SCHEMA_VERSION
 from offloadprobe.core.serial import rebuild
 
 KIND = "attach"
-SCHEMA = 1
-SCHEMA_KEYS = ("schema", "schema_version")
-"""Where a document says its schema: ``schema`` as written here, ``schema_version`` too."""
+SCHEMA_KEYS = ("schema_version", "schema")
+"""Where a document says its version: ``schema_version``, or an older file's ``schema``."""
+
+
+def schema_version_of(doc: dict[str, Any]) -> int | None:
+    """A saved attach document's version: ``schema_version``, or an older file's
+    ``schema``; None where it has neither."""
+    version = doc.get("schema_version", doc.get("schema"))
+    return int(version) if isinstance(version, int) else None
 
 
 def _plain(obj: Any) -> Any:
@@ -54,7 +64,7 @@ def attach_json(record: JobRecord) -> dict[str, Any]:
     """The document, from the record only."""
     return {
         "kind": KIND,
-        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
         "job_exit_code": exit_status(record.exit_code),
         "job_signal": -record.exit_code if record.exit_code < 0 else None,
         "exit_code": exit_code(record),

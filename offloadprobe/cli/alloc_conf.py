@@ -45,6 +45,7 @@ def alloc_conf_command(
     import torch
 
     from offloadprobe.core.alloc_conf import cuda_build, pinned_settings
+    from offloadprobe.core.records import SCHEMA_VERSION
     from offloadprobe.report.output import check_writable, write_text
 
     check_writable(json_path, "--json")
@@ -60,6 +61,8 @@ def alloc_conf_command(
     console.print(f"{note}; pass them as `compare --alloc-conf KEY:VALUE`")
     if json_path is not None:
         doc = {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "alloc-conf",
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
             "settings": [asdict(s) for s in settings],

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.records import RunRecord, RunSummary
+from offloadprobe.core.residual import breaking, residuals
 from offloadprobe.core.units import format_bytes, format_gbps, parse_size
 
 
@@ -109,31 +110,20 @@ class HostHeldBudget:
 
 @dataclass(frozen=True, slots=True)
 class GpuResidualBudget:
-    """Device bytes still held after offload."""
+    """Device bytes still held after each offload, less what that offload was not to move
+    (``core.residual``: optimizer state under ``--optimizer-strategy none``)."""
 
     limit_bytes: int
     flag: str = "--max-gpu-residual"
 
     def check(self, run: RunRecord) -> Breach | None:
-        value, what = residual_bytes(run)
-        if value is None:
+        if not residuals(run):
             msg = "no GPU reading and no residency audit in this run: cannot check"
             return Breach(run.label, self.flag, msg)
-        if value > self.limit_bytes:
-            msg = f"{what} {format_bytes(value)} > {format_bytes(self.limit_bytes)}"
-            return Breach(run.label, self.flag, msg)
+        over = breaking(run, self.limit_bytes)
+        if over is not None:
+            return Breach(run.label, self.flag, over.text(self.limit_bytes))
         return None
-
-
-def residual_bytes(run: RunRecord) -> tuple[int | None, str]:
-    """GPU bytes left after offload; in CPU emulation, the audited bytes left behind."""
-    s = _summary(run)
-    if s.gpu_left_after_offload_bytes is not None:
-        return s.gpu_left_after_offload_bytes, "GPU left after offload"
-    audited = s.left_after_offload_bytes_by_key
-    if audited is not None:
-        return sum(audited.values()), "left on device (audited, CPU emulation)"
-    return None, ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -333,7 +333,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _o(
         "max_gpu_residual",
-        "Budget: device bytes left after offload (a size, 0 for none).",
+        "Budget: device bytes left after each offload (a size, 0 for none), less the "
+        "optimizer state --optimizer-strategy none keeps there.",
         unit="budget",
         group="budgets",
     ),
@@ -356,6 +357,14 @@ OPTIONS: tuple[Option, ...] = (
         "to the stored row of the same label (with --max-increase).",
         unit="budget",
         group="budgets",
+    ),
+    _o(
+        "baseline_row",
+        "Regression gate: the label of the stored row to hold this test to (with "
+        "baseline_json=); the test's own label when unset. A stored result without that "
+        "row is an error.",
+        group="budgets",
+        verbs=frozenset({PLUGIN}),
     ),
     _o(
         "max_increase",

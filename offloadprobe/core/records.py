@@ -15,13 +15,17 @@ from offloadprobe.core.outcomes import Failure, Verdict, where_text
 from offloadprobe.core.readings import CgroupReading, GpuReading, HostReading, PinnedReading
 from offloadprobe.core.world_records import NodePhase, NodeRecord, RankPlace, Spread
 
-SCHEMA_VERSION = 4
-"""2 added: per-run ``label``, ``verdict``/``outcome``, ``summary.params``,
-``summary.optimizer``, ``summary.moved_bytes``, ``failure_kind``/``failure_cycle``/
-``failure_phase``, ``not_offloaded``. 3 added: per-run ``place`` and ``world`` (runs over
-several ranks: every rank's record and the node rows). 4 added: top-level ``kind`` and
-``budgets``; per run ``failure_record``, ``residency`` (the facts behind "not offloaded")
-and ``exit_code``. Keys are only ever added."""
+SCHEMA_VERSION = 5
+"""The version of every verb's ``--json`` document (run, compare, plan, repro, attach,
+alloc-conf, the pytest plugin's saved records); their JSON Schemas are
+``offloadprobe/schemas/*.schema.json``. 2 added: per-run ``label``, ``verdict``/
+``outcome``, ``summary.params``, ``summary.optimizer``, ``summary.moved_bytes``,
+``failure_kind``/``failure_cycle``/``failure_phase``, ``not_offloaded``. 3 added: per-run
+``place`` and ``world`` (runs over several ranks: every rank's record and the node rows).
+4 added: top-level ``kind`` and ``budgets``; per run ``failure_record``, ``residency``
+(the facts behind "not offloaded") and ``exit_code``. 5: every verb's document carries
+``schema_version`` (plan, repro and alloc-conf added it; attach's ``schema: 1`` became
+it). Keys are only ever added."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

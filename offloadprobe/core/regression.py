@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,34 +96,34 @@ def figures_of(run: RunRecord) -> dict[str, int | None]:
     return _figures(asdict(run.summary))
 
 
-def load_stored(path: Path) -> dict[str, Stored]:
-    """Every row of a saved ``run`` or ``compare`` result that has figures, by label."""
+def load_stored(
+    path: Path, *, flag: str = "--baseline-json", key: str = "label", writer: str = ""
+) -> dict[str, Stored]:
+    """Every row of a saved result that has figures, by ``key``: its ``label`` (a result
+    ``run`` or ``compare`` wrote), or its ``test`` (a file ``--offloadprobe-save`` wrote).
+    ``writer`` names what writes such a file, for the line that says it is not one."""
+    writer = writer or "run or compare --json"
     try:
         doc = json.loads(path.read_text())
     except OSError as exc:
-        raise UsageError(f"cannot read --baseline-json {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read {flag} {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
-        raise UsageError(
-            f"--baseline-json {path} is not JSON ({exc}): give a file run or compare --json wrote"
-        ) from None
+        raise UsageError(f"{flag} {path} is not JSON ({exc}): give a file {writer} wrote") from None
     runs = doc.get("runs") if isinstance(doc, dict) else None
     if not isinstance(runs, list):
-        raise UsageError(
-            f"--baseline-json {path} has no rows: give a file run or compare --json wrote"
-        )
+        raise UsageError(f"{flag} {path} has no rows: give a file {writer} wrote")
     stored = {}
     for entry in runs:
         summary = entry.get("summary") if isinstance(entry, dict) else None
-        if not isinstance(summary, dict) or not entry.get("label"):
+        if not isinstance(summary, dict) or not entry.get("label") or not entry.get(key):
             continue  # a row that failed before it measured anything holds nothing
-        label = str(entry["label"])
-        stored[label] = Stored(
-            label=label,
+        stored[str(entry[key])] = Stored(
+            label=str(entry["label"]),
             payload_bytes=int(entry.get("payload_bytes") or 0),
             figures=_figures(summary),
         )
     if not stored:
-        raise UsageError(f"--baseline-json {path} has no row with figures to compare against")
+        raise UsageError(f"{flag} {path} has no row with figures to compare against")
     return stored
 
 
@@ -160,9 +160,12 @@ class RegressionBudget:
     limit: float
     stored: Mapping[str, Stored]
     flag: str = FLAG
+    row: str | None = None
+    """The stored row every run is held to (the plugin's ``baseline_row=``, a test's own
+    stored record); None: the row of the run's own label."""
 
     def check(self, run: RunRecord) -> Breach | None:
-        stored = self.stored.get(run.label)
+        stored = self.stored.get(self.row or run.label)
         if stored is None or run.summary is None:
             return None
         if stored.payload_bytes and run.payload_bytes:
@@ -183,6 +186,14 @@ class RegressionBudget:
     def unmatched(self, labels: Iterable[str]) -> list[str]:
         """The labels the stored result has no row of (they are not compared)."""
         return [label for label in labels if label not in self.stored]
+
+    def held_to(self, row: str, *, what: str = "baseline_json=") -> RegressionBudget:
+        """This budget holding every run to the stored ``row``; bad input (one line naming
+        the row and the rows the file has) where the file has no such row."""
+        if row not in self.stored:
+            have = ", ".join(sorted(self.stored))
+            raise UsageError(f"{what} {self.path} has no row {row!r} (it has: {have})")
+        return replace(self, row=row)
 
 
 def regression_budget(baseline_json: str | None, max_increase: str | None) -> RegressionBudget:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from offloadprobe.core.budgets import Breach, Budget
 from offloadprobe.core.outcomes import Failure, Verdict
 from offloadprobe.core.records import ResidencyFact, RunRecord
+from offloadprobe.core.residual import optimizer_left
 from offloadprobe.core.units import format_bytes
 
 OK = Verdict(kind="ok")
@@ -27,12 +28,7 @@ under 1/STAGING_FRACTION of ``param_data`` kept a copy on the device (a staging 
 for reuse is less than that)."""
 ALLOWANCE_FRACTION = 8
 ALLOWANCE_FLOOR = 4 * 2**20
-MODEL_OWNERS = ("param_data", "grad_data", "frozen", "ref_model")
-"""The model's owners: its DDP buffers and its parts outside them (``engine/model/parts``)."""
 PART_WORDS = {"frozen": "frozen parameters", "ref_model": "reference model"}
-UNOWNED = "allocated during offload"
-"""The audit's owner of device storages an offload made that nothing in the model reaches
-(counted with the unreferenced tensors, never as optimizer state)."""
 
 
 def staging_allowance(moved: int) -> int:
@@ -161,15 +157,6 @@ def _once(lines: Iterable[str]) -> tuple[str, ...]:
 def residency_problems(facts: Sequence[ResidencyFact]) -> tuple[str, ...]:
     """Every cycle's residency problems, each line once, in the order first seen."""
     return _once(line for fact in facts for line in cycle_residency_problems(fact))
-
-
-def optimizer_left(fact: ResidencyFact) -> dict[str, int]:
-    """Optimizer state the audit found on the device after the offload, by key."""
-    return {
-        key: nbytes
-        for key, nbytes in fact.left_by_owner.items()
-        if nbytes and key not in MODEL_OWNERS and key != UNOWNED
-    }
 
 
 def partly_offloaded(facts: Sequence[ResidencyFact]) -> tuple[str, ...]:

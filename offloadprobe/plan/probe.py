@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from offloadprobe.core.config import ModelConfig
+from offloadprobe.core.records import SCHEMA_VERSION
 from offloadprobe.layout.inputs import DdpOptions, GptShape, Parallelism
 from offloadprobe.layout.pinned import Alloc, page_rounded, replay
 from offloadprobe.layout.stages import StageLayout, lay_out_model
@@ -137,7 +138,7 @@ class ProbePlan:
     measured: tuple[MeasuredRow, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        doc = {"kind": "probe plan", **asdict(self)}
+        doc = {"schema_version": SCHEMA_VERSION, "kind": "probe plan", **asdict(self)}
         doc["strategies"] = [{**row, "figures": PROJECTED} for row in doc["strategies"]]
         doc["measured"] = [{**row, "figures": MEASURED} for row in doc["measured"]]
         return doc

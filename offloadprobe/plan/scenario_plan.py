@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from offloadprobe.core.records import SCHEMA_VERSION
 from offloadprobe.layout.stages import ModelLayout, StageLayout
 from offloadprobe.layout.terms import Term
 from offloadprobe.plan.projection import (
@@ -58,7 +59,7 @@ class ScenarioPlan:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "plan", **asdict(self)}
+        return {"schema_version": SCHEMA_VERSION, "kind": "plan", **asdict(self)}
 
 
 def _node_terms(

@@ -21,7 +21,13 @@ or an unparsable budget is a ``pytest.UsageError`` that names the keyword.
 Against a stored run, as ``--baseline-json PATH --max-increase 5%`` on the command line:
 ``baseline_json="ci/offload.json", max_increase="5%"`` fails the test when the row's host
 peak, steady host, pinned or GPU-left bytes grew by more than 5% over the stored row of
-the same label (``lazy + none``), with both figures and the change.
+the same label (``lazy + none``), with both figures and the change; ``baseline_row="lazy
++ complete"`` names another stored row. A stored result without that row errors the test
+with one line naming the row and the rows the file has.
+
+Across sessions, as pytest-benchmark's options: ``--offloadprobe-save=NAME`` stores every
+measured marked test's record, ``--offloadprobe-compare=NAME`` holds each marked test to
+its own stored record (``stored.py``).
 """
 
 from __future__ import annotations
@@ -30,12 +36,14 @@ import difflib
 import io
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 MARKER = "offload_budget"
 _RESULT = pytest.StashKey[Any]()
+_STORAGE = pytest.StashKey[Any]()
 PLUGIN_DEFAULTS = {"cycles": 2}
 """Where the marker's default differs from the command line's (a test wants it quick)."""
 
@@ -48,12 +56,58 @@ def keywords() -> frozenset[str]:
     return option_keywords(PLUGIN) | {"strategy", "optimizer_strategy"}
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from offloadprobe.pytest_plugin.stored import COMPARE, INCREASE, SAVE
+
+    group = parser.getgroup("offloadprobe", "offload-memory budgets (offloadprobe)")
+    group.addoption(
+        SAVE,
+        metavar="NAME",
+        default=None,
+        help="Store every measured offload_budget test's record as JSON: "
+        ".offloadprobe/NAME.json under the rootdir, or a PATH (one with a folder or "
+        "ending in .json).",
+    )
+    group.addoption(
+        COMPARE,
+        metavar="NAME",
+        default=None,
+        help=f"Hold every offload_budget test to its own record in a file {SAVE} wrote "
+        "(NAME or PATH): a host peak, steady host, pinned or GPU-left figure grown by "
+        f"more than {INCREASE} fails it as regressed; a test the file has no record of "
+        "is an error.",
+    )
+    group.addoption(
+        INCREASE,
+        metavar="PCT",
+        default="5%",
+        help=f"How much a figure may grow over its {COMPARE} record (default: 5%%).",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    from offloadprobe.core.errors import UsageError
+    from offloadprobe.pytest_plugin.stored import COMPARE, INCREASE, SAVE, Storage
+
+    try:
+        storage = Storage.from_options(
+            config.getoption(SAVE),
+            config.getoption(COMPARE),
+            config.getoption(INCREASE),
+            config.rootpath,
+            worker=hasattr(config, "workerinput"),
+        )
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_STORAGE] = storage
+    if storage.save is not None or storage.compare is not None:
+        config.pluginmanager.register(storage, "offloadprobe-storage")
     config.addinivalue_line(
         "markers",
         f"{MARKER}(strategy='lazy', max_host_peak=None, max_gpu_residual=None, "
         "min_offload_bandwidth=None, payload=None, cycles=2, device='auto', ...; every "
-        "option of offloadprobe run, by its Python name): run an "
+        "option of offloadprobe run, by its Python name; baseline_row= the stored row "
+        "baseline_json= holds it to): run an "
         "offload strategy on offloadprobe's megatron-core model in a fresh process and fail "
         "the test when a budget breaks",
     )
@@ -81,6 +135,15 @@ def check_options(options: dict[str, Any], *, where: str = MARKER) -> list[Any]:
         hint = f"; did you mean {near[0]}=?" if near else ""
         valid = ", ".join(sorted(known))
         raise pytest.UsageError(f"{where}: unknown keyword {key}={hint} (valid: {valid})")
+    row = options.get("baseline_row")
+    if row is not None and (not isinstance(row, str) or not row.strip()):
+        raise pytest.UsageError(
+            f"{where}: baseline_row= takes a stored row's label, like 'lazy + none', got {row!r}"
+        )
+    if row is not None and options.get("baseline_json") is None:
+        raise pytest.UsageError(
+            f"{where}: baseline_row= names a row of baseline_json=: give baseline_json= too"
+        )
     values = {k: options.get(k) for k in BUDGET_NAMES}
     if isinstance(values.get("baseline_json"), os.PathLike):
         values["baseline_json"] = os.fspath(values["baseline_json"])
@@ -107,7 +170,8 @@ def _config(options: dict[str, Any]) -> Any:
     """The marker's options as the run configuration the worker reads."""
     from offloadprobe.core.options import BUDGET_NAMES, build_config
 
-    skip = {"strategy", "optimizer_strategy", "timeout", "nproc_per_node", *BUDGET_NAMES}
+    skip = {"strategy", "optimizer_strategy", "timeout", "nproc_per_node", "baseline_row"}
+    skip |= set(BUDGET_NAMES)
     values = {**PLUGIN_DEFAULTS, **{k: v for k, v in options.items() if k not in skip}}
     return build_config(
         values,
@@ -132,9 +196,29 @@ def _render(run: Any, judged: Any, emulated: bool) -> str:
     return buffer.getvalue()
 
 
-def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
-    """Run one pair of strategies in a fresh worker; return its record and, when the row's
-    verdict is not ok, why."""
+def _held(budgets: list[Any], row: str) -> list[Any]:
+    """The marker's regression gate holding the run to the stored ``row``; one line
+    naming the row and the rows the file has where it has none of that label."""
+    from offloadprobe.core.errors import UsageError
+    from offloadprobe.core.regression import FLAG, RegressionBudget
+
+    held, problem = [], None
+    for budget in budgets:
+        if isinstance(budget, RegressionBudget) and budget.flag == FLAG:
+            try:
+                budget = budget.held_to(row)
+            except UsageError as exc:
+                problem = f"{MARKER}: {exc}: name the stored row with baseline_row="
+                break
+        held.append(budget)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
+    return held
+
+
+def measure_row(options: dict[str, Any], extra: Sequence[Any] = ()) -> Any:
+    """Run one pair of strategies in a fresh worker, judged by the options' budgets and
+    ``extra`` ones (``--offloadprobe-compare``'s); the judged row."""
     from offloadprobe.core import extras
     from offloadprobe.core.devices import guess_device
     from offloadprobe.core.errors import UsageError
@@ -149,12 +233,18 @@ def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
     except UsageError as exc:
         raise pytest.UsageError(f"{MARKER}: {_keyword_words(str(exc))}") from None
     label = f"{config.strategy} + {config.optimizer_strategy}"
-    row = measure(
+    budgets = _held(budgets, str(options.get("baseline_row") or label)) + list(extra)
+    return measure(
         config,
         device=guess_device(config.device),
         budgets=budgets,
         timeout_s=options.get("timeout"),
     )
+
+
+def verdict_of(row: Any) -> tuple[Any, OffloadBudgetFailure | None]:
+    """A measured row's record and, when its verdict is not ok, why."""
+    label = row.label
     run = row.run if row.outcome.report is not None else None
     if run is None or row.verdict.ok:
         if not row.verdict.ok:
@@ -162,6 +252,12 @@ def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
         return run, None
     table = _render(run, row.verdict, row.report.emulated)
     return run, OffloadBudgetFailure(run, f"{label}: {row.verdict.line()}", table)
+
+
+def probe(**options: Any) -> tuple[Any, OffloadBudgetFailure | None]:
+    """Run one pair of strategies in a fresh worker; return its record and, when the row's
+    verdict is not ok, why."""
+    return verdict_of(measure_row(options))
 
 
 @pytest.hookimpl(trylast=True)
@@ -185,9 +281,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _offload_budget_marker(request: pytest.FixtureRequest) -> None:
+    """A marked test's measurement, before the test: held to its stored record too under
+    ``--offloadprobe-compare``, and kept for ``--offloadprobe-save``."""
+    from offloadprobe.core.errors import UsageError
+
     marker = request.node.get_closest_marker(MARKER)
-    if marker is not None:
-        request.node.stash[_RESULT] = probe(**marker.kwargs)
+    if marker is None:
+        return
+    storage = request.config.stash.get(_STORAGE, None)
+    test = request.node.nodeid
+    problem = gate = None
+    try:
+        gate = storage.gate(test) if storage is not None else None
+    except UsageError as exc:
+        problem = str(exc)
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
+    row = measure_row(marker.kwargs, [gate] if gate is not None else [])
+    if storage is not None:
+        storage.measured(request.node, test, row)
+    request.node.stash[_RESULT] = verdict_of(row)
 
 
 @pytest.fixture

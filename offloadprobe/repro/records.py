@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from offloadprobe.core.records import NodeRecord
+from offloadprobe.core.records import SCHEMA_VERSION, NodeRecord
 from offloadprobe.layout.terms import Term
 
 Observed = Literal["oom", "ok", "error"]
@@ -63,7 +63,7 @@ class Repro:
         return [o for o in self.outcomes if not o.matches]
 
     def to_dict(self) -> dict[str, Any]:
-        doc = {"kind": "repro", **asdict(self)}
+        doc = {"schema_version": SCHEMA_VERSION, "kind": "repro", **asdict(self)}
         for entry, outcome in zip(doc["outcomes"], self.outcomes, strict=True):
             entry["matches"] = outcome.matches
         return doc

@@ -26,6 +26,7 @@ import pytest
 from offloadprobe.attach import collect, protocol
 from offloadprobe.attach.run import AttachJob, job_environment, write_job_file
 from offloadprobe.attach.spec import parse_phase
+from offloadprobe.schemas import validate
 from tests.conftest import ROOT, CliResult, invoke_cli
 
 pytestmark = pytest.mark.processes(4)  # the example: 1 process, then torchrun + 2 ranks
@@ -69,7 +70,9 @@ def _attach(tmp: Path, *args: str) -> tuple[CliResult, dict, list[dict]]:
     with _job_streams(tmp) as (stdout, stderr):
         result = invoke_cli("attach", "--json", str(out), *args, columns=80)
     assert result.exit_code == 0, (result.stderr + stderr.read_text())[-3000:]
-    return result, json.loads(out.read_text()), _example_lines(stdout.read_text())
+    doc = json.loads(out.read_text())
+    validate(doc, "attach")  # the shipped JSON Schema
+    return result, doc, _example_lines(stdout.read_text())
 
 
 def _example_lines(stdout: str) -> list[dict]:

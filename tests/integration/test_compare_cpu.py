@@ -133,7 +133,10 @@ def test_killed_child_is_a_row_not_a_crash(compared):
 
 
 def test_json_has_one_entry_per_strategy_in_the_run_schema(compared):
+    from offloadprobe.schemas import validate
+
     _, doc, _ = compared
+    validate(doc, "compare")  # the shipped JSON Schema, a killed row's entry too
     assert doc["schema_version"] >= 3 and doc["device"] == "cpu" and doc["emulated"] is True
     assert [r["label"] for r in doc["runs"]] == ["naive + none", f"{KILLED} + none"]
     assert doc["baseline"] == "naive + none"

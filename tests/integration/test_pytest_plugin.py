@@ -6,6 +6,7 @@ and for legacy and a corrupting strategy (those three in this process). The rest
 plugin's logic runs against ``FakeChild``.
 """
 
+import json
 from importlib import metadata
 
 import pytest
@@ -49,10 +50,10 @@ def run_plugin(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the children import tests.integration
     _keep_torch_imported(pytester, monkeypatch)
 
-    def go(source: str | None = None, **files: str):
+    def go(source: str | None = None, *, args: tuple[str, ...] = (), **files: str):
         pytester.makepyfile(**({"test_offload": source} if source is not None else files))
         return pytester.runpytest_inprocess(
-            *_plugin_args(), "-q", "-rf", "--tb=short", "-p", "no:cacheprovider"
+            *_plugin_args(), "-q", "-rfE", "--tb=short", "-p", "no:cacheprovider", *args
         )
 
     return go
@@ -236,3 +237,161 @@ def test_no_unit(offload_probe):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*UsageError: offload_probe: max_host_peak= '1.1' has no unit*"])
     assert "plugin.py" not in result.stdout.str()
+
+
+# ------------------------------------------------------------------ stored records
+
+
+def _stored(path, *runs) -> str:
+    """A result file as ``run --json`` writes it (fake records: exact figures)."""
+    from tests.fakes import fake_report
+
+    path.write_text(json.dumps(fake_report(*runs).to_dict()))
+    return str(path)
+
+
+def test_a_baseline_without_the_marker_s_row_errors_and_baseline_row_names_one(
+    run_plugin, fake_child, tmp_path
+):
+    """The stored file has naive's row only, at half lazy's figures: a marker for lazy
+    errors (it used to pass, unchecked); naming the row holds lazy to it."""
+    from tests.fakes import fake_run
+
+    stored = _stored(tmp_path / "stored.json", fake_run("naive", host_peak_x=0.5, steady_x=0.5))
+    fake_child.runs["lazy"] = dict(host_peak_x=1.0)
+    result = run_plugin(
+        f"""
+import pytest
+
+@pytest.mark.offload_budget(strategy="lazy", baseline_json={stored!r}, max_increase="5%")
+def test_own_label():
+    pass
+
+@pytest.mark.offload_budget(
+    strategy="lazy", baseline_json={stored!r}, max_increase="5%", baseline_row="naive + none"
+)
+def test_named_row():
+    pass
+"""
+    )
+    result.assert_outcomes(errors=1, failed=1)
+    # each is one line, under the test's heading
+    result.stdout.re_match_lines(
+        [
+            r"_+ ERROR at setup of test_own_label _+$",
+            f"^offload_budget: baseline_json= {stored} has no row 'lazy \\+ none' \\(it has: "
+            r"naive \+ none\): name the stored row with baseline_row=$",
+            r"_+ test_named_row _+$",
+            r"^lazy \+ none: regressed: host peak 48\.00 MiB vs 24\.00 MiB stored \(\+100\.0% "
+            r"> \+5\.0%\); steady host .*$",
+        ]
+    )
+    assert len(fake_child.specs) == 1  # the test without its row measured nothing
+
+
+def test_baseline_row_without_a_baseline_is_a_usage_error(run_plugin, fake_child):
+    result = run_plugin(
+        """
+import pytest
+
+@pytest.mark.offload_budget(strategy="lazy", baseline_row="lazy + none")
+def test_row():
+    pass
+"""
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*baseline_row= names a row of baseline_json=*"])
+
+
+MARKED = """
+import pytest
+
+@pytest.mark.offload_budget(strategy="lazy", max_host_peak="1.5x")
+def test_lazy():
+    pass
+
+@pytest.mark.offload_budget(strategy="naive", max_host_peak="3x")
+def test_naive():
+    pass
+"""
+
+
+def test_save_then_compare_holds_each_test_to_its_own_record(run_plugin, fake_child, pytester):
+    from offloadprobe.schemas import validate
+
+    fake_child.runs.update(lazy=dict(host_peak_x=1.0), naive=dict(host_peak_x=2.0))
+    saved = run_plugin(MARKED, args=("--offloadprobe-save=base",))
+    saved.assert_outcomes(passed=2)
+    path = pytester.path / ".offloadprobe" / "base.json"
+    saved.stdout.fnmatch_lines([f"offloadprobe: saved 2 test records to {path}"])
+    doc = json.loads(path.read_text())
+    validate(doc, "pytest")
+    assert [(r["test"], r["label"]) for r in doc["runs"]] == [
+        ("test_offload.py::test_lazy", "lazy + none"),
+        ("test_offload.py::test_naive", "naive + none"),
+    ]
+    assert doc["runs"][0]["summary"]["host_peak_x"] == pytest.approx(1.0)
+
+    # lazy grew 20%, naive held; a new test has no record: an error, not a pass
+    fake_child.runs["lazy"] = dict(host_peak_x=1.2)
+    new = MARKED + '\n@pytest.mark.offload_budget(strategy="lazy")\ndef test_new():\n    pass\n'
+    compared = run_plugin(new, args=(f"--offloadprobe-compare={path}",))
+    compared.assert_outcomes(passed=1, failed=1, errors=1)
+    compared.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_new*",
+            f"--offloadprobe-compare {path} has no record of test_offload.py::test_new (it has "
+            "test_offload.py::test_lazy, test_offload.py::test_naive): store one with "
+            "--offloadprobe-save",
+            "*_ test_lazy _*",
+            "lazy + none: regressed: host peak 57.60 MiB vs 48.00 MiB stored (+20.0% > +5.0%)",
+        ]
+    )
+    # the threshold is the user's, by name of the file too
+    loose = ("--offloadprobe-compare=base", "--offloadprobe-max-increase=25%", "-k", "not new")
+    run_plugin(new, args=loose).assert_outcomes(passed=2, deselected=1)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--offloadprobe-compare=nothing",), "cannot read --offloadprobe-compare *nothing.json*"),
+        (("--offloadprobe-max-increase=5",), "cannot parse --offloadprobe-max-increase '5'*"),
+    ],
+)
+def test_a_bad_stored_option_is_one_usage_line_before_anything_runs(
+    run_plugin, fake_child, args, words
+):
+    result = run_plugin(MARKED, args=args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {words}"])
+    assert "Traceback" not in result.stderr.str() and fake_child.specs == []
+
+
+def test_the_options_are_pytest_options_with_help(pytester):
+    result = pytester.runpytest_inprocess(*_plugin_args(), "--help")
+    result.stdout.fnmatch_lines(
+        [
+            "offload-memory budgets (offloadprobe):",
+            "*--offloadprobe-save=NAME*",
+            "*--offloadprobe-compare=NAME*",
+            "*--offloadprobe-max-increase=PCT*",
+        ]
+    )
+
+
+def test_a_saved_entry_travels_on_its_report_as_pytest_xdist_sends_it(pytester):
+    """Under pytest-xdist a worker measures, the controller writes: the entry rides on
+    the test's report through pytest's own serialization (what xdist sends)."""
+    from _pytest.reports import TestReport
+
+    from offloadprobe.pytest_plugin.stored import ATTRIBUTE
+
+    config = pytester.parseconfig(*_plugin_args())
+    report = TestReport("t.py::t", ("t.py", 1, "t"), {}, "passed", None, "setup")
+    setattr(report, ATTRIBUTE, '{"test": "t.py::t"}')
+    data = config.hook.pytest_report_to_serializable(config=config, report=report)
+    back = config.hook.pytest_report_from_serializable(
+        config=config, data=json.loads(json.dumps(data))
+    )
+    assert getattr(back, ATTRIBUTE) == '{"test": "t.py::t"}'

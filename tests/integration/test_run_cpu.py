@@ -86,7 +86,10 @@ def lazy_tiny(tmp_path_factory):
 
 
 def test_json_schema_is_stable(lazy_tiny):
+    from offloadprobe.schemas import validate
+
     _, doc = lazy_tiny
+    validate(doc, "run")  # the shipped JSON Schema
     assert doc["schema_version"] >= 3
     assert doc["device"] == "cpu" and doc["emulated"] is True
     assert doc["payload_bytes"] == doc["runs"][0]["payload_bytes"] > 0

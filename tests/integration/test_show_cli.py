@@ -16,8 +16,11 @@ pytestmark = pytest.mark.processes(2)  # the two torch-free interpreters
 
 
 def _same(invoke, tmp_path, *args: str, columns: int = 80) -> str:
+    from offloadprobe.schemas import validate
+
     out = tmp_path / "saved.json"
     verb = invoke(*args, "--json", str(out), columns=columns)
+    validate(json.loads(out.read_text()))  # its kind's shipped JSON Schema
     shown = invoke("show", str(out), columns=columns)
     assert shown.exit_code == 0, shown.stderr
     assert shown.stdout == verb.stdout, (verb.stdout, shown.stdout)

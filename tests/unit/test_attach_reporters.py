@@ -124,7 +124,7 @@ def test_show_renders_a_saved_attach_result_as_attach_printed_it(name, schema_ke
     record = RECORDS[name]()
     doc = json.loads(json.dumps(attach_json(record)))
     assert record_from_json(doc) == record
-    doc[schema_key] = doc.pop("schema")
+    doc[schema_key] = doc.pop("schema_version")
     del doc["kind"]  # a document of another version, known by its keys
     saved = document(doc)
     assert saved.kind == "attach" and saved.record == record

@@ -56,8 +56,9 @@ test: env ## Run the whole test suite (GPU tests skip without CUDA)
 	$(BIN)/python -m pytest
 
 .PHONY: excerpts
-excerpts: env ## Regenerate the command output README.md and docs/ show (tools/excerpts.py)
+excerpts: env ## Regenerate the command output and the figures README.md and docs/ show
 	$(BIN)/python tools/excerpts.py
+	$(BIN)/python tools/figures.py
 
 .PHONY: lint
 lint: env ## Ruff lint and format check, the layer check, and the type checker

@@ -1,4 +1,5 @@
-"""Print the README's "what each framework's offload costs" table from committed results.
+"""Print the "what each framework's offload costs" table from committed results
+(docs/field-offloads.md and docs/h200-results.md show it, written by tools/figures.py).
 
 Every number comes from ``benchmarks/results/h200x2-2026-11-30-*.json`` (the field
 benchmark and the separate 5 GiB ``tms`` compare); run from the repository root.
@@ -13,6 +14,17 @@ RESULTS = Path(__file__).resolve().parent / "results"
 FIELD = RESULTS / "h200x2-2026-11-30-field-strategies-params-optimizer.json"
 TMS = RESULTS / "h200x2-2026-11-30-compare-tms-5gib.json"
 GiB = 2**30
+HEAD = [
+    "part",
+    "row",
+    "host peak",
+    "steady host",
+    "pinned reserved",
+    "GPU left",
+    "offload GB/s first / steady",
+    "load GB/s first / steady",
+    "verdict",
+]
 
 
 def _gib(n: int | None) -> str:
@@ -70,17 +82,7 @@ def rows() -> list[list[str]]:
 
 
 def main() -> None:
-    head = [
-        "part",
-        "row",
-        "host peak",
-        "steady host",
-        "pinned reserved",
-        "GPU left",
-        "offload GB/s first / steady",
-        "load GB/s first / steady",
-        "verdict",
-    ]
+    head = HEAD
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows():

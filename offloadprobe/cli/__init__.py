@@ -48,6 +48,7 @@ VERBS = {
     "plan": "plan",
     "repro": "repro",
     "scenarios": "scenarios",
+    "strategies": "strategy_verb",
     "alloc-conf": "alloc_conf",
     "show": "show",
     "attach": "attach",

@@ -46,7 +46,16 @@ from typing import Protocol
 from offloadprobe.measure.cgroup import locate
 from offloadprobe.measure.page_changes import CHANGES
 from offloadprobe.measure.sidecar import DROPPED, PRIORITIES, RECORD
-from offloadprobe.measure.timeline import GAP_NS, SAMPLED_NOTE, Gap, PhaseSpan, Series, Timeline
+from offloadprobe.measure.timeline import (
+    BUSY,
+    GAP_NS,
+    LEFT_OUT,
+    SAMPLED_NOTE,
+    Gap,
+    PhaseSpan,
+    Series,
+    Timeline,
+)
 
 INTERVAL_NS = 1_000_000
 MAX_INTERVAL_NS = 16_000_000
@@ -181,17 +190,22 @@ def decode_records(
 ) -> tuple[list[Series], int, list[Gap]]:
     """The sidecar's records as series (times since ``epoch_ns``), its read count, and
     every stretch of more than ``GAP_NS`` between two kept records (a record left out
-    across a page change, ``DROPPED``, is counted in ``reads`` but holds no value)."""
+    across a page change, ``DROPPED``, is counted in ``reads`` but holds no value). A
+    stretch the sidecar read throughout, every read of it left out, is a gap ``left out``;
+    one with more than ``GAP_NS`` between two reads is ``busy``: it got no CPU."""
     out = [Series(name=n, label=label) for n, label in names]
-    previous, reads, gaps = None, 0, []
+    previous, last_read, hole, reads, gaps = None, None, 0, 0, []
     for t, *values in RECORD.iter_unpack(data[: len(data) - len(data) % RECORD.size]):
         t -= epoch_ns
         reads += 1
+        hole = max(hole, t - last_read) if last_read is not None else 0
+        last_read = t
         if values[0] == DROPPED:
             continue
         if previous is not None and t - previous > GAP_NS:
-            gaps.append(Gap(sampler="process", start_ns=previous, end_ns=t))
-        previous = t
+            cause = BUSY if hole > GAP_NS else LEFT_OUT
+            gaps.append(Gap(sampler="process", start_ns=previous, end_ns=t, cause=cause))
+        previous, hole = t, 0
         for series, value in zip(out, values, strict=True):
             if value >= 0:
                 series.append(t, value)
@@ -269,20 +283,28 @@ class Sidecar:
         data = Path(self.path).read_bytes()
         Path(self.path).unlink(missing_ok=True)
         series, self.reads, self.gaps = decode_records(data, epoch_ns, self.series)
-        self.dropped = self.reads - max((len(s.times_ns) for s in series), default=0)
+        # every kept read is a sample of host RSS (stored values drop repeats, samples not)
+        self.dropped = self.reads - max((s.samples for s in series), default=0)
         return series
 
     def note(self, seconds: float) -> str:
         """Its achieved rate, its gaps and its CPU use, in words."""
-        missed = sum(g.end_ns - g.start_ns for g in self.gaps) / 1e9
-        longest = max((g.end_ns - g.start_ns for g in self.gaps), default=0) / 1e6
+        busy = [g for g in self.gaps if g.cause == BUSY]
+        missed = sum(g.end_ns - g.start_ns for g in busy) / 1e9
+        longest = max((g.end_ns - g.start_ns for g in busy), default=0) / 1e6
         free = max(seconds - missed, 1e-9)
         gaps = (
-            f"{len(self.gaps)} gaps over {GAP_NS / 1e6:g} ms without a sample while every CPU "
+            f"{len(busy)} gaps over {GAP_NS / 1e6:g} ms without a sample while every CPU "
             f"was busy ({missed:.2f} s in all, longest {longest:.0f} ms)"
-            if self.gaps
-            else f"no gap over {GAP_NS / 1e6:g} ms"
+            if busy
+            else f"no gap over {GAP_NS / 1e6:g} ms without a read"
         )
+        left = [g for g in self.gaps if g.cause == LEFT_OUT]
+        if left:
+            gaps += (
+                f"; {len(left)} over {GAP_NS / 1e6:g} ms read throughout but left out "
+                f"({sum(g.end_ns - g.start_ns for g in left) / 1e9:.2f} s in all)"
+            )
         return (
             f"host and cgroup sampled by a separate process at {self.priority or 'unknown'} "
             f"CPU priority: {self.reads / max(seconds, 1e-9):.0f} reads/s on average, "

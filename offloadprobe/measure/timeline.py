@@ -80,11 +80,21 @@ class PhaseSpan:
     end_ns: int
 
 
+BUSY, LEFT_OUT = "busy", "left out"
+"""Why a gap has no sample: the sampler got no CPU, or what it read was left out."""
+GAP_CAUSES = {
+    BUSY: "every CPU busy",
+    LEFT_OUT: "read while CPU emulation moved its device pages",
+}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Gap:
-    """A stretch with no sample: the sampler got no CPU (it runs at the lowest priority
-    and waits while every CPU is busy). Series hold their last value across it only
-    because nothing was read: renderers must show the gap, not a flat line."""
+    """A stretch with no sample kept. Either the sampler got no CPU (it runs at the
+    lowest priority and waits while every CPU is busy), or what it read there was left out
+    (taken while CPU emulation moved its device pages: RSS between two states). Series
+    hold their last value across it only because nothing was kept: renderers must show
+    the gap, not a flat line."""
 
     sampler: str
     """``process`` (host and cgroup, the sidecar) or ``thread`` (the CUDA counters)."""
@@ -92,6 +102,8 @@ class Gap:
     """Time of the last sample before it."""
     end_ns: int
     """Time of the first sample after it."""
+    cause: str = BUSY
+    """``busy`` (no read longer than ``GAP_NS`` in it) or ``left out`` (read throughout)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -130,7 +142,7 @@ class Timeline:
             ],
             "series": [s.to_dict() for s in self.series],
             "gaps": [
-                {"sampler": g.sampler, "start_ns": g.start_ns, "end_ns": g.end_ns}
+                {"sampler": g.sampler, "start_ns": g.start_ns, "end_ns": g.end_ns, "cause": g.cause}
                 for g in self.gaps
             ],
         }

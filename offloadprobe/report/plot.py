@@ -4,13 +4,17 @@ One column per cycle and phase, each with its own time axis in milliseconds from
 phase start (phases last milliseconds to seconds, and the work between them longer:
 one shared axis would draw an offload as a hairline); host, pinned and GPU panels are
 stacked under each other, one row each. ``run`` draws every series of its process;
-``compare`` overlays its rows, each aligned at the start of the same phase, with host
-RSS over each row's own pre-offload baseline in multiples of the payload, so that a
-second copy reads as +1x. Pinned pages are inside host RSS, so the panels are not
-stacked as areas: that would count them twice.
+``compare`` overlays its rows, each aligned at the start of the same phase. The host
+panel is RSS over the row's own RSS just before its first offload, in multiples of the
+payload, in ``run`` as in ``compare``: a second copy reads as +1x, naive's three copies
+as +3x. Pinned pages are inside host RSS, so the panels are not stacked as areas: that
+would count them twice.
 
-Lines are samples and draw the shape only. Every number printed is an exact per-phase
-reading from the records (VmHWM, allocator peaks), drawn as a thick bar over its phase.
+Lines are samples and draw the shape only; each phase's exact readings at its start and
+end pin the main line there, and a row's line is faded across its own gaps
+(``plot_gaps``). Every number printed is an exact per-phase reading from the records
+(VmHWM, allocator peaks), drawn as a thick bar over its phase, against the same
+baseline as its line.
 
 Each panel's y axis is set by what its phases are about: the panel's first series (host
 RSS, pinned reserved, GPU allocated) inside the phase and the exact peaks, at least one
@@ -32,7 +36,7 @@ from typing import Any
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.records import PhaseRecord
 from offloadprobe.measure.summary import OFFLOADS
-from offloadprobe.measure.timeline import Series
+from offloadprobe.measure.timeline import BUSY, Series
 from offloadprobe.report.plot_axes import (
     Extent,
     OffAxis,
@@ -41,19 +45,33 @@ from offloadprobe.report.plot_axes import (
     share_y,
 )
 from offloadprobe.report.plot_frame import Frame, frame
+from offloadprobe.report.plot_gaps import (
+    Interval,
+    exact_ends,
+    holes,
+    marks,
+    masked,
+    pinned_to,
+)
 from offloadprobe.report.trace import TraceRow
 
 PLOT_SUFFIXES = (".png", ".svg")
 PHASE_COLOURS = {"train": "#dddddd", "offload": "#f6c28b", "load": "#a9cbe8", "rollout": "#b9e0a5"}
 GiB, MiB = 1 << 30, 1 << 20
 FOOTNOTE = (
-    "lines: samples, shape only (faded outside the phase) · thick bars and printed values: "
+    "lines: samples, shape only, pinned to each phase's exact start and end readings "
+    "(faded outside the phase and where not sampled) · thick bars and printed values: "
     "exact per-phase peaks (VmHWM, allocator peaks; '+ registered': page-locked by the "
-    "strategy itself, outside the allocator the pinned lines draw) · shaded: the phase · "
-    "hatched: no samples"
+    "strategy itself, outside the allocator the pinned lines draw) · shaded: the phase"
 )
+GAPS_FOOTNOTE = (
+    " · hatched: no sample taken (every CPU busy) · stippled: samples taken and left out "
+    "(CPU emulation moving its device pages)"
+)
+RUN_FOOTNOTE = GAPS_FOOTNOTE
 ROWS_FOOTNOTE = (
-    " (longest row) · dotted: each row's phase end · the strategies' phases only "
+    GAPS_FOOTNOTE.replace("taken", "taken in any row", 1)
+    + " · dotted: each row's phase end · the strategies' phases only "
     "(run --plot draws construction and train too)"
 )
 OWN_PHASES = ("offload", "load", "offload optimizer", "load optimizer", "rollout")
@@ -133,10 +151,10 @@ class _Panel:
     heading: str
     names: tuple[str, ...]
     unit: int
-    """Bytes per y unit (GiB or MiB); the payload for compare's host panel."""
+    """Bytes per y unit (GiB or MiB); the payload for the host panel."""
 
 
-def _panels(rows: Sequence[TraceRow], relative: bool, payload: int) -> list[_Panel]:
+def _panels(rows: Sequence[TraceRow], several: bool, payload: int) -> list[_Panel]:
     """Panels with something to draw: every series for ``run``, the main one for compare."""
     panels = []
     for key, heading, names in PANELS:
@@ -148,12 +166,12 @@ def _panels(rows: Sequence[TraceRow], relative: bool, payload: int) -> list[_Pan
             default=0,
         )
         unit = GiB if top >= GiB else MiB
-        if relative:
+        if several:
             names, heading = names[:1], COMPARE_HEADINGS[key]
-            if key == "host":
-                unit = payload
-                if any(r.emulated for r in rows):
-                    heading += "\n(incl. emulated device)"
+        if key == "host":
+            unit, heading = payload, COMPARE_HEADINGS[key] if several else HOST_HEADING
+            if any(r.emulated for r in rows):
+                heading += "\n(incl. emulated device)"
         panels.append(_Panel(key=key, heading=heading, names=names, unit=unit))
     return panels
 
@@ -163,11 +181,12 @@ COMPARE_HEADINGS = {
     "pinned": "pinned reserved",
     "gpu": "GPU allocated",
 }
+HOST_HEADING = "host memory over RSS\nbefore the first offload"
 
 
-def _offset(panel: _Panel, row: TraceRow, relative: bool) -> int:
-    """Bytes subtracted before scaling: compare's host panel starts at the row's baseline."""
-    return _raw_baseline(row) if relative and panel.key == "host" else 0
+def _offset(panel: _Panel, row: TraceRow) -> int:
+    """Bytes subtracted before scaling: the host panel starts at the row's baseline."""
+    return _raw_baseline(row) if panel.key == "host" else 0
 
 
 def _raw_baseline(row: TraceRow) -> int:
@@ -191,59 +210,71 @@ class _Cell:
     pad: int
 
 
+def _record(row: TraceRow, cell: _Cell) -> PhaseRecord | None:
+    phases = row.run.phases if row.run else []
+    return next((p for p in phases if p.cycle == cell.cycle and p.phase == cell.phase), None)
+
+
 def _draw(
     ax: Any, cell: _Cell, panel: _Panel, rows: Sequence[TraceRow], colours: Any, extent: Extent
-) -> list:
-    """One panel of one column; returns the exact-peak labels to print there and adds what
+) -> tuple[list, tuple[list[Interval], list[Interval]]]:
+    """One panel of one column; returns the exact-peak labels to print there and the
+    stretches no row read there (hatched: none taken; stippled: left out), and adds what
     the axis must show to ``extent``."""
-    relative = len(rows) > 1
-    texts = []
+    several = len(rows) > 1
+    texts, windows = [], []
     for index, row in enumerate(rows):
         span = cell.spans[index]
         if span is None:
             continue
-        offset = _offset(panel, row, relative)
-        colour = colours[index % len(colours)] if relative else "black"
-        _hatch_gaps(ax, row, panel, span, cell.pad)
+        offset = _offset(panel, row)
+        colour = colours[index % len(colours)] if several else "black"
+        rec = _record(row, cell)
+        # Each row up to its own phase end (plus the pad): what it did next is not this phase.
+        lo, hi = span.start_ns - cell.pad, span.end_ns + cell.pad
+        gaps = holes(row.timeline, panel.key, lo, hi)
+        busy = holes(row.timeline, panel.key, lo, hi, (BUSY,))
+        windows.append(
+            (
+                ((lo - span.start_ns) / 1e6, (hi - span.start_ns) / 1e6),
+                [((a - span.start_ns) / 1e6, (b - span.start_ns) / 1e6) for a, b in gaps],
+                [((a - span.start_ns) / 1e6, (b - span.start_ns) / 1e6) for a, b in busy],
+            )
+        )
         for name in panel.names:
             series = row.timeline.get(name)
             if series is None or not any(series.values):
                 continue
-            # Each row up to its own phase end (plus the pad): what it did next is not this phase.
-            lo, hi = span.start_ns - cell.pad, span.end_ns + cell.pad
             ts, vs = _window(series, lo, hi)
+            if name == panel.names[0]:
+                ts, vs = pinned_to(ts, vs, span.start_ns, span.end_ns, exact_ends(rec, panel.key))
             if not vs:
                 continue
+            ts.append(hi)
+            vs.append(vs[-1])
             xs = [max(-cell.pad, t - span.start_ns) / 1e6 for t in ts]
             ys = [(v - offset) / panel.unit for v in vs]
-            style = {"lw": 1.4, "color": colour} if relative else dict(STYLES[name])
-            label = row.label if relative else f"{series.label} (sampled)"
-            xs.append((hi - span.start_ns) / 1e6)
-            ys.append(ys[-1])
-            # Faded outside the row's own phase, solid inside it.
+            style = {"lw": 1.4, "color": colour} if several else dict(STYLES[name])
+            label = row.label if several else f"{series.label} (sampled)"
+            # Faded outside the row's own phase and across its gaps, solid where read.
             ax.step(xs, ys, where="post", alpha=0.3, **style)
-            end = (span.end_ns - span.start_ns) / 1e6
-            inside = [(x, y) for x, y in zip(xs, ys, strict=True) if x <= end]
+            inside = [k for k, t in enumerate(ts) if t <= span.end_ns]
+            if not inside:
+                continue  # first sampled after this phase
+            solid_ts = [max(span.start_ns, ts[k]) for k in inside] + [span.end_ns]
+            solid_ys = [ys[k] for k in inside] + [ys[inside[-1]]]
             ax.step(
-                [max(0.0, x) for x, _ in inside] + [end],
-                [y for _, y in inside] + [inside[-1][1]],
+                [(t - span.start_ns) / 1e6 for t in solid_ts],
+                masked(solid_ts, solid_ys, gaps),
                 where="post",
                 label=label,
                 **style,
             )
-            shown = [y for x, y in inside if x >= 0] or [inside[-1][1]]
+            shown = [ys[k] for k in inside if ts[k] >= span.start_ns] or [ys[inside[-1]]]
             if name == panel.names[0]:
                 extent.add(*shown)
             else:
                 extent.other(series.label, shown, style["color"])
-        rec = next(
-            (
-                p
-                for p in (row.run.phases if row.run else [])
-                if p.cycle == cell.cycle and p.phase == cell.phase
-            ),
-            None,
-        )
         peak = _exact_peak(rec, panel.key) if rec else None
         if peak is None:
             continue
@@ -255,35 +286,19 @@ def _draw(
             (span.end_ns - span.start_ns) / 1e6,
             color=colour,
             lw=3.5,
-            label=None if relative else "exact phase peak",
+            label=None if several else "exact phase peak",
         )
         ax.axvline((span.end_ns - span.start_ns) / 1e6, color=colour, lw=0.8, ls=":")
         # the colour names the row (the legend says whose): labels would not fit the panel
-        texts.append(
-            (f"{exact:+.2f}x" if relative and panel.key == "host" else human(peak), colour)
-        )
+        texts.append((f"{exact:+.2f}x" if panel.key == "host" else human(peak), colour))
         locked = registered(row.run) if panel.key == "pinned" and cell.phase != "train" else 0
         if locked:
             texts.append((f"+{human(locked)} registered", colour))
-    return texts
-
-
-def _hatch_gaps(ax: Any, row: TraceRow, panel: _Panel, span: Any, pad: int) -> None:
-    """Hatch (lightly: the lines stay readable) the stretches where this panel's sampler
-    took no sample: a line held flat across one is not a reading."""
-    sampler = "process" if panel.key == "host" else "thread"
-    lo, hi = span.start_ns - pad, span.end_ns + pad
-    for gap in row.timeline.gaps:
-        if gap.sampler != sampler or gap.end_ns <= lo or gap.start_ns >= hi:
-            continue
-        ax.axvspan(
-            (max(gap.start_ns, lo) - span.start_ns) / 1e6,
-            (min(gap.end_ns, hi) - span.start_ns) / 1e6,
-            fc="none",
-            ec="#c8c8c8",
-            hatch="//",
-            lw=0,
-        )
+    hatched, stippled = marks(windows)
+    for stretches, pattern in ((hatched, "//"), (stippled, "..")):
+        for a, b in stretches:  # lightly: the lines stay readable
+            ax.axvspan(a, b, fc="none", ec="#c8c8c8", hatch=pattern, lw=0)
+    return texts, (hatched, stippled)
 
 
 def _print_peaks(ax: Any, texts: list) -> None:
@@ -301,9 +316,9 @@ def _print_peaks(ax: Any, texts: list) -> None:
         )
 
 
-def _cells(rows: Sequence[TraceRow], *, relative: bool) -> list[_Cell]:
+def _cells(rows: Sequence[TraceRow], *, several: bool) -> list[_Cell]:
     slots = list(dict.fromkeys((s.cycle, s.phase) for r in rows for s in r.timeline.spans))
-    if relative:
+    if several:
         slots = [(c, p) for c, p in slots if p in OWN_PHASES]
     cells = []
     for cycle, phase in slots:
@@ -333,6 +348,10 @@ class Drawn:
     legend: list[str]
     printed: list[str]
     """The exact figures printed in the panels, in drawing order."""
+    hatched: dict[tuple[str, int], list[Interval]]
+    """(panel key, column index) -> where no row took a sample (ms from the phase start)."""
+    stippled: dict[tuple[str, int], list[Interval]]
+    """(panel key, column index) -> where no row kept one: every read was left out."""
     frame: Frame
 
 
@@ -342,8 +361,8 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
     rows = [r for r in rows if r.timeline is not None and r.timeline.spans]
     if not rows:
         raise UsageError("no timeline with a phase was recorded: nothing to plot")
-    relative = len(rows) > 1
-    cells, panels = _cells(rows, relative=relative), _panels(rows, relative, payload)
+    several = len(rows) > 1
+    cells, panels = _cells(rows, several=several), _panels(rows, several, payload)
     if not cells:
         raise UsageError("no offload or load phase was recorded: nothing to compare")
     colours = plt.get_cmap("tab10").colors
@@ -356,6 +375,8 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
     )
     extents: dict[Any, Extent] = {}
     printed: list[str] = []
+    hatched: dict[tuple[str, int], list[Interval]] = {}
+    stippled: dict[tuple[str, int], list[Interval]] = {}
     for col, cell in enumerate(cells):
         for panel, ax in zip(panels, axes[:, col], strict=True):
             ax.axvspan(
@@ -366,7 +387,8 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
                 lw=0,
             )
             extents[ax] = Extent()
-            texts = _draw(ax, cell, panel, rows, colours, extents[ax])
+            texts, unread = _draw(ax, cell, panel, rows, colours, extents[ax])
+            hatched[panel.key, col], stippled[panel.key, col] = unread
             if cell.phase != "train" and texts:
                 _print_peaks(ax, texts)
                 printed += [text for text, _ in texts]
@@ -376,13 +398,9 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
         axes[0, col].set_title(f"cycle {cell.cycle} · {cell.phase}", fontsize=9)
         axes[-1, col].set_xlabel("ms from phase start", fontsize=7)
     for panel, ax in zip(panels, axes[:, 0], strict=True):
-        what = (
-            "x payload"
-            if relative and panel.key == "host"
-            else ("GiB" if panel.unit == GiB else "MiB")
-        )
+        what = "x payload" if panel.key == "host" else ("GiB" if panel.unit == GiB else "MiB")
         ax.set_ylabel(f"{panel.heading}\n({what})", fontsize=8)
-    spans = [1.0 if relative and p.key == "host" else payload / p.unit for p in panels]
+    spans = [1.0 if p.key == "host" else payload / p.unit for p in panels]
     limits = share_y(
         axes, [c.phase not in ("train", "construction") for c in cells], extents, spans
     )
@@ -390,7 +408,9 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
         off
         for row_axes, panel in zip(axes, panels, strict=True)
         for ax in row_axes
-        for off in mark_off_axis(ax, extents[ax], limits[ax], panel.unit)
+        for off in mark_off_axis(
+            ax, extents[ax], limits[ax], panel.unit, 0 if several else _offset(panel, rows[0])
+        )
     ]
     handles, labels = [], []
     for ax in axes[:, 0]:
@@ -398,7 +418,7 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    if not relative:
+    if not several:
         labels = [
             legend_label(lab.removesuffix(" (sampled)"), off_axis, human)
             if lab.endswith(" (sampled)")
@@ -408,7 +428,7 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
     placed = frame(
         fig,
         title=title,
-        footnote=FOOTNOTE + (ROWS_FOOTNOTE if relative else ""),
+        footnote=FOOTNOTE + (ROWS_FOOTNOTE if several else RUN_FOOTNOTE),
         handles=handles,
         labels=labels,
     )
@@ -424,5 +444,7 @@ def plot_phases(rows: Sequence[TraceRow], path: Path, *, title: str, payload: in
         off_axis=off_axis,
         legend=labels,
         printed=printed,
+        hatched=hatched,
+        stippled=stippled,
         frame=placed,
     )

@@ -68,11 +68,11 @@ class OffAxis:
 
 
 def mark_off_axis(
-    ax: Any, extent: Extent, limits: tuple[float, float], unit: float
+    ax: Any, extent: Extent, limits: tuple[float, float], unit: float, offset: int = 0
 ) -> list[OffAxis]:
     """Mark each other series that lies wholly beyond the axis with an arrow at that edge
     (right-hand side, in the series' colour); the legend says how far (``legend_label``).
-    ``unit``: bytes per y unit."""
+    ``unit``: bytes per y unit; ``offset``: the bytes at the axis's zero."""
     lo, hi = limits
     found = []
     for label, (low, high, colour) in extent.others.items():
@@ -90,7 +90,9 @@ def mark_off_axis(
             ha="right",
             va="top" if above else "bottom",
         )
-        found.append(OffAxis(label=label, above=above, low=low * unit, high=high * unit))
+        found.append(
+            OffAxis(label=label, above=above, low=low * unit + offset, high=high * unit + offset)
+        )
     return found
 
 

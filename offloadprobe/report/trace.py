@@ -19,12 +19,16 @@ from typing import Any
 
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.records import PhaseRecord, RunRecord
-from offloadprobe.measure.timeline import SAMPLED_NOTE, Timeline
+from offloadprobe.measure.timeline import BUSY, GAP_CAUSES, LEFT_OUT, SAMPLED_NOTE, Timeline
 from offloadprobe.report.output import announce
 from offloadprobe.report.trace_format import validate
 
 PHASE_THREAD = 0
 GAP_THREADS = {"process": 1, "thread": 2}
+GAP_NOTES = {
+    BUSY: "counter values across this stretch were not read",
+    LEFT_OUT: "read, and left out: RSS between two states while the emulated device moved",
+}
 """Threads holding one slice per stretch without a sample, per sampler."""
 
 
@@ -122,7 +126,7 @@ def _process_events(row: TraceRow) -> list[dict[str, Any]]:
         )
         events += [
             {
-                "name": "no samples (every CPU busy)",
+                "name": f"no samples ({GAP_CAUSES[g.cause]})",
                 "cat": "sampling",
                 "ph": "X",
                 "pid": pid,
@@ -130,7 +134,7 @@ def _process_events(row: TraceRow) -> list[dict[str, Any]]:
                 "tid": tid,
                 "ts": g.start_ns // 1000,
                 "dur": g.end_ns // 1000 - g.start_ns // 1000,
-                "args": {"note": "counter values across this stretch were not read"},
+                "args": {"note": GAP_NOTES[g.cause], "cause": g.cause},
             }
             for g in gaps
         ]

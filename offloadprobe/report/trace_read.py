@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from offloadprobe.core.errors import UsageError
-from offloadprobe.measure.timeline import Gap, PhaseSpan, Series, Timeline
+from offloadprobe.measure.timeline import BUSY, Gap, PhaseSpan, Series, Timeline
 from offloadprobe.report.trace import GAP_THREADS, PHASE_THREAD
 
 KEYS = {
@@ -98,7 +98,10 @@ def _tracks(events: list[Any]) -> Trace:
                 peaks[e["pid"]][(cycle, str(e["name"]))] = int(args["host peak bytes"])
         elif e["ph"] == "X" and e.get("tid") in samplers:
             end = ts + _ns(e.get("dur", 0))
-            timeline.gaps.append(Gap(sampler=samplers[e["tid"]], start_ns=ts, end_ns=end))
+            cause = (e.get("args") or {}).get("cause", BUSY)
+            timeline.gaps.append(
+                Gap(sampler=samplers[e["tid"]], start_ns=ts, end_ns=end, cause=cause)
+            )
         elif e["ph"] == "C":
             label = str(e["name"]).removesuffix(SAMPLED)
             key = (e["pid"], label)

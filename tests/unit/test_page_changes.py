@@ -45,8 +45,32 @@ def test_a_left_out_record_counts_as_read_and_leaves_a_gap():
     left_out = [RECORD.pack(t * ms, DROPPED, DROPPED, DROPPED, DROPPED) for t in range(2, 30)]
     data = b"".join([*kept, *left_out, RECORD.pack(30 * ms, 100, 50, 0, -1)])
     series, reads, gaps = decode_records(data, 0, Sidecar.series)
-    assert reads == 31 and series[0].samples == 3
-    assert [(g.start_ns, g.end_ns) for g in gaps] == [(1 * ms, 30 * ms)]
+    assert reads == 31 and series[0].samples == 3 and len(series[0].times_ns) == 1
+    assert [(g.start_ns, g.end_ns, g.cause) for g in gaps] == [(1 * ms, 30 * ms, "left out")]
+
+
+def test_a_stretch_read_throughout_is_left_out_and_one_without_reads_is_busy():
+    """GIVEN 28 reads left out across a page change, then 30 ms without any read WHEN the
+    records are decoded THEN the first stretch is a gap 'left out' (the sidecar was
+    reading), the second 'busy' (it got no CPU), and the note says each for what it is
+    and counts the 28 left-out samples, not the repeated values the series did not store."""
+    ms = 1_000_000
+    kept = [RECORD.pack(t * ms, 100, 50, 0, -1) for t in (0, 1)]
+    left_out = [RECORD.pack(t * ms, DROPPED, DROPPED, DROPPED, DROPPED) for t in range(2, 30)]
+    after = [RECORD.pack(t * ms, 100, 50, 0, -1) for t in (30, 60)]
+    data = b"".join([*kept, *left_out, *after])
+    series, reads, gaps = decode_records(data, 0, Sidecar.series)
+    assert [(g.start_ns // ms, g.end_ns // ms, g.cause) for g in gaps] == [
+        (1, 30, "left out"),
+        (30, 60, "busy"),
+    ]
+    sidecar = Sidecar()
+    sidecar.reads, sidecar.gaps, sidecar.priority = reads, gaps, "SCHED_IDLE"
+    sidecar.dropped = reads - max(s.samples for s in series)
+    note = sidecar.note(0.06)
+    assert sidecar.dropped == 28 and "28 samples left out" in note
+    assert "1 gaps over 10 ms without a sample while every CPU was busy (0.03 s" in note
+    assert "1 over 10 ms read throughout but left out (0.03 s in all)" in note
 
 
 def _rss() -> int:

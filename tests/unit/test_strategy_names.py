@@ -42,3 +42,21 @@ def test_a_near_miss_is_one_line_exit_2_with_every_name(invoke, args, says):
     assert line.startswith("offloadprobe: error: unknown ") and says in line
     registry = OPTIMIZER_STRATEGIES if "optimizer strategy '" in line else MODEL_STRATEGIES
     assert line.endswith(f"choose one of {registry.choices()}")
+
+
+def test_strategies_lists_each_on_one_line_at_80_columns_without_colour(invoke):
+    """GIVEN the registries WHEN ``offloadprobe strategies`` runs piped at 80 columns THEN
+    every registered name starts exactly one line, its descriptor's summary on that same
+    line, nothing is wider than 80 columns and no colour code is printed."""
+    result = invoke("strategies", columns=80)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert "\x1b[" not in result.stdout
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    for registry in (MODEL_STRATEGIES, OPTIMIZER_STRATEGIES):
+        for name in registry.names():
+            summary = registry.get(name).summary
+            rows = [line for line in lines if line.split()[:1] == [name] and summary in line]
+            assert rows, f"{name}: {summary!r} is not on one line"
+    assert "--strategy NAME" in result.stdout and "--optimizer-strategy NAME" in result.stdout
+    assert all(form in result.stdout for form in USER_FORMS)

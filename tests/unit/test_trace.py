@@ -90,6 +90,7 @@ def test_sampling_gaps_are_slices_on_their_own_thread_and_hatched_on_the_plot(tm
     gaps = [e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") == "sampling"]
     assert (gaps[0]["tid"], gaps[0]["ts"], gaps[0]["dur"]) == (1, 210_000, 25_000)
     assert len([e for e in doc["traceEvents"] if e["ph"] == "X"]) == len(PHASES) + 3
+    assert {g["name"] for g in gaps} == {"no samples (every CPU busy)"}
     pytest.importorskip("matplotlib")
     from offloadprobe.report.plot import plot_phases
 
@@ -212,3 +213,25 @@ def test_a_file_that_is_no_trace_is_bad_input(tmp_path):
     (tmp_path / "x.json").write_text('{"runs": []}')
     with pytest.raises(UsageError, match="no traceEvents"):
         read_trace(tmp_path / "x.json")
+
+
+def test_a_gap_left_out_says_so_in_the_trace_and_reads_back_as_it_was(tmp_path):
+    """A stretch the sidecar read throughout but left out (CPU emulation moving its device
+    pages) is not named 'every CPU busy': its slice says why, and reading the trace back
+    (``show --plot``) gives each gap its cause."""
+    from offloadprobe.report.trace import write_trace
+    from offloadprobe.report.trace_read import read_trace
+
+    row = fake_row(0, "naive", 96 * MiB)
+    row.timeline.gaps.append(Gap(sampler="process", start_ns=210_000_000, end_ns=235_000_000))
+    left = Gap(sampler="process", start_ns=300_000_000, end_ns=330_000_000, cause="left out")
+    row.timeline.gaps.append(left)
+    doc = trace_document([row])
+    names = [e["name"] for e in doc["traceEvents"] if e.get("cat") == "sampling"]
+    assert names == [
+        "no samples (every CPU busy)",
+        "no samples (read while CPU emulation moved its device pages)",
+    ]
+    write_trace(doc, tmp_path / "t.json")
+    (timeline,) = read_trace(tmp_path / "t.json").timelines.values()
+    assert [g.cause for g in timeline.gaps] == ["busy", "left out"]

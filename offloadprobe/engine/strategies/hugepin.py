@@ -27,8 +27,7 @@ def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> 
 
 STRATEGY = ModelStrategyInfo(
     name="hugepin",
-    summary="exact huge-page host mapping, touched on threads, registered in chunks while "
-    "earlier chunks copy; kept",
+    summary="exact huge-page mapping, registered in chunks during the copy",
     factory="offloadprobe.engine.hugepin_pipeline:hugepin",
     host_events=host_events,
     emulation="chunks are touched on threads but not page-locked; copies are host copies",

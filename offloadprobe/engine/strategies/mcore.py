@@ -103,7 +103,7 @@ def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> 
 
 STRATEGY = ModelStrategyInfo(
     name="mcore",
-    summary="megatron-core's own _ParamAndGradBuffer.offload_to_cpu/reload_from_cpu",
+    summary="megatron-core's own buffer offload_to_cpu / reload_from_cpu",
     factory=McoreStrategy,
     host_events=host_events,
     emulation=(

@@ -258,7 +258,7 @@ def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> 
 
 STRATEGY = ModelStrategyInfo(
     name="pipelined",
-    summary="registered, prepared in chunks on threads while earlier chunks copy (fast 1st)",
+    summary="registered, page-locked in chunks on threads during the copy",
     factory=PipelinedStrategy,
     host_events=host_events,
     emulation="chunks are populated on threads but not page-locked; copies are host copies",

@@ -37,8 +37,7 @@ def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> 
 
 STRATEGY = ModelStrategyInfo(
     name="relock",
-    summary="hugepin, every page unregistered and handed back after each load (none held "
-    "while training)",
+    summary="hugepin, its pages handed back after each load",
     factory="offloadprobe.engine.hugepin_pipeline:relock",
     host_events=host_events,
     emulation="chunks are touched on threads but not page-locked; copies are host copies; "

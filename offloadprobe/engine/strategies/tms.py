@@ -209,7 +209,7 @@ def host_events(payloads: Sequence[int], cycles: int, labels: Sequence[str]) -> 
 
 STRATEGY = ModelStrategyInfo(
     name="tms",
-    summary="torch_memory_saver pause/resume, CPU backup (needs a GPU and offloadprobe[tms])",
+    summary="torch_memory_saver pause / resume with CPU backup (GPU only)",
     factory=TmsStrategy,
     host_events=host_events,
     emulation="cannot run: needs CUDA virtual memory (exits 2 in CPU emulation)",

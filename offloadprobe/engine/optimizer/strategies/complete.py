@@ -129,7 +129,7 @@ class CompleteStrategy:
 
 STRATEGY = OptimizerStrategyInfo(
     name="complete",
-    summary="every optimizer tensor, any key, into exact-size reused host buffers",
+    summary="every optimizer tensor, any key, into exact-size reused buffers",
     factory=CompleteStrategy,
     moved_keys=lambda precision_aware: ("master", "exp_avg", "exp_avg_sq"),
     host_copy="exact",

@@ -24,7 +24,7 @@ def moved_keys(precision_aware: bool) -> tuple[str, ...]:
 
 STRATEGY = OptimizerStrategyInfo(
     name="legacy",
-    summary="exp_avg, exp_avg_sq and fp32 groups moved with .to(); master_param stays (pre-fix)",
+    summary="Adam moments and fp32 groups by .to(); master_param stays (pre-fix)",
     factory=LegacyStrategy,
     moved_keys=moved_keys,
     host_copy="pinned per tensor",

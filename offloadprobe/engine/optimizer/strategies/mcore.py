@@ -59,7 +59,7 @@ class McoreOptimizerStrategy:
 
 STRATEGY = OptimizerStrategyInfo(
     name="mcore",
-    summary="megatron-core's own MegatronOptimizer.offload_to_cpu/restore_from_cpu (pageable)",
+    summary="megatron-core's own optimizer offload_to_cpu (pageable copies)",
     factory=McoreOptimizerStrategy,
     moved_keys=lambda precision_aware: ("master", "exp_avg", "exp_avg_sq"),
     host_copy="pageable per tensor",

@@ -47,8 +47,11 @@ class LimitSpan:
     limit_hits: int | None = None
     """How often a charge found the group at its limit (v1 fail counts, v2 ``max``)."""
     limit_after_bytes: int | None = None
-    """The group's limit as read at the load's end, before it was lifted: anything but
-    ``limit_bytes`` means someone else changed it meanwhile."""
+    """The group's limit as read at the load's end, before it was lifted (None: none was
+    set then, or it was not read: the worker never got there)."""
+    limit_changed: bool = False
+    """The limit read at the load's end was not ``limit_bytes``: something else changed
+    it (or lifted it) while it held."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -113,12 +113,13 @@ def limit_verdict(run: RunRecord) -> Verdict | None:
     if record is None or run.world is not None:
         return None
     for span in record.spans:
-        if span.ended and span.limit_after_bytes not in (None, span.limit_bytes):
+        if span.limit_changed:
+            now = format_bytes(span.limit_after_bytes) if span.limit_after_bytes else "no limit"
             return Verdict(
                 kind="inconsistent",
-                detail=f"the host limit read {format_bytes(span.limit_after_bytes or 0)} at "
-                f"the load's end, not the {format_bytes(span.limit_bytes)} set at its "
-                "offload: it was changed meanwhile, the run's figures cannot be trusted",
+                detail=f"the host limit read {now} at the load's end, not the "
+                f"{format_bytes(span.limit_bytes)} set at its offload: it was changed "
+                "meanwhile, the run's figures cannot be trusted",
                 cycle=span.cycle,
             )
     hit = over_limit(run, record.size_bytes)

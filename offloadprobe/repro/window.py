@@ -80,6 +80,7 @@ class LimitWindow:
         end = count(self.group)
         nbytes, exact = reclaimed(start, end)
         hits = None if start.hits is None or end.hits is None else end.hits - start.hits
+        after = self.group.limit() if ended else None
         self.spans[-1] = replace(
             self.spans[-1],
             ended=ended,
@@ -87,7 +88,8 @@ class LimitWindow:
             reclaimed_bytes=nbytes,
             reclaim_exact=exact,
             limit_hits=hits,
-            limit_after_bytes=self.group.limit() if ended else None,
+            limit_after_bytes=after,
+            limit_changed=ended and after != self.spans[-1].limit_bytes,
         )
 
     def finish(self) -> None:

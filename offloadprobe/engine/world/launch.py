@@ -29,7 +29,6 @@ from offloadprobe.engine.world import forked
 from offloadprobe.measure.cgroup import MemoryGroup
 from offloadprobe.measure.phase_log import last_started
 
-
 ELASTIC_LOGS = "torchelastic"
 """In the launcher's job folder: torch's elastic agent's log folder."""
 

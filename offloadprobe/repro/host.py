@@ -162,7 +162,7 @@ def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
     if verdict.kind == "over limit":
         return ReproOutcome(
             observed="oom",
-            detail=f"OOM (over the limit, not killed): {verdict.line()}",
+            detail=f"OOM: over the limit at {verdict.where}: {verdict.detail}",
             cycle=verdict.cycle,
             phase=verdict.phase,
             terms=tuple(terms),

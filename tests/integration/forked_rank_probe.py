@@ -1,8 +1,9 @@
 """A user strategy that records, in the rank it runs in, what that process is (for
 test_forked_ranks_cpu): its command line and its parent's, its session, signals, stdin,
 intra-op threads, its RSS and its parent's, how many of its pages are still shared
-copy-on-write, and where torch's elastic agent keeps its error file. Written at its first offload to ``rank<RANK>.json`` in its working
-directory (the test's folder: a rank works where its parent does)."""
+copy-on-write, and where torch's elastic agent keeps its error file. Written at its first
+offload to ``rank<RANK>.json`` in its working directory (the test's folder: a rank works
+where its parent does)."""
 
 from __future__ import annotations
 

@@ -130,10 +130,11 @@ def limit_verdict(run: RunRecord) -> Verdict | None:
         f"host peak {format_bytes(over)} over the usage at the first offload > the limit's "
         f"{format_bytes(record.size_bytes)}"
     )
+    detail += "; not killed"  # a kill is the run's failure, judged before this rule
     held = record.span(cycle)
     if held is not None and held.reclaimed_bytes:
         words = reclaim_words(held.reclaimed_bytes, exact=held.reclaim_exact)
-        detail += f"; not killed: {words} instead"
+        detail += f": {words} instead"
     return Verdict(kind="over limit", detail=detail, cycle=cycle, phase=phase)
 
 

@@ -48,7 +48,12 @@ class LimitWindow:
             self.close()
 
     def open(self, cycle: int) -> None:
-        """The worker waits at an offload's start: drop the cache, set the limit."""
+        """The worker waits at an offload's start: drop the cache, set the limit. (A second
+        offload before a load, ``--sequence double-offload``, ends the stretch before it.)"""
+        if self._start is not None:
+            start, self._start = self._start, None
+            self._finish_span(start, ended=True)
+            self.group.lift_limit()
         dropped = drop_unmapped(self.group)
         usage = self.group.usage()
         if self.baseline is None:

@@ -209,7 +209,8 @@ def test_a_host_peak_over_the_limit_fails_though_no_kill_came():
 def test_within_the_limit_stays_ok_and_a_changed_limit_is_inconsistent():
     lazy = fake_run("lazy", payload=PAYLOAD, host_peak_x=1.0)
     assert judge(_limited(lazy, 24 * MiB))[0].ok
-    assert judge(_limited(lazy, 16 * MiB - 1))[0].kind == "over limit"
+    tight, _ = judge(_limited(lazy, 16 * MiB - 1))  # no reclaim seen: still over
+    assert tight.kind == "over limit" and tight.detail.endswith("; not killed")
     changed = _limited(lazy, 24 * MiB, limit_after_bytes=None, limit_changed=True)
     verdict, _ = judge(changed)
     assert verdict.kind == "inconsistent" and "no limit at the load's end" in verdict.detail

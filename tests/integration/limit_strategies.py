@@ -1,8 +1,8 @@
-"""Strategies written to slip past ``--host-limit``: each holds what the offload adds
-somewhere the kernel may reclaim instead of killing, or where a process's RSS does not
-show it. Plugged in as ``tests.integration.limit_strategies:X``.
+"""A strategy written to slip past ``--host-limit``: what the offload adds sits behind page
+cache charged to the worker's group, which the kernel reclaims before it kills. Plugged
+in as ``tests.integration.limit_strategies:BehindMappedCache``.
 
-Their files are unlinked as soon as they are made and kept open: the pages stay charged
+Its files are unlinked as soon as they are made and kept open: the pages stay charged
 to the worker's memory cgroup while it runs, and nothing is left on disk when it ends,
 killed or not.
 """
@@ -13,8 +13,8 @@ import tempfile
 
 import torch
 
-CUSHION = 96 * 2**20
-"""Bytes of each cushion: more than the offload adds in the tests that use them."""
+CUSHION = 48 * 2**20
+"""Bytes of each cushion: more than the offload adds in the test that uses it."""
 
 _KEPT = []
 """Files and mappings kept open for the worker's life."""
@@ -83,17 +83,8 @@ class _Copies:
             buf.grad_data.zero_()
 
 
-class BehindPageCache(_Copies):
-    """Before the first offload, 96 MiB of clean page cache no process maps: cache the
-    kernel reclaims before it kills, unless it was dropped before the limit was set."""
-
-    def __init__(self):
-        super().__init__()
-        _written(CUSHION)
-
-
 class BehindMappedCache(_Copies):
-    """Before the first offload, 96 MiB of page cache the worker maps (and 96 MiB it does
+    """Before the first offload, 48 MiB of page cache the worker maps (and 48 MiB it does
     not): the mapped part stays charged when the limit is set, and the kernel reclaims it
     instead of killing. Only the measured host peak, held over the limit, catches it."""
 

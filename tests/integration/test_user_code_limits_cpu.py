@@ -68,7 +68,7 @@ def test_lazy_under_a_kibibyte_is_killed(invoke, tmp_path):
 @needs_cgroup
 def test_page_cache_does_not_hold_a_limit_open(invoke, tmp_path):
     # GIVEN a strategy that adds 2x 16 MiB at its offload under a 24 MiB limit, behind
-    # 96 MiB of page cache nothing maps and 96 MiB the worker maps (charged to its group)
+    # 48 MiB of page cache nothing maps and 48 MiB the worker maps (charged to its group)
     result, run = _limited_run(invoke, tmp_path, LIMITS + "BehindMappedCache", "24MiB")
     # THEN the unmapped cache was dropped before the limit was set, the mapped cache was
     # left (the running code's kind), the kernel reclaimed it rather than kill, and the
@@ -76,8 +76,8 @@ def test_page_cache_does_not_hold_a_limit_open(invoke, tmp_path):
     assert result.exit_code == 1, result.stdout
     assert run["outcome"]["kind"] == "over limit", run["verdict"]
     (span,) = run["host_limit"]["spans"]
-    assert span["dropped_bytes"] >= 90 * 2**20
-    assert span["cache_bytes"] >= 90 * 2**20
+    assert span["dropped_bytes"] >= 44 * 2**20
+    assert span["cache_bytes"] >= 44 * 2**20
     assert span["ended"] and span["reclaimed_bytes"] > 0
     assert span["limit_bytes"] == run["host_limit"]["baseline_bytes"] + 24 * 2**20
     assert "not killed: the kernel reclaimed" in run["verdict"]

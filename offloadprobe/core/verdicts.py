@@ -106,13 +106,21 @@ def over_limit(run: RunRecord, limit: int) -> tuple[int, str, int] | None:
 
 def limit_verdict(run: RunRecord) -> Verdict | None:
     """A run under a host limit (one process; a node's is judged by its node cgroup): a
-    limit someone else changed while it held is ``inconsistent``; a measured host peak
+    worker that left its limited group is ``escaped``, a limit someone else changed while
+    it held ``inconsistent``; a measured host peak
     over it is ``over limit``, whatever the kernel did (it reclaims page cache before it
     kills, and a peak it let through is still over)."""
     record = run.host_limit
     if record is None or run.world is not None:
         return None
     for span in record.spans:
+        if span.left_group:
+            return Verdict(
+                kind="escaped",
+                detail="the measured process left its limited memory cgroup while the host "
+                "limit held: neither the limit nor the group's figures saw what it held",
+                cycle=span.cycle,
+            )
         if span.limit_changed:
             now = format_bytes(span.limit_after_bytes) if span.limit_after_bytes else "no limit"
             return Verdict(

@@ -36,18 +36,22 @@ class LimitWindow:
         self.written: list[str] = []
         self.spans: list[LimitSpan] = []
         self._start: ReclaimCount | None = None
+        self._inside = False
+        """The gated worker was in the group when the limit was set (a worker run in the
+        parent's own process, in tests, never is)."""
 
     @property
     def limit(self) -> int | None:
         return None if self.baseline is None else self.baseline + self.size
 
     def __call__(self, info: dict[str, Any]) -> None:
+        pid = info.get("pid")
         if info["event"] == "start":
-            self.open(int(info.get("cycle") or 0))
+            self.open(int(info.get("cycle") or 0), pid=pid)
         else:
-            self.close()
+            self.close(pid=pid)
 
-    def open(self, cycle: int) -> None:
+    def open(self, cycle: int, *, pid: int | None = None) -> None:
         """The worker waits at an offload's start: drop the cache, set the limit. (A second
         offload before a load, ``--sequence double-offload``, ends the stretch before it.)"""
         if self._start is not None:
@@ -69,15 +73,19 @@ class LimitWindow:
                 limit_bytes=self.limit,
             )
         )
+        self._inside = pid is not None and pid in self.group.pids()
         self.written = self.group.set_limit(self.limit)
 
-    def close(self, *, ended: bool = True) -> None:
+    def close(self, *, ended: bool = True, pid: int | None = None) -> None:
         """The worker waits at a load's end (or has ended): what the kernel reclaimed
-        meanwhile, the limit as it reads now; then the limit is lifted."""
+        meanwhile, the limit as it reads now, whether the worker is still in the group;
+        then the limit is lifted."""
         start, self._start = self._start, None
         try:
             if start is not None and self.spans:
                 self._finish_span(start, ended=ended)
+                if ended and self._inside and pid is not None and pid not in self.group.pids():
+                    self.spans[-1] = replace(self.spans[-1], left_group=True)
         finally:
             self.group.lift_limit()
 

@@ -88,7 +88,10 @@ class FakeGroup:
         self.usage_now, self.cache, self.stolen = usage, cache, 0
         self.limit_now: int | None = None
         self.path = Path("/nonexistent")
-        self.dropped = 0
+        self.members = [4242]
+
+    def pids(self) -> list[int]:
+        return list(self.members)
 
     def stat(self) -> dict[str, int]:
         return {"file": self.cache, "file_mapped": 0, "pgsteal": self.stolen // 4096}
@@ -150,6 +153,18 @@ def test_a_limit_changed_meanwhile_is_seen(monkeypatch):
     window({"event": "end", "cycle": 0, "phase": "load"})
     (span,) = window.record().spans
     assert span.limit_changed and span.limit_after_bytes is None
+
+
+def test_a_worker_that_leaves_its_group_is_escaped(monkeypatch):
+    group = FakeGroup(usage=400 * MiB, cache=0)
+    window = _window(monkeypatch, group, 24 * MiB)
+    window({"event": "start", "cycle": 0, "phase": "offload", "pid": 4242})
+    group.members = []  # it wrote its pid into another group's cgroup.procs
+    window({"event": "end", "cycle": 0, "phase": "load", "pid": 4242})
+    record = window.record()
+    assert record.spans[0].left_group
+    run = replace(fake_run(payload=PAYLOAD, host_peak_x=1.0), host_limit=record)
+    assert judge(run)[0].kind == "escaped"
 
 
 def test_a_worker_killed_inside_the_window_is_read_after_it_ended(monkeypatch):

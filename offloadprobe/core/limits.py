@@ -53,8 +53,8 @@ class LimitSpan:
     """The limit read at the load's end was not ``limit_bytes``: something else changed
     it (or lifted it) while it held."""
     left_group: bool = False
-    """The worker was in the group when the limit was set and not at the load's end: it
-    moved itself out of the limit (and of the group's figures)."""
+    """The gated worker was not in the group when the limit was set, or not at the load's
+    end: it moved itself out of the limit (and of the group's figures)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -16,6 +16,7 @@ check, the next train phase: the framework's work, not the strategy's) there is 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -36,20 +37,18 @@ class LimitWindow:
         self.written: list[str] = []
         self.spans: list[LimitSpan] = []
         self._start: ReclaimCount | None = None
-        self._inside = False
-        """The gated worker was in the group when the limit was set (a worker run in the
-        parent's own process, in tests, never is)."""
+        self._pid: int | None = None
+        """The gated worker's process (None: unknown, or this process: a test's worker)."""
 
     @property
     def limit(self) -> int | None:
         return None if self.baseline is None else self.baseline + self.size
 
     def __call__(self, info: dict[str, Any]) -> None:
-        pid = info.get("pid")
         if info["event"] == "start":
-            self.open(int(info.get("cycle") or 0), pid=pid)
+            self.open(int(info.get("cycle") or 0), pid=info.get("pid"))
         else:
-            self.close(pid=pid)
+            self.close()
 
     def open(self, cycle: int, *, pid: int | None = None) -> None:
         """The worker waits at an offload's start: drop the cache, set the limit. (A second
@@ -73,10 +72,16 @@ class LimitWindow:
                 limit_bytes=self.limit,
             )
         )
-        self._inside = pid is not None and pid in self.group.pids()
+        self._pid = pid if pid != os.getpid() else None  # a worker in this process: tests
+        if self._outside():
+            self.spans[-1] = replace(self.spans[-1], left_group=True)
         self.written = self.group.set_limit(self.limit)
 
-    def close(self, *, ended: bool = True, pid: int | None = None) -> None:
+    def _outside(self) -> bool:
+        """The gated worker is not in the group (it moved itself out)."""
+        return self._pid is not None and self._pid not in self.group.pids()
+
+    def close(self, *, ended: bool = True) -> None:
         """The worker waits at a load's end (or has ended): what the kernel reclaimed
         meanwhile, the limit as it reads now, whether the worker is still in the group;
         then the limit is lifted."""
@@ -84,7 +89,7 @@ class LimitWindow:
         try:
             if start is not None and self.spans:
                 self._finish_span(start, ended=ended)
-                if ended and self._inside and pid is not None and pid not in self.group.pids():
+                if ended and self._outside():
                     self.spans[-1] = replace(self.spans[-1], left_group=True)
         finally:
             self.group.lift_limit()

@@ -5,6 +5,7 @@ rule that fails a host peak over it whatever the kernel did (``core.verdicts``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -165,6 +166,13 @@ def test_a_worker_that_leaves_its_group_is_escaped(monkeypatch):
     assert record.spans[0].left_group
     run = replace(fake_run(payload=PAYLOAD, host_peak_x=1.0), host_limit=record)
     assert judge(run)[0].kind == "escaped"
+    # one that left before its first offload is outside when the limit is set
+    window({"event": "start", "cycle": 1, "phase": "offload", "pid": 4242})
+    assert window.spans[-1].left_group
+    # a worker run in this very process (a test's) is never in a group of its own
+    mine = _window(monkeypatch, FakeGroup(usage=400 * MiB, cache=0), MiB)
+    mine({"event": "start", "cycle": 0, "phase": "offload", "pid": os.getpid()})
+    assert not mine.spans[-1].left_group
 
 
 def test_a_worker_killed_inside_the_window_is_read_after_it_ended(monkeypatch):

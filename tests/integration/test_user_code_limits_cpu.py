@@ -48,7 +48,8 @@ def _limited_run(invoke, tmp_path, strategy, size, *model):
 @needs_cgroup
 def test_naive_over_a_host_limit_fails(invoke, tmp_path):
     # the reported case: naive's copies (2x at cycle 0's offload, 64 MiB) over 60 MiB
-    result, run = _limited_run(invoke, tmp_path, "naive", "60MiB", "--payload", "32MiB")
+    model = ["--payload", "32MiB", "--layers", "1", "--seq-length", "32"]
+    result, run = _limited_run(invoke, tmp_path, "naive", "60MiB", *model)
     assert result.exit_code == 1, result.stdout
     assert run["outcome"]["kind"] in ("killed", "over limit"), run["verdict"]
     assert (run["outcome"]["cycle"], run["outcome"]["phase"]) == (0, "offload")

@@ -215,4 +215,4 @@ def _measure(
             timeline=timeline,
             **(limited.measure_options() if limited is not None else {}),
         )
-        return limited.annotated(row) if limited is not None else row
+        return row

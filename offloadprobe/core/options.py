@@ -319,7 +319,8 @@ OPTIONS: tuple[Option, ...] = (
         "host_limit",
         "Run the worker under a real memory cgroup limit: its usage at the first offload "
         "plus this size (e.g. 4GiB), from each offload to the end of its load, as repro "
-        "does. An OOM kill is the verdict.",
+        "does; page cache no process maps is dropped first. An OOM kill, or a host peak "
+        "over it that the kernel let through by reclaiming, fails the run.",
         unit="size",
         verbs=frozenset({RUN}),
     ),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 VERDICT_KINDS = (
     "ok",
     "over budget",
+    "over limit",
     "regressed",
     "corrupted",
     "not offloaded",
@@ -26,7 +27,8 @@ VERDICT_KINDS = (
     "unexpected pass",
 )
 """Every outcome a row can have; only ``ok`` exits 0, ``bad input`` exits 2, the rest 1
-(a canary row's expected failure exits 0 too, ``Verdict.expected``). ``regressed``: a
+(a canary row's expected failure exits 0 too, ``Verdict.expected``). ``over limit``: a
+host peak over the host limit the worker ran under, killed or not. ``regressed``: a
 figure grew over a stored run's (``--baseline-json``); ``unexpected pass``: a row expected
 to fail (``compare --expect``) passed every check."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from offloadprobe.core.limits import HostLimitRecord, limit_from_dict
 from offloadprobe.core.outcomes import Failure, Verdict, where_text
 from offloadprobe.core.readings import CgroupReading, GpuReading, HostReading, PinnedReading
 from offloadprobe.core.world_records import NodePhase, NodeRecord, RankPlace, Spread
@@ -25,7 +26,9 @@ alloc-conf, the pytest plugin's saved records); their JSON Schemas are
 4 added: top-level ``kind`` and ``budgets``; per run ``failure_record``, ``residency``
 (the facts behind "not offloaded") and ``exit_code``. 5: every verb's document carries
 ``schema_version`` (plan, repro and alloc-conf added it; attach's ``schema: 1`` became
-it). Keys are only ever added."""
+it), and per run ``host_limit`` (``run --host-limit``, ``repro``'s limited children: the
+limit, the page cache dropped before it, the reclaim under it). Keys are only ever
+added."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -194,6 +197,8 @@ class RunRecord:
     sequence: list[str] = field(default_factory=list)
     """The steps of a ``--sequence`` run, in order (a phase's ``cycle`` is then its step's
     number, from 1); empty for fixed cycles."""
+    host_limit: HostLimitRecord | None = None
+    """The host limit the worker ran under, as its parent measured it (None: no limit)."""
 
     @property
     def label(self) -> str:
@@ -362,6 +367,7 @@ def run_from_dict(entry: dict[str, Any]) -> RunRecord:
     fields["failure"] = failure_from_dict(entry)
     fields["residency"] = [ResidencyFact(**r) for r in entry.get("residency") or []]
     fields["construction"] = build_record(PhaseRecord, entry.get("construction"))
+    fields["host_limit"] = limit_from_dict(entry.get("host_limit"))
     pair = f"{entry.get('strategy')} + {entry.get('optimizer_strategy', 'none')}"
     label = entry.get("label")
     fields["label_override"] = label if label and label != pair else None

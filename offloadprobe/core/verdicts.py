@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from offloadprobe.core.budgets import Breach, Budget
+from offloadprobe.core.limits import reclaim_words
 from offloadprobe.core.outcomes import Failure, Verdict
 from offloadprobe.core.records import ResidencyFact, RunRecord
 from offloadprobe.core.residual import optimizer_left
@@ -72,6 +73,9 @@ def judge(
             return Verdict(kind="partly offloaded", detail="; ".join(partly), reasons=partly), []
     if run.summary is None:
         return Verdict(kind="crashed", detail="no offload/load pair completed"), []
+    limited = limit_verdict(run)
+    if limited is not None:
+        return limited, []
     if run.world is not None:
         return _judge_ranks(run, list(budgets))
     breaches = [b for budget in budgets if (b := budget.check(run)) is not None]
@@ -79,6 +83,63 @@ def judge(
         more = f" (+{len(breaches) - 1} more)" if len(breaches) > 1 else ""
         return Verdict(kind=breaches[0].kind, detail=breaches[0].message + more), breaches
     return OK, []
+
+
+LIMITED = ("offload", "load", "offload optimizer", "load optimizer")
+"""The phases a host limit holds (from each offload to the end of its load)."""
+
+
+def over_limit(run: RunRecord, limit: int) -> tuple[int, str, int] | None:
+    """The first offload/load phase whose measured host peak over the run's baseline (the
+    host at the first offload) tops ``limit``: (cycle, phase, the peak over the baseline)."""
+    for p in run.phases:
+        if p.phase in LIMITED:
+            over = p.host.host_peak - run.baseline_host_bytes
+            if over > limit:
+                return p.cycle, p.phase, over
+    return None
+
+
+def limit_verdict(run: RunRecord) -> Verdict | None:
+    """A run under a host limit (one process; a node's is judged by its node cgroup): a
+    worker that left its limited group is ``escaped``, a limit someone else changed while
+    it held ``inconsistent``; a measured host peak
+    over it is ``over limit``, whatever the kernel did (it reclaims page cache before it
+    kills, and a peak it let through is still over)."""
+    record = run.host_limit
+    if record is None or run.world is not None:
+        return None
+    for span in record.spans:
+        if span.left_group:
+            return Verdict(
+                kind="escaped",
+                detail="the measured process left its limited memory cgroup while the host "
+                "limit held: neither the limit nor the group's figures saw what it held",
+                cycle=span.cycle,
+            )
+        if span.limit_changed:
+            now = format_bytes(span.limit_after_bytes) if span.limit_after_bytes else "no limit"
+            return Verdict(
+                kind="inconsistent",
+                detail=f"the host limit read {now} at the load's end, not the "
+                f"{format_bytes(span.limit_bytes)} set at its offload: it was changed "
+                "meanwhile, the run's figures cannot be trusted",
+                cycle=span.cycle,
+            )
+    hit = over_limit(run, record.size_bytes)
+    if hit is None:
+        return None
+    cycle, phase, over = hit
+    detail = (
+        f"host peak {format_bytes(over)} over the usage at the first offload > the limit's "
+        f"{format_bytes(record.size_bytes)}"
+    )
+    detail += "; not killed"  # a kill is the run's failure, judged before this rule
+    held = record.span(cycle)
+    if held is not None and held.reclaimed_bytes:
+        words = reclaim_words(held.reclaimed_bytes, exact=held.reclaim_exact)
+        detail += f": {words} instead"
+    return Verdict(kind="over limit", detail=detail, cycle=cycle, phase=phase)
 
 
 def expecting(verdict: Verdict, kind: str | None) -> Verdict:

@@ -100,10 +100,13 @@ def measure(
     on_started: Callable[[Job], Any] | None = None,
     timeline: bool = False,
     gate: bool = False,
+    amend: Callable[[Report], Report] | None = None,
 ) -> Row:
     """Run ``cfg`` in a fresh worker; the judged row. With ``nproc_per_node`` or ``nnodes``
     above 1 the worker is torchrun's launcher, and it and every rank run in a new node
-    memory cgroup (unless ``cgroup`` is given: the caller's, which it removes itself)."""
+    memory cgroup (unless ``cgroup`` is given: the caller's, which it removes itself).
+    ``amend`` adds what the parent measured to the report before it is judged (the host
+    limit it held)."""
     import contextlib
     import os
 
@@ -147,13 +150,18 @@ def measure(
             with contextlib.suppress(OSError):
                 made.kill()
                 made.remove()
-    return judge_outcome(cfg, outcome, budgets, device=device)
+    return judge_outcome(cfg, outcome, budgets, device=device, amend=amend)
 
 
 def judge_outcome(
-    cfg: RunConfig, outcome: WorkerOutcome, budgets: Sequence[Budget], *, device: str
+    cfg: RunConfig,
+    outcome: WorkerOutcome,
+    budgets: Sequence[Budget],
+    *,
+    device: str,
+    amend: Callable[[Report], Report] | None = None,
 ) -> Row:
-    """The row of a finished worker: its report (or a failed one), judged."""
+    """The row of a finished worker: its report (or a failed one), ``amend``-ed, judged."""
     report = None
     breaches: list[Breach]
     if outcome.report is not None:
@@ -165,8 +173,12 @@ def judge_outcome(
     if report is None or not report.runs:
         failure = outcome.failure or Failure(kind="crashed", message="no record was produced")
         report = failed_report(cfg, failure, device=device, phases=outcome.phases)
+        if amend is not None:
+            report = amend(report)
         verdict, breaches = failure.verdict, []
     else:
+        if amend is not None:
+            report = amend(report)
         verdict, breaches = judge(report.runs[0], list(budgets), failure=outcome.failure)
     report = replace(report, verdicts=[verdict])
     label = cfg.label or report.runs[0].label

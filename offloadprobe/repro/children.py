@@ -136,6 +136,7 @@ def run_child(
     launch: Any = None,
     env: dict[str, str] | None = None,
     nproc_per_node: int = 1,
+    amend: Callable[[Any], Any] | None = None,
 ) -> Child:
     """Run ``config`` in a worker; with ``gate``, the worker pauses at every offload's start
     and load's end and ``gate`` is called there (its errors end up in ``keepers``)."""
@@ -158,5 +159,6 @@ def run_child(
         launch=launch,
         env=env,
         nproc_per_node=nproc_per_node,
+        amend=amend,
     )
     return Child(row)

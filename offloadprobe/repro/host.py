@@ -2,15 +2,19 @@
 
 The child (a worker whose job has ``gate`` set) runs in a cgroup created for it, with no
 limit while it imports, builds and trains. At the start of its first offload it stops;
-the parent reads the group's usage then (the
-child's whole pre-offload footprint: interpreter, torch, megatron, model, emulated
+the parent drops the group's page cache no process maps, reads the group's usage then
+(the child's whole pre-offload footprint: interpreter, torch, megatron, model, emulated
 device buffers) and sets::
 
     limit = usage at the gate + scaled host limit
 
 so the scaled budget applies exactly to what the strategy adds over its pre-offload
-baseline. The child continues; if it crosses the limit the kernel OOM-kills it, which
-the group's ``oom_kill`` counter confirms and the phase log places in a cycle and phase.
+baseline (``repro/window.py``). The child continues; if it crosses the limit the kernel
+OOM-kills it, which the group's ``oom_kill`` counter confirms and the phase log places in
+a cycle and phase. A child the kernel let through by reclaiming page cache instead, whose
+measured host peak still tops the scaled limit, is an OOM too (``over the limit, not
+killed``); the margin of one within it is the scaled limit less that host peak, and the
+page cache reclaimed under the limit is said beside it.
 
 Where no cgroup can be made, the child runs unlimited and its exact per-phase VmHWM
 (over the same baseline) is compared with the scaled limit instead, and the output says
@@ -25,15 +29,18 @@ from pathlib import Path
 
 from offloadprobe.core.config import RunConfig
 from offloadprobe.core.job import LaunchSpec
-from offloadprobe.core.records import RunRecord
+from offloadprobe.core.limits import HostLimitRecord
+from offloadprobe.core.records import Report, RunRecord
 from offloadprobe.core.units import format_bytes
+from offloadprobe.core.verdicts import LIMITED, over_limit
 from offloadprobe.isolation.node import run_id_for
 from offloadprobe.layout.terms import Term
 from offloadprobe.measure.cgroup import CgroupUnavailable, MemoryGroup, create_group
 from offloadprobe.repro.children import Child, GateKeeper, run_child
 from offloadprobe.repro.records import ReproOutcome
+from offloadprobe.repro.window import LimitWindow
 
-MOVING = ("offload", "load", "offload optimizer", "load optimizer")
+__all__ = ["HostJob", "LimitWindow", "over_limit", "run_host_job"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,48 +85,26 @@ def _child(job: HostJob, **extra: object) -> Child:
     return run_child(config, device=job.device, timeout_s=job.timeout_s, launch=launch, **extra)  # type: ignore[arg-type]
 
 
-class _LimitWindow:
-    """Holds the group's limit at ``baseline + scaled`` from each offload to its load's end.
-
-    The baseline is the group's usage at the first pause, the start of cycle 0's offload.
-    Between a load's end and the next offload (the integrity check, the next train
-    phase: the framework's work, not the strategy's) the limit is lifted again.
-    """
-
-    def __init__(self, group: MemoryGroup, scaled: int) -> None:
-        self.group, self.scaled = group, scaled
-        self.baseline: int | None = None
-        self.written: list[str] = []
-
-    @property
-    def limit(self) -> int | None:
-        return None if self.baseline is None else self.baseline + self.scaled
-
-    def __call__(self, info: dict) -> None:
-        if info["event"] == "start":
-            if self.baseline is None:
-                self.baseline = self.group.usage()
-            self.written = self.group.set_limit(self.baseline + self.scaled)
-        else:
-            self.group.lift_limit()
-
-
-LimitWindow = _LimitWindow
-"""The same window for ``run --host-limit`` (``repro/host_limit.py``)."""
-
-
 def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
-    window = _LimitWindow(group, job.limit)
+    window = LimitWindow(group, job.limit)
     keepers: list[GateKeeper] = []
+
+    def amend(report: Report) -> Report:
+        window.finish()
+        errors = [e for k in keepers for e in k.errors]
+        runs = [replace(r, host_limit=window.record(errors, r.phases)) for r in report.runs]
+        return replace(report, runs=runs)
+
     # the ranks' launcher runs them in this group, not one of its own
     node = str(group.path) if job.ranks > 1 else None
-    outcome = _child(job, gate=window, keepers=keepers, cgroup=group, node_cgroup=node)
+    outcome = _child(job, gate=window, keepers=keepers, cgroup=group, node_cgroup=node, amend=amend)
     keeper_errors = [e for k in keepers for e in k.errors]
     base = dict(
         strategy=job.strategy,
         kind="params",
         expected=job.expected,
-        method=f"real limit: {group.mechanism}, held from each offload to the end of its load",
+        method=f"real limit: {group.mechanism}, held from each offload to the end of its "
+        "load, page cache no process maps dropped before each",
         exit_code=outcome.exit_code,
         child_verdict=outcome.verdict,
         stderr_tail=outcome.stderr_tail,
@@ -129,24 +114,19 @@ def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
         return ReproOutcome(
             observed="error", detail=f"limit not set: {why} ({outcome.verdict})", **base
         )
-    limit = window.limit
+    row_run = outcome.row.run
+    record = (row_run.host_limit if row_run is not None else None) or window.record()
+    terms = _window_terms(window, job, record)
+    reclaim = f"; {record.reclaim_words()} under the limit" if record.reclaimed_bytes else ""
     kills = group.oom_kills()
-    terms = [
-        Term(
-            label="cgroup usage at the first offload",
-            formula="the child's pre-offload baseline",
-            value=window.baseline,
-        ),
-        Term(label="scaled host limit", formula="see the scaling above", value=job.limit),
-        Term(label="cgroup limit", formula=" and ".join(window.written), value=limit),
-    ]
     if outcome.exit_code == -9:
         cycle, phase = outcome.killed_at
         if kills:
             where = f"cycle {cycle}, phase {phase}" if phase else "between phases"
             return ReproOutcome(
                 observed="oom",
-                detail=f"OOM reproduced: killed at {where} (cgroup oom_kill 0 -> {kills})",
+                detail=f"OOM reproduced: killed at {where} (cgroup oom_kill 0 -> {kills})"
+                + reclaim,
                 cycle=cycle,
                 phase=phase,
                 terms=tuple(terms),
@@ -166,7 +146,7 @@ def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
         if kills:
             return ReproOutcome(
                 observed="oom",
-                detail=f"OOM reproduced at node level: {failure.text}",
+                detail=f"OOM reproduced at node level: {failure.text}{reclaim}",
                 cycle=failure.cycle,
                 phase=failure.phase,
                 terms=tuple(terms),
@@ -175,6 +155,16 @@ def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
         return ReproOutcome(
             observed="error",
             detail=f"a rank was killed at {where}, but the cgroup recorded no OOM kill",
+            terms=tuple(terms),
+            **base,
+        )
+    verdict = outcome.row.verdict
+    if verdict.kind == "over limit":
+        return ReproOutcome(
+            observed="oom",
+            detail=f"OOM: over the limit at {verdict.where}: {verdict.detail}",
+            cycle=verdict.cycle,
+            phase=verdict.phase,
             terms=tuple(terms),
             **base,
         )
@@ -194,55 +184,57 @@ def _limited(job: HostJob, workdir: Path, group: MemoryGroup) -> ReproOutcome:
         return ReproOutcome(
             observed="ok",
             detail=f"within the node limit, margin {format_bytes(margin)} (node cgroup peak "
-            f"{format_bytes(node.peak_bytes)} of {format_bytes(job.limit)})",
+            f"{format_bytes(node.peak_bytes)} of {format_bytes(job.limit)}){reclaim}",
             margin=margin,
             terms=tuple(terms),
             node=node,
             **base,
         )
-    peaks = [
-        p.cgroup.peak
-        for p in run.phases
-        if p.phase in MOVING and p.cgroup and p.cgroup.peak_is_phase_local and p.cgroup.peak
-    ]
-    if peaks:
-        peak, margin = max(peaks), limit - max(peaks)
-        terms.append(
-            Term(
-                label="cgroup peak in offload/load phases",
-                formula="memory.max_usage_in_bytes, reset at each phase start",
-                value=peak,
-            )
+    peak = max(
+        (p.host.host_peak - run.baseline_host_bytes for p in run.phases if p.phase in LIMITED),
+        default=run.summary.host_peak_bytes,
+    )
+    margin = job.limit - peak
+    terms.append(
+        Term(
+            label="host peak in offload/load phases",
+            formula="measured host peak over the host at the first offload",
+            value=peak,
         )
-        seen = f"cgroup peak {format_bytes(peak)} of limit {format_bytes(limit)}"
-    else:
-        peak, margin = run.summary.host_peak_bytes, job.limit - run.summary.host_peak_bytes
-        terms.append(
-            Term(
-                label="host peak over the baseline",
-                formula="summary.host_peak_bytes (VmHWM)",
-                value=peak,
-            )
-        )
-        seen = f"VmHWM peak {format_bytes(peak)} over the baseline, of {format_bytes(job.limit)}"
-    terms.append(Term(label="margin", formula="limit - peak", value=margin))
+    )
+    terms.append(Term(label="margin", formula="scaled host limit - host peak", value=margin))
     return ReproOutcome(
         observed="ok",
-        detail=f"within limit, margin {format_bytes(margin)} ({seen})",
+        detail=f"within limit, margin {format_bytes(margin)} (host peak {format_bytes(peak)} "
+        f"over the first offload's, of {format_bytes(job.limit)}){reclaim}",
         margin=margin,
         terms=tuple(terms),
         **base,
     )
 
 
-def over_limit(run: RunRecord, limit: int) -> tuple[int, str, int] | None:
-    """The first offload/load phase whose exact host peak over the baseline tops ``limit``."""
-    for p in run.phases:
-        if p.phase in MOVING:
-            over = p.host.host_peak - run.baseline_host_bytes
-            if over > limit:
-                return p.cycle, p.phase, over
-    return None
+def _window_terms(window: LimitWindow, job: HostJob, record: HostLimitRecord) -> list[Term]:
+    """The limit's arithmetic, and the page cache dropped before it and reclaimed under it."""
+    terms = [
+        Term(
+            label="cgroup usage at the first offload",
+            formula="the child's pre-offload baseline, after the drop",
+            value=window.baseline,
+        ),
+        Term(label="scaled host limit", formula="see the scaling above", value=job.limit),
+        Term(label="cgroup limit", formula=" and ".join(window.written), value=window.limit),
+        Term(
+            label="page cache dropped",
+            formula="unmapped page cache reclaimed before each limit was set",
+            value=record.dropped_bytes,
+        ),
+    ]
+    if record.reclaimed_bytes:
+        how = "memory.stat pgsteal" if record.reclaim_exact else "page cache fall, at least"
+        terms.append(
+            Term(label="reclaimed under the limit", formula=how, value=record.reclaimed_bytes)
+        )
+    return terms
 
 
 def _judged(job: HostJob, workdir: Path, *, reason: str) -> ReproOutcome:

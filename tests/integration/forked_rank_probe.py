@@ -1,8 +1,9 @@
 """A user strategy that records, in the rank it runs in, what that process is (for
 test_forked_ranks_cpu): its command line and its parent's, its session, signals, stdin,
-intra-op threads, its RSS and its parent's, and how many of its pages are still shared
-copy-on-write. Written at its first offload to ``rank<RANK>.json`` in its working
-directory (the test's folder: a rank works where its parent does)."""
+intra-op threads, its RSS and its parent's, how many of its pages are still shared
+copy-on-write, and where torch's elastic agent keeps its error file. Written at its first
+offload to ``rank<RANK>.json`` in its working directory (the test's folder: a rank works
+where its parent does)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ class RecordsItsProcess(KeepOnHost):
                 "process": multiprocessing.current_process().name,
                 "threads": torch.get_num_threads(),
                 "omp": os.environ.get("OMP_NUM_THREADS"),
+                "error_file": os.environ.get("TORCHELASTIC_ERROR_FILE"),
             }
             rank = os.environ.get("RANK", "?")
             Path(f"rank{rank}.json").write_text(json.dumps(facts))

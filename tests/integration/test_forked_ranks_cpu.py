@@ -72,6 +72,17 @@ def test_each_rank_is_a_fork_of_its_launcher_made_a_fresh_process(launch):
     assert ranks[0]["pid"] != ranks[1]["pid"]
 
 
+def test_torch_elastic_agent_leaves_nothing_behind(launch):
+    # torch's agent makes a log folder per launch (each rank's error file in it): in the
+    # launcher's job folder, removed with it, not a torchelastic_* of its own in $TMPDIR
+    _, _, ranks = launch
+    for facts in ranks.values():
+        error_file = Path(facts["error_file"])
+        assert not any(p.name.startswith("torchelastic_") for p in error_file.parents), facts
+        (job,) = [p for p in error_file.parents if p.name.startswith("offloadprobe-")]
+        assert not job.exists()
+
+
 def test_a_forked_rank_holds_what_a_fresh_rank_holds(launch):
     _, doc, ranks = launch
     for facts in ranks.values():

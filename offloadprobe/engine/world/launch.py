@@ -29,6 +29,9 @@ from offloadprobe.engine.world import forked
 from offloadprobe.measure.cgroup import MemoryGroup
 from offloadprobe.measure.phase_log import last_started
 
+ELASTIC_LOGS = "torchelastic"
+"""In the launcher's job folder: torch's elastic agent's log folder."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaunchOutcome:
@@ -100,11 +103,16 @@ def launch(
     path = rank_job.write()
     plan = forked.plan(job, path, entry)  # imports collected and frozen: the ranks' heap
     collector.resume()  # the launcher runs in the node's cgroup as long as its ranks do
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     group = _group(job)
     config = LaunchConfig(
+        # the agent's log folder (its ranks' error files) in the launcher's own job folder,
+        # which the parent removes however the run ends, not a torchelastic_* of its own
+        # in $TMPDIR that nothing removes
+        logs_specs=DefaultLogsSpecs(log_dir=str(job.folder / ELASTIC_LOGS)),
         min_nodes=how.nnodes,
         max_nodes=how.nnodes,
         nproc_per_node=how.nproc_per_node,

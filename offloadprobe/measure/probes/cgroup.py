@@ -11,22 +11,12 @@ from __future__ import annotations
 from offloadprobe.core.records import CgroupReading
 from offloadprobe.measure.cgroup import CgroupFiles, MemoryGroup, PeakCounter, locate
 from offloadprobe.measure.cgroup import read_int as _read
+from offloadprobe.measure.reclaim import page_cache as _file
 
 
 def _stat(files: CgroupFiles) -> dict[str, int]:
     """``memory.stat`` of the group the files belong to (v1: its hierarchy totals)."""
     return MemoryGroup(files.version, files.current.parent).stat()
-
-
-def _file(stat: dict[str, int]) -> int | None:
-    """Page cache: ``file`` (v2) or ``cache`` (v1), less ``shmem``: both count tmpfs and
-    shared memory in it, and those are held (no writeback frees them). So are the pages
-    ``cudaHostAlloc`` maps where the kernel accounts them as shared memory (gVisor on
-    the lent H200: torch's pinned blocks read as ``shmem``)."""
-    cache = stat.get("file", stat.get("cache"))
-    if cache is None:
-        return None
-    return cache - stat.get("shmem", 0)
 
 
 class CgroupProbe:

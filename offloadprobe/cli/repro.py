@@ -94,6 +94,7 @@ def repro_command(
         on_start=lambda name: (
             status.print(f"repro: running {name}", highlight=False) if progress else None
         ),
+        on_warning=lambda line: print(f"offloadprobe: warning: {line}", file=sys.stderr),
     )
     doc = repro.to_dict()
     saved = document(doc)

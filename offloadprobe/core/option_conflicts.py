@@ -26,6 +26,12 @@ def _has_no_rollout(values: Mapping[str, Any]) -> bool:
     return "rollout" not in parse_sequence(values["sequence"])
 
 
+def _moves_optimizer(values: Mapping[str, Any]) -> bool:
+    """Whether any optimizer strategy of the run is one (a verb's own, not an option)."""
+    named = values.get("optimizer_strategy") or "none"
+    return any(n != "none" for n in ([named] if isinstance(named, str) else named))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Conflict:
     """Options that do nothing together, and the fix in the option model's names."""
@@ -73,6 +79,12 @@ CONFLICTS: tuple[Conflict, ...] = (
         "none: add rollout between an offload and its load (e.g. "
         "train,offload,rollout,load,train), or drop {rollout_claim}",
         unless=lambda v: not _has_no_rollout(v),
+    ),
+    Conflict(
+        needs=("optimizer_first",),
+        message="{optimizer_first} puts the optimizer state's moves first, and no optimizer "
+        "strategy moves any (none): drop it, or name an optimizer strategy",
+        unless=lambda v: not v.get("optimizer_first") or _moves_optimizer(v),
     ),
     Conflict(
         needs=("rdzv_endpoint",),

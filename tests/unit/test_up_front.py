@@ -225,6 +225,7 @@ FLAGS = [
         "add rollout",
     ),
     (("run", "--rdzv-endpoint", "h:29500"), "this run has one", "add --nnodes N"),
+    (("compare", "lazy", "--optimizer-first"), "no optimizer strategy moves any", "drop it"),
     (
         ("run", "--strategy", "lazy", "--strategy-option", "threads=4"),
         "--strategy-option threads=4: lazy reads no options, so it would be ignored",
@@ -243,6 +244,8 @@ def test_the_same_value_twice_is_harmless(invoke, fake_runner):
     result = invoke("run", "--strategy", "lazy", "-s", "lazy", "--no-progress", *CPU)
     assert result.exit_code == 0, result.stderr
     assert fake_runner.last.strategy == "lazy"
+    order = ("--optimizer-strategy", "complete", "--optimizer-first")
+    assert invoke("run", *order, *CPU).exit_code == 0  # where it orders something, it is fine
 
 
 def test_help_is_still_help(invoke):

@@ -13,7 +13,9 @@ in the parent anyway, and every worker does), ``check_unloaded`` from the module
 found and parsed without running it (``plan``, ``repro`` and the pytest plugin's collection
 import no torch; ``user_source``). What the source does not show plainly (a name assigned
 or built at import time, an inherited method, a decorator that may change the signature) is
-left to the worker's own ``check_loaded``, before it builds the model.
+left to the worker, which runs ``check_loaded`` as it loads the code (exit 2 before the
+first offload). A decorator that hides the signature (a ``*args, **kwargs`` wrapper without
+``functools.wraps``) shows nothing to either: such code fails only when it is called.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ ARITY = [
 ]
 
 
-@pytest.mark.parametrize("verb", ["run", "compare", "plan"])
+@pytest.mark.parametrize("verb", ["run", "plan"])  # read as imported, read as source
 @pytest.mark.parametrize(("spec", "says", "fix"), ARITY)
 def test_user_code_of_the_wrong_arity_is_refused_up_front(
     invoke, fake_runner, user, verb, spec, says, fix
@@ -121,6 +121,13 @@ def test_user_code_of_the_wrong_arity_is_refused_up_front(
         "plan": ("plan", "--probe", "--strategy", spec),
     }[verb]
     line = refused(invoke, fake_runner, *args, *CPU)
+    assert f"--strategy {spec!r}: " in line and says in line and fix in line, line
+
+
+@pytest.mark.parametrize(("spec", "says", "fix"), [ARITY[0], ARITY[6]])
+def test_compare_refuses_it_before_its_first_row(invoke, fake_runner, user, spec, says, fix):
+    spec = spec.format(m=user)
+    line = refused(invoke, fake_runner, "compare", "lazy", spec, *CPU)
     assert f"--strategy {spec!r}: " in line and says in line and fix in line, line
 
 

@@ -85,6 +85,31 @@ TINY_MODEL = [
     "1",
 ]
 
+
+def with_flags(base: list[str], **changes: str | bool | None) -> list[str]:
+    """``base`` (flags such as ``TINY``) with some replaced or dropped, since the CLI refuses a
+    flag given twice with two values: ``with_flags(TINY, hidden="128", cycles=None)``
+    (None drops it, as ``--sequence`` needs); a boolean by its name,
+    ``reference_check=True`` for ``--reference-check`` in place of ``--no-reference-check``."""
+    pairs: list[list[str]] = []
+    for token in base:
+        if token.startswith("--") or not pairs:
+            pairs.append([token])
+        else:
+            pairs[-1].append(token)
+    out = []
+    for name, value in changes.items():
+        flag = "--" + name.replace("_", "-")
+        pairs = [p for p in pairs if p[0] not in (flag, "--no-" + flag[2:])]
+        if value is True:
+            out.append(flag)
+        elif value is False:
+            out.append("--no-" + flag[2:])
+        elif value is not None:
+            out += [flag, value]
+    return [t for p in pairs for t in p] + out
+
+
 SUBPROCESS_TIMEOUT = 600
 """Seconds a child ``offloadprobe`` may take: generous, the 2-core CI host is shared."""
 

@@ -75,8 +75,11 @@ def _command() -> Any:
     verbs = tuple(sorted(info.name or "" for info in app.registered_commands))
     built = _BUILT.get(verbs)
     if built is None:
+        from offloadprobe.cli import given
+
         built = _BUILT[verbs] = typer.main.get_command(app)
         _plain_flags(built)
+        given.install(built)  # no flag twice, none that another cancels
     return built
 
 

@@ -53,3 +53,16 @@ def enforce(rows: list[tuple[str, Verdict, list[Breach]]]) -> None:
     )
     error.exit_code = code
     raise error
+
+
+def row_payload(cfg: object, ranks: int = 1) -> int | None:
+    """The ``param_data`` bytes a row of ``cfg`` will move, from its flags alone (the probe
+    model's layout, ``plan.probe``), for the checks made before anything runs; None where
+    the flags alone do not say it (several ranks split the model, frozen parameters leave
+    the DDP buffers): the row's own record says it after it ran."""
+    from offloadprobe.plan.probe import probe_payload
+
+    model = cfg.model
+    if ranks > 1 or model.frozen_fraction:
+        return None
+    return probe_payload(model)

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from offloadprobe.cli import app
-from offloadprobe.cli.budget_report import enforce
+from offloadprobe.cli.budget_report import enforce, row_payload
 from offloadprobe.cli.fit import check_fits
 from offloadprobe.cli.params import parameter, with_options
 from offloadprobe.cli.strategies import (
@@ -28,7 +28,7 @@ from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.outcomes import VERDICT_KINDS
-from offloadprobe.core.regression import check_rows
+from offloadprobe.core.regression import check_payloads, check_rows
 from offloadprobe.core.world import check_trainable
 from offloadprobe.isolation import zygote
 from offloadprobe.report.documents import document
@@ -162,6 +162,7 @@ def compare_command(values: dict[str, Any]) -> None:
     _unique(items)
     for line in check_rows(parsed.budgets, [c.label for c in items]):
         print(f"offloadprobe: {line}", file=sys.stderr)
+    check_payloads(parsed.budgets, {c.label: row_payload(base, nproc) for c in items})
     pairs = [(c.strategy, c.optimizer_strategy or "none") for c in items]
     check_fits(
         base.model,

@@ -182,46 +182,13 @@ def _named_specs(specs: list[str]) -> list[tuple[str | None, str]]:
     from offloadprobe.cli.strategies import check_strategies, split_label
 
     named = [split_label(s) for s in specs]
-    check_strategies([spec for _, spec in named], [], model_place="--strategy {}")
-    for _, spec in named:
-        _importable(spec)
+    # torch-free: a user's module is read, not imported (its worker imports it)
+    check_strategies([spec for _, spec in named], [], model_place="--strategy {}", load=False)
     labels = [name or spec for name, spec in named]
     twice = sorted({label for label in labels if labels.count(label) > 1})
     if twice:
         raise UsageError(f"row {twice[0]!r} is given twice: name rows apart with name=strategy")
     return named
-
-
-def _importable(spec: str) -> None:
-    """A user's ``module:object`` names a module that can be found, checked without running
-    it (it may import torch: the worker imports it, and checks the rest, as run's does)."""
-    import importlib.util
-    import os
-
-    from offloadprobe.core.errors import StrategyError
-    from offloadprobe.core.registry import is_user_spec
-
-    if not is_user_spec(spec):
-        return
-    module, _, obj = spec.partition(":")
-    if not module.strip() or not obj.strip():
-        raise StrategyError(
-            f"--strategy {spec!r} is not of the form package.module:object or "
-            "package.module:offload_fn,load_fn[@each]"
-        )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as the worker finds it
-    try:
-        found = importlib.util.find_spec(module.strip()) is not None
-    except (ImportError, ValueError) as exc:
-        found, why = False, f"{type(exc).__name__}: {exc}"
-    else:
-        why = f"no module named {module.strip()!r}"
-    if not found:
-        raise StrategyError(
-            f"--strategy {spec!r}: cannot import {module.strip()!r} ({why}); make it "
-            "importable from the current directory or PYTHONPATH"
-        )
 
 
 def _measured(

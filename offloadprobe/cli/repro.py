@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +12,7 @@ from rich.console import Console
 
 from offloadprobe.cli import app
 from offloadprobe.cli.progress import PROGRESS_FLAGS
-from offloadprobe.core.errors import ExpectationMismatch
+from offloadprobe.core.errors import ExpectationMismatch, UsageError
 from offloadprobe.core.units import parse_size
 from offloadprobe.report.documents import document
 from offloadprobe.report.output import check_writable, write_json
@@ -19,6 +20,7 @@ from offloadprobe.report.reporters import render
 from offloadprobe.report.step_summary import append_step_summary, step_summary_path
 from offloadprobe.scenarios import load_scenario
 from offloadprobe.scenarios.catalog import resolve
+from offloadprobe.scenarios.scenario import Scenario
 
 
 @app.command("repro")
@@ -78,6 +80,7 @@ def repro_command(
     extras.require("offloadprobe repro")  # before anything else: the children import both
     check_writable(json_path, "--json")
     s = load_scenario(resolve(scenario))
+    _check_up_front(s, only or (), cycles)
     status = Console(file=sys.stderr)
     repro = reproduce(
         s,
@@ -93,6 +96,7 @@ def repro_command(
         on_start=lambda name: (
             status.print(f"repro: running {name}", highlight=False) if progress else None
         ),
+        on_warning=lambda line: print(f"offloadprobe: warning: {line}", file=sys.stderr),
     )
     doc = repro.to_dict()
     saved = document(doc)
@@ -111,3 +115,20 @@ def repro_command(
                 for o in repro.mismatches
             )
         )
+
+
+def _check_up_front(s: Scenario, only: Sequence[str], cycles: int | None) -> None:
+    """Before any child starts: ``--cycles`` where the scenario runs a sequence (its own
+    steps), and each user strategy the run will use, read from its source (not imported:
+    the children import it), as offloadprobe calls it."""
+    from offloadprobe.engine.strategies.user_calls import check_unloaded
+    from offloadprobe.repro.reproduce import selected
+
+    sequence = s.repro.options.get("sequence") if s.repro is not None else None
+    if cycles is not None and sequence is not None:
+        raise UsageError(
+            f"--cycles would be ignored: {s.path.name} [repro] sequence = {sequence!r} runs its "
+            "own steps; drop --cycles (or the sequence)"
+        )
+    for e in selected(s, only):
+        check_unloaded(e.strategy, flag=f"{s.path.name}: [expect]", optimizer=e.kind == "optimizer")

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from offloadprobe.cli import app
-from offloadprobe.cli.budget_report import enforce
+from offloadprobe.cli.budget_report import enforce, row_payload
 from offloadprobe.cli.fit import check_fits
 from offloadprobe.cli.params import parameter, with_options
 from offloadprobe.cli.progress import phase_progress
@@ -33,7 +33,7 @@ from offloadprobe.core import extras, option_budgets
 from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
-from offloadprobe.core.regression import check_rows
+from offloadprobe.core.regression import check_payloads, check_rows
 from offloadprobe.core.units import parse_size
 from offloadprobe.core.world import check_trainable, under_torchrun
 from offloadprobe.isolation.rows import Row, measure
@@ -102,6 +102,10 @@ def run_command(values: dict[str, Any]) -> None:
         values, strategy=strategy, optimizer_strategy=optimizer_strategy, label=label
     )
     check_strategy_options([strategy], cfg.strategy_options)  # before any worker starts
+    ranks = nproc * nnodes if not under_torchrun() else 2
+    check_payloads(
+        parsed.budgets, {label or f"{strategy} + {optimizer_strategy}": row_payload(cfg, ranks)}
+    )
     device = guess_device(cfg.device)
     check_trainable(cfg.model, cfg.parallel)
     if nproc < 1 or nnodes < 1:

@@ -21,7 +21,8 @@ def scenarios_command(
     ] = True,
 ) -> None:
     """List the packaged scenarios; name one in plan or repro (offloadprobe plan verl-6193)."""
-    rows = [(path.stem, load_scenario(path).source.title) for path in packaged()]
+    sources = [(path.stem, load_scenario(path, packaged=True).source) for path in packaged()]
+    rows = [(stem, source.title if source is not None else "") for stem, source in sources]
     columns = [Left("name", lambda r: r[0]), Left("source", lambda r: r[1])]
     console = Console()
     console.print(column_table(columns, rows))

@@ -37,12 +37,19 @@ def split_label(spec: str) -> tuple[str | None, str]:
 
 
 def check_strategies(
-    models: Iterable[str], optimizers: Iterable[str], *, model_place: str = "--strategy {}"
+    models: Iterable[str],
+    optimizers: Iterable[str],
+    *,
+    model_place: str = "--strategy {}",
+    load: bool = True,
 ) -> None:
-    """Every name registered, or a user's ``package.module:...`` (loaded later), before
-    anything starts: exit 2 with every valid name. A name of the other kind, or nearer to
-    one (``--strategy legasy``), says where it goes (``model_place`` for a model strategy:
-    compare takes them as arguments)."""
+    """Every name registered, or a user's ``package.module:...`` that can be called as
+    offloadprobe calls it, before anything starts: exit 2 with every valid name. A name of
+    the other kind, or nearer to one (``--strategy legasy``), says where it goes
+    (``model_place`` for a model strategy: compare takes them as arguments). ``load``: a
+    user's module is imported here (``run`` and ``compare`` do anyway); else its source is
+    read without running it (``check_user_code``)."""
+    models, optimizers = list(models), list(optimizers)
     from offloadprobe.engine.optimizer.strategies import OPTIMIZER_STRATEGIES
     from offloadprobe.engine.strategies import MODEL_STRATEGIES
 
@@ -56,6 +63,29 @@ def check_strategies(
                 registry.check(name)
             except StrategyError as exc:
                 raise _other_kind(exc, name, registry, other, place) from None
+    check_user_code(models, optimizers, load=load)
+
+
+def check_user_code(models: Iterable[str], optimizers: Iterable[str], *, load: bool) -> None:
+    """Each user's ``package.module:...`` spec: its form, its module, and whether what it
+    names takes the one argument offloadprobe passes (``engine.strategies.user_calls``).
+    ``load``: imported and read with ``inspect.signature``; else read from its source."""
+    from offloadprobe.engine.strategies.user_calls import check_unloaded
+
+    for flag, specs in (("--strategy", models), ("--optimizer-strategy", optimizers)):
+        for spec in specs:
+            if not is_user_spec(spec):
+                continue
+            if not load:
+                check_unloaded(spec, flag=flag)
+            elif flag == "--strategy":
+                from offloadprobe.engine.strategies import model_strategy
+
+                model_strategy(spec)
+            else:
+                from offloadprobe.engine.optimizer.strategies import optimizer_strategy
+
+                optimizer_strategy(spec)
 
 
 def check_strategy_options(models: Iterable[str], options: Mapping[str, str]) -> None:
@@ -66,6 +96,17 @@ def check_strategy_options(models: Iterable[str], options: Mapping[str, str]) ->
 
     if not options:
         return
+    models = list(models)
+    builtin = MODEL_STRATEGIES.builtin_names()
+    readers = [n for n in builtin if MODEL_STRATEGIES.get(n).check_options]
+    if not any(n in readers or n not in builtin for n in models):  # the user's may read them
+        pairs = " ".join(f"{k}={v}" for k, v in options.items())
+        read = "reads" if len(models) == 1 else "read"
+        raise UsageError(
+            f"--strategy-option {pairs}: {' and '.join(models)} {read} no options, so it "
+            f"would be ignored: drop it, or use a strategy that reads options "
+            f"({', '.join(readers)})"
+        )
     for name in models:
         if name in MODEL_STRATEGIES:
             check = MODEL_STRATEGIES.get(name).check_options

@@ -10,11 +10,18 @@ names both figures and the change, as in
 A stored figure at or below zero (nothing left on the device) has no percentage to grow
 by: there the growth is taken over the row's payload instead. A figure one side did not
 measure (pinned memory in CPU emulation) is not compared.
+
+Everything about the stored file is checked before anything runs, each an exit 2 with one
+line: that it is a result (rows with labels), that every measured row has a payload and
+finite figures, at least one of them (``load_stored``), and that the model this run will
+measure has the stored rows' payload (``check_payloads``, given the payload each row will
+move: the CLI computes it from the flags without building anything).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -117,14 +124,61 @@ def load_stored(
         summary = entry.get("summary") if isinstance(entry, dict) else None
         if not isinstance(summary, dict) or not entry.get("label") or not entry.get(key):
             continue  # a row that failed before it measured anything holds nothing
-        stored[str(entry[key])] = Stored(
-            label=str(entry["label"]),
-            payload_bytes=int(entry.get("payload_bytes") or 0),
-            figures=_figures(summary),
-        )
+        row = _stored_row(path, str(entry["label"]), entry.get("payload_bytes"), summary, flag)
+        stored[str(entry[key])] = row
     if not stored:
         raise UsageError(f"{flag} {path} has no row with figures to compare against")
     return stored
+
+
+_KEYS = {
+    "host peak": "summary.host_peak_bytes",
+    "steady host": "summary.steady_host_bytes",
+    "pinned": "summary.pinned_reserved_bytes",
+    "GPU left": "summary.gpu_left_after_offload_bytes",
+}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _stored_row(
+    path: Path, label: str, payload: Any, summary: Mapping[str, Any], flag: str = "--baseline-json"
+) -> Stored:
+    """One measured row of the stored file, or exit 2 naming the row and what is wrong
+    with it: a payload to compare models by, finite figures, at least one of them."""
+    where = f"{flag} {path}: row {label!r}"
+    again = "store it again with run or compare --json"
+    if payload is None:
+        raise UsageError(f"{where} has no payload_bytes, so its model cannot be matched: {again}")
+    if not _number(payload) or not math.isfinite(payload) or payload <= 0:
+        raise UsageError(f"{where} has payload_bytes {payload!r}, not a size in bytes: {again}")
+    audited = summary.get("left_after_offload_bytes_by_key")
+    if audited is not None and not (
+        isinstance(audited, dict) and all(_number(v) for v in audited.values())
+    ):
+        raise UsageError(
+            f"{where}: summary.left_after_offload_bytes_by_key is {audited!r}, not bytes by "
+            f"key: {again}"
+        )
+    figures = _figures(summary)
+    for name, value in figures.items():
+        if value is not None and (not _number(value) or not math.isfinite(value)):
+            raise UsageError(
+                f"{where}: its {name} ({_KEYS[name]}) is {value!r}, not a number of bytes (the "
+                f"file was edited or written by another tool): {again}"
+            )
+    if all(value is None for value in figures.values()):
+        raise UsageError(
+            f"{where} has none of {', '.join(FIGURES)} (every one null), so it would gate "
+            f"nothing: {again}, from a run that measured"
+        )
+    return Stored(
+        label=label,
+        payload_bytes=int(payload),
+        figures={k: None if v is None else int(v) for k, v in figures.items()},
+    )
 
 
 def parse_increase(text: str) -> float:
@@ -229,3 +283,24 @@ def check_rows(budgets: Iterable[Any], labels: list[str]) -> list[str]:
         f"--baseline-json {budget.path} has no row {label!r}: that row is not compared"
         for label in missing
     ]
+
+
+def check_payloads(budgets: Iterable[Any], payloads: Mapping[str, int | None]) -> None:
+    """Before anything runs: exit 2 when a stored row measured another model than the one
+    this run will measure (``payloads``: each row's label and the ``param_data`` bytes it
+    will move; None where that is not known up front, judged after the row ran)."""
+    budget = regression_of(budgets)
+    if budget is None:
+        return
+    for label, payload in payloads.items():
+        stored = budget.stored.get(label)
+        if stored is None or not payload:
+            continue
+        apart = abs(payload - stored.payload_bytes) / stored.payload_bytes
+        if apart > PAYLOAD_TOLERANCE:
+            raise UsageError(
+                f"--baseline-json {budget.path} measured {label} at a payload of "
+                f"{format_bytes(stored.payload_bytes)}, and this run's model moves "
+                f"{format_bytes(payload)}: give the model flags the stored run had (its "
+                "payload_bytes), or store a run of this model"
+            )

@@ -6,6 +6,7 @@ the field megatron-core would refuse, so a scenario file can point at the key.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -21,6 +22,38 @@ class LayoutError(UsageError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class Indivisible(LayoutError):
+    """``value_name = value`` is not divisible by ``by = divisor`` (megatron splits one by
+    the other); ``field`` is the input megatron refuses, as for any ``LayoutError``."""
+
+    def __init__(
+        self,
+        field: str,
+        *,
+        value_name: str,
+        value: int,
+        by: str,
+        divisor: int,
+        message: str | None = None,
+    ) -> None:
+        super().__init__(
+            field,
+            message or f"{value} is not divisible by {by}={divisor}; choose {by} to divide it",
+        )
+        self.value_name, self.value, self.by, self.divisor = value_name, value, by, divisor
+
+    def divisors(self, limit: int = 12) -> list[int]:
+        """The divisors of ``value`` (at most ``limit`` of them, the smallest)."""
+        small = [d for d in range(1, math.isqrt(self.value) + 1) if self.value % d == 0]
+        found = sorted({*small, *(self.value // d for d in small)})
+        return found[:limit]
+
+    @property
+    def next_multiple(self) -> int:
+        """The smallest multiple of ``divisor`` at or above ``value``."""
+        return -(-self.value // self.divisor) * self.divisor
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from offloadprobe.layout.inputs import GptShape, LayoutError, ModelSpec, Parallelism, ParamCount
+from offloadprobe.layout.inputs import (
+    GptShape,
+    Indivisible,
+    LayoutError,
+    ModelSpec,
+    Parallelism,
+    ParamCount,
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -29,8 +36,13 @@ def stage_layer_counts(num_layers: int, par: Parallelism) -> tuple[int, ...]:
     first, last = par.first_stage_layers, par.last_stage_layers
     if first is None and last is None:
         if num_layers % par.pp:
-            raise LayoutError(
-                "pp", f"pp={par.pp} does not divide {num_layers} layers; set first/last layers"
+            raise Indivisible(
+                "pp",
+                value_name="num_layers",
+                value=num_layers,
+                by="pp",
+                divisor=par.pp,
+                message=f"pp={par.pp} does not divide {num_layers} layers; set first/last layers",
             )
         return (num_layers // par.pp,) * par.pp
     rest, stages = (
@@ -188,12 +200,30 @@ def count_stage_parameters(model: ParamCount, par: Parallelism) -> tuple[ParamEn
 
 def check_model_fits(model: ModelSpec, par: Parallelism) -> None:
     """Raise ``LayoutError`` naming the field when megatron could not split ``model``."""
-    if isinstance(model, GptShape):
-        _check_shape(model, par)
+    problems = fit_problems(model, par)
+    if problems:
+        raise problems[0]
+
+
+def fit_problems(model: ModelSpec, par: Parallelism) -> list[LayoutError]:
+    """Every reason megatron could not split ``model`` over ``par`` (empty: it can)."""
+    if not isinstance(model, GptShape):
+        return []
+    found: list[LayoutError] = []
+    try:
         stage_layer_counts(model.num_layers, par)
+    except LayoutError as err:
+        found.append(err)
+    return _shape_problems(model, par) + found
 
 
 def _check_shape(shape: GptShape, par: Parallelism) -> None:
+    problems = _shape_problems(shape, par)
+    if problems:
+        raise problems[0]
+
+
+def _shape_problems(shape: GptShape, par: Parallelism) -> list[LayoutError]:
     checks = (
         ("num_attention_heads", shape.num_attention_heads, par.tp, "tp"),
         ("num_query_groups", shape.query_groups, par.tp, "tp"),
@@ -203,8 +233,8 @@ def _check_shape(shape: GptShape, par: Parallelism) -> None:
         ("num_experts", shape.num_experts, par.ep, "ep"),
         ("moe_ffn_hidden_size", shape.moe_ffn_hidden_size or 0, par.expert_tp, "expert_tp"),
     )
-    for field, value, divisor, by in checks:
-        if value % divisor:
-            raise LayoutError(
-                field, f"{value} is not divisible by {by}={divisor}; choose {by} to divide it"
-            )
+    return [
+        Indivisible(field, value_name=field, value=value, by=by, divisor=divisor)
+        for field, value, divisor, by in checks
+        if value % divisor
+    ]

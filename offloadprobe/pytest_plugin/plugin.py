@@ -128,6 +128,7 @@ def check_options(options: dict[str, Any], *, where: str = MARKER) -> list[Any]:
     from offloadprobe.core.errors import UsageError
     from offloadprobe.core.option_budgets import budgets
     from offloadprobe.core.options import BUDGET_NAMES
+    from offloadprobe.pytest_plugin.up_front import check_up_front
 
     known = keywords()
     for key in sorted(set(options) - known):
@@ -151,6 +152,7 @@ def check_options(options: dict[str, Any], *, where: str = MARKER) -> list[Any]:
         if value is not None and not isinstance(value, str):
             raise pytest.UsageError(f"{where}: {key}= takes a string like '1.1x', got {value!r}")
     try:
+        check_up_front(options)  # conflicting keywords, each strategy: torch-free
         return budgets(values).budgets
     except UsageError as exc:
         raise pytest.UsageError(f"{where}: {_keyword_words(str(exc))}") from None
@@ -223,6 +225,7 @@ def measure_row(options: dict[str, Any], extra: Sequence[Any] = ()) -> Any:
     from offloadprobe.core.devices import guess_device
     from offloadprobe.core.errors import UsageError
     from offloadprobe.isolation.rows import measure
+    from offloadprobe.pytest_plugin.up_front import check_stored_payload
 
     lacking = extras.missing()
     if lacking:
@@ -230,6 +233,7 @@ def measure_row(options: dict[str, Any], extra: Sequence[Any] = ()) -> Any:
     budgets = check_options(options)
     try:
         config = _config(options)
+        check_stored_payload(budgets, config)  # before the worker starts
     except UsageError as exc:
         raise pytest.UsageError(f"{MARKER}: {_keyword_words(str(exc))}") from None
     label = f"{config.strategy} + {config.optimizer_strategy}"

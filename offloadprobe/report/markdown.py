@@ -64,6 +64,7 @@ def repro_markdown(repro: Any) -> str:
     from offloadprobe.report.repro_table import OUTCOME_COLUMNS
 
     out = [f"**{repro.scenario}** reproduced on {repro.device}", ""]
+    out += [line for w in getattr(repro, "warnings", []) for line in (f"> warning: {w}", "")]
     out += table(OUTCOME_COLUMNS, repro.outcomes)
     out.append("")
     out += [f"- {o.strategy}: {o.detail}" for o in repro.outcomes]

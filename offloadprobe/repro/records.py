@@ -57,6 +57,8 @@ class Repro:
     outcomes: list[ReproOutcome] = field(default_factory=list)
     versions: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """Outcomes this host was projected, before anything ran, not to reproduce, and why."""
 
     @property
     def mismatches(self) -> list[ReproOutcome]:

@@ -53,17 +53,25 @@ def reproduce(
     timeout_s: float | None = None,
     use_cgroup: bool = True,
     on_start: Callable[[str], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> Repro:
-    """Run every selected expectation of ``s`` at the ``[repro]`` scale."""
+    """Run every selected expectation of ``s`` at the ``[repro]`` scale; first say (to
+    ``on_warning``, and in the record's ``warnings``) each outcome this host is projected
+    not to reproduce, and why (``repro.caveats``)."""
+    from offloadprobe.repro.caveats import caveats
+
     model = probe_model(s)
     expectations = selected(s, only)
-    zygote.expect(len(expectations))
     resolved = guess_device(device)
     emulated = resolved == "cpu"
     if cycles is None:
         cycles = s.repro.cycles if s.repro else 3
     if cycles < 1:
         raise UsageError(f"--cycles must be at least 1, got {cycles}")
+    warnings = caveats(s, model, expectations, device=resolved, cycles=cycles)
+    for line in warnings if on_warning is not None else ():
+        on_warning(line)
+    zygote.expect(len(expectations))
     options = dict(s.repro.options) if s.repro else {}
     if train_steps is None:
         train_steps = int(options.pop("train_steps", 0))
@@ -178,4 +186,5 @@ def reproduce(
         outcomes=outcomes,
         versions=environment.versions(),
         notes=notes,
+        warnings=warnings,
     )

@@ -14,11 +14,15 @@ from offloadprobe.core.errors import UsageError
 SUFFIX = ".toml"
 
 
+def folder() -> Path:
+    """Where the package's scenario files are installed."""
+    return Path(str(resources.files("offloadprobe.scenarios") / "data"))
+
+
 def packaged() -> list[Path]:
     """Every scenario file installed with the package, sorted by name."""
-    folder = resources.files("offloadprobe.scenarios") / "data"
     return sorted(
-        (Path(str(entry)) for entry in folder.iterdir() if entry.name.endswith(SUFFIX)),
+        (entry for entry in folder().iterdir() if entry.name.endswith(SUFFIX)),
         key=lambda p: p.name,
     )
 

@@ -16,13 +16,32 @@ Outcome = Literal["oom", "ok"]
 
 
 class ScenarioError(UsageError):
-    """A scenario file the schema rejects: ``path``, dotted ``key`` and how to fix it."""
+    """A scenario file the schema rejects: ``path``, dotted ``key`` and how to fix it.
+    ``named``: the message names its keys itself (``[model] num_layers=94 is not
+    divisible by [parallelism] pp=8: ...``), so the line does not repeat ``key``."""
 
-    def __init__(self, path: Path | str, key: str, message: str) -> None:
-        super().__init__(f"{path}: {key}: {message}")
+    def __init__(self, path: Path | str, key: str, message: str, *, named: bool = False) -> None:
         self.path = Path(path)
         self.key = key
         self.message = message
+        self.line = message if named else f"{key}: {message}"
+        """The problem without the file's name."""
+        super().__init__(f"{path}: {self.line}")
+
+
+class ScenarioErrors(ScenarioError):
+    """Every problem of one file at once: the file's name, then one line per problem.
+    ``key`` and ``message`` are the first problem's."""
+
+    def __init__(self, path: Path | str, problems: list[ScenarioError]) -> None:
+        first = problems[0]
+        super().__init__(path, first.key, first.message)
+        self.problems = list(problems)
+        lines = "\n".join(f"  {p.line}" for p in problems)
+        self.args = (f"{path}: {len(problems)} problems, fix each:\n{lines}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -94,7 +113,8 @@ class Scenario:
     offload: OffloadSection
     limit: LimitSection
     expect: tuple[Expectation, ...]
-    source: Source
+    source: Source | None
+    """Where it comes from; needed in a packaged scenario, optional in the user's own."""
     repro: Repro | None = None
 
     @property

@@ -10,32 +10,35 @@ each offload strategy does there, and where it came from::
     [limit]        host_memory_per_node, gpu_memory_per_device (size strings) and what
                    else the node or GPU holds meanwhile (host/gpu_reserved_...)
     [expect]       strategy = "oom" | "ok"   (or [[expect]] tables with a note)
-    [source]       title, url, notes
+    [source]       title, url, notes (optional in the user's own scenario)
     [repro]        optional: payload (scaled-down size), cycles
 
-Every mistake raises ``ScenarioError`` naming the file, the dotted key and a fix.
+Every key, its type and its default: ``keys.py`` (``docs/scenario-keys.md``). Every
+mistake in a file is reported at once (``fields.py``): one ``ScenarioError`` naming the
+file, the dotted key and a fix, or ``ScenarioErrors``, one line per problem.
 """
 
 from __future__ import annotations
 
 import difflib
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from offloadprobe.core.errors import UsageError
-from offloadprobe.core.units import parse_size
 from offloadprobe.layout.inputs import (
     DTYPE_BYTES,
     DdpOptions,
     GptShape,
-    LayoutError,
+    Indivisible,
     Parallelism,
     ParamCount,
 )
 from offloadprobe.layout.optimizer_state import OptimizerOptions
-from offloadprobe.layout.parameters import check_model_fits
+from offloadprobe.layout.parameters import fit_problems
+from offloadprobe.scenarios import keys
+from offloadprobe.scenarios.fields import ALIASES, Fields, Skip
 from offloadprobe.scenarios.scenario import (
     Expectation,
     LimitSection,
@@ -103,32 +106,23 @@ def strategy_kind(strategy: str) -> Literal["params", "optimizer"]:
     return "params" if strategy in param_strategies() else "optimizer"
 
 
-PARAM_DTYPES = ("bfloat16", "float16", "float32")
+PARAM_DTYPES = keys.PARAM_DTYPES
 
 _SHAPE_KEYS: dict[str, str] = dict(GptShape.__annotations__)
-_ALIASES = {  # names users paste from HF configs or megatron flags
-    "tensor_model_parallel_size": "tp",
-    "pipeline_model_parallel_size": "pp",
-    "expert_model_parallel_size": "ep",
-    "data_parallel_size": "dp",
-    "num_moe_experts": "num_experts",
-    "num_key_value_heads": "num_query_groups",
-    "num_hidden_layers": "num_layers",
-    "intermediate_size": "ffn_hidden_size",
-    "moe_intermediate_size": "moe_ffn_hidden_size",
-    "head_dim": "kv_channels",
-    "gated_linear_unit": "swiglu",
-    "num_layers_in_first_pipeline_stage": "first_stage_layers",
-    "num_layers_in_last_pipeline_stage": "last_stage_layers",
-    "use_precision_aware_optimizer": "precision_aware",
+_SHAPE_TYPES: dict[str, type] = {
+    k: bool if "bool" in t else str if ("Literal" in t or t == "str") else int
+    for k, t in _SHAPE_KEYS.items()
 }
+__all__ = ["ALIASES", "Scenario", "ScenarioError", "load_scenario"]
 
 
 # ---------------------------------------------------------------- loading
 
 
-def load_scenario(path: Path | str) -> Scenario:
-    """Read and validate one scenario file."""
+def load_scenario(path: Path | str, *, packaged: bool | None = None) -> Scenario:
+    """Read and validate one scenario file; every problem it has at once. ``packaged``:
+    whether it ships with offloadprobe (then ``[source]`` is needed); default: whether it
+    lies in the package's scenarios folder."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -136,60 +130,91 @@ def load_scenario(path: Path | str) -> Scenario:
         raise ScenarioError(path, "<file>", f"cannot read it ({err.strerror})") from err
     except tomllib.TOMLDecodeError as err:
         raise ScenarioError(path, "<file>", f"not valid TOML: {err}") from err
-    return _Reader(path).scenario(data)
+    if packaged is None:
+        packaged = _is_packaged(path)
+    reader = _Reader(path, packaged=packaged)
+    scenario = reader.scenario(data)
+    reader.finish()
+    assert scenario is not None
+    return scenario
 
 
-T = TypeVar("T")
+def _is_packaged(path: Path) -> bool:
+    from offloadprobe.scenarios.catalog import folder
+
+    try:
+        return path.resolve().parent == folder().resolve()
+    except OSError:
+        return False
 
 
-class _Reader:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def fail(self, key: str, message: str) -> ScenarioError:
-        return ScenarioError(self.path, key, message)
+class _Reader(Fields):
+    def __init__(self, path: Path, *, packaged: bool) -> None:
+        super().__init__(path)
+        self.packaged = packaged
+        self.shape: Any = None
+        """The model's shape where only its head dimension is missing: the parallelism is
+        still checked against it."""
 
     # ---- sections
 
-    def scenario(self, data: Mapping[str, Any]) -> Scenario:
-        tables = ("model", "parallelism", "ddp", "offload", "limit", "expect", "source", "repro")
-        self.known("", data, tables)
-        required = ("model", "parallelism", "offload", "limit", "expect", "source")
+    def scenario(self, data: Mapping[str, Any]) -> Scenario | None:
+        self.known("", data, tuple(keys.TABLES))
+        required = (*keys.REQUIRED_TABLES, *(("source",) if self.packaged else ()))
         for name in required:
             if name not in data:
-                raise self.fail(
+                why = "a scenario shipped with offloadprobe needs it" if name == "source" else ""
+                self.note(
                     name,
-                    f"missing [{name}] table; every scenario needs "
-                    f"{', '.join(f'[{t}]' for t in required)}",
+                    f"missing [{name}] table; add it, e.g. [{name}] {keys.EXAMPLES[name]}"
+                    + (f" ({why})" if why else ""),
                 )
-        model = self.model(self.table(data, "model"))
-        ddp = self.ddp(self.table(data, "ddp") if "ddp" in data else {}, model.dtype)
-        par = self.parallelism(self.table(data, "parallelism"))
-        try:
-            check_model_fits(model.spec, par)
-        except LayoutError as err:
-            section = "parallelism" if err.field in Parallelism.__annotations__ else "model"
-            raise self.fail(f"{section}.{err.field}", err.message) from err
+        read = {n: self.section(self.table, data, n) for n in keys.TABLES if n != "expect"}
+        model = self.section(self.model, read["model"]) if "model" in data else None
+        dtype = model.dtype if model is not None else _dtype(read["model"])
+        ddp = self.section(self.ddp, read["ddp"] or {}, dtype)
+        par = self.section(self.parallelism, read["parallelism"]) if "parallelism" in data else None
+        spec = model.spec if model is not None else self.shape
+        if spec is not None and par is not None:
+            self.fits(spec, par)
+        offload = self.section(self.offload, read["offload"]) if "offload" in data else None
+        limit = self.section(self.limit, read["limit"]) if "limit" in data else None
+        expect = self.section(self.expect, data["expect"]) if "expect" in data else None
+        source = self.section(self.source, read["source"]) if "source" in data else None
+        repro = self.section(self.repro, read["repro"]) if "repro" in data else None
+        if self.problems:
+            return None
+        assert model and par and ddp and offload and limit and expect
         return Scenario(
             path=self.path,
             model=model,
             parallelism=par,
             ddp=ddp,
-            offload=self.offload(self.table(data, "offload")),
-            limit=self.limit(self.table(data, "limit")),
-            expect=self.expect(data["expect"]),
-            source=self.source(self.table(data, "source")),
-            repro=self.repro(self.table(data, "repro")) if "repro" in data else None,
+            offload=offload,
+            limit=limit,
+            expect=expect,
+            source=source,
+            repro=repro,
         )
 
-    def model(self, t: Mapping[str, Any]) -> ModelSection:
+    def fits(self, spec: Any, par: Parallelism) -> None:
+        """Every reason megatron could not split the model, each naming the keys that fix it."""
+        for err in fit_problems(spec, par):
+            if isinstance(err, Indivisible):
+                self.problems.append(_indivisible(self.path, err))
+            else:
+                section = "parallelism" if err.field in Parallelism.__annotations__ else "model"
+                self.note(f"{section}.{err.field}", err.message)
+
+    def model(self, t: Mapping[str, Any] | None) -> ModelSection:
+        if t is None:
+            raise _skip()
+        mark = len(self.problems)
         shape_keys = tuple(_SHAPE_KEYS)
-        self.known(
-            "model", t, ("name", "dtype", "params", "expert_params", "moe_router_topk", *shape_keys)
-        )
-        dtype = self.choice("model.dtype", t.get("dtype", "bfloat16"), PARAM_DTYPES)
-        name = self.opt(t, "model", "name", str)
-        self.opt(t, "model", "moe_router_topk", int)  # accepted; no effect on buffer sizes
+        self.known("model", t, keys.names("model"))
+        dtype = self.section(self.choice, "model.dtype", t.get("dtype", "bfloat16"), PARAM_DTYPES)
+        name = self.section(self.opt, t, "model", "name", str)
+        self.section(self.opt, t, "model", "moe_router_topk", int)  # no effect on buffer sizes
         given = [k for k in shape_keys if k in t]
         if "params" in t:
             if given:
@@ -197,51 +222,51 @@ class _Reader:
                     f"model.{given[0]}",
                     "give either params (+ expert_params) or the shape keys, not both",
                 )
-            return ModelSection(
-                spec=self.build(
-                    "model",
-                    ParamCount,
-                    {
-                        "total_params": self.get(t, "model", "params", int),
-                        "expert_params": self.opt(t, "model", "expert_params", int) or 0,
-                    },
-                ),
-                dtype=dtype,
-                name=name,
+            counts = self.values("model", t, {"params": int, "expert_params": int})
+            self.clean_since(mark)
+            spec = self.build(
+                "model",
+                ParamCount,
+                {"total_params": counts["params"], "expert_params": counts.get("expert_params", 0)},
             )
+            return ModelSection(spec=spec, dtype=dtype or "bfloat16", name=name)
         if "expert_params" in t:
-            raise self.fail("model.expert_params", "only with params; set params too")
-        values = {k: self.get(t, "model", k, _SHAPE_TYPES[k]) for k in given}
+            self.note("model.expert_params", "only with params; set params too")
+        values = self.values("model", t, {k: _SHAPE_TYPES[k] for k in given})
         for key in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
-            if key not in values:
-                raise self.fail(
+            if key not in t:
+                self.note(
                     f"model.{key}",
-                    "missing; a shape needs num_layers, "
-                    "hidden_size, num_attention_heads and vocab_size (or use params)",
+                    "missing; a shape needs num_layers, hidden_size, num_attention_heads, "
+                    "vocab_size and kv_channels (or use params)",
                 )
         for key, options in (
             ("normalization", ("RMSNorm", "LayerNorm")),
             ("position_embedding", ("rope", "learned_absolute")),
         ):
             if key in values:
-                self.choice(f"model.{key}", values[key], options)
-        return ModelSection(spec=self.build("model", GptShape, values), dtype=dtype, name=name)
+                self.section(self.choice, f"model.{key}", values[key], options)
+        no_head_dim = "kv_channels" not in t
+        if no_head_dim:
+            self.note("model.kv_channels", _no_head_dim(values))
+        self.clean_since(mark + no_head_dim)
+        spec = self.build("model", GptShape, values)
+        if no_head_dim:
+            self.shape = spec  # still checked against the parallelism
+            raise Skip
+        return ModelSection(spec=spec, dtype=dtype or "bfloat16", name=name)
 
-    def parallelism(self, t: Mapping[str, Any]) -> Parallelism:
-        keys = (
-            "tp",
-            "pp",
-            "ep",
-            "dp",
-            "gpus_per_node",
-            "nodes",
-            "first_stage_layers",
-            "last_stage_layers",
-        )
-        self.known("parallelism", t, keys)
+    def parallelism(self, t: Mapping[str, Any] | None) -> Parallelism:
+        if t is None:
+            raise _skip()
+        mark = len(self.problems)
+        names = keys.names("parallelism")
+        self.known("parallelism", t, names)
         for key in ("tp", "pp", "dp", "gpus_per_node"):
-            self.get(t, "parallelism", key, int)
-        values = {k: self.get(t, "parallelism", k, int) for k in keys if k in t}
+            if key not in t:
+                self.note(f"parallelism.{key}", f"missing; add {key} = <int>")
+        values = self.values("parallelism", t, {k: int for k in names})
+        self.clean_since(mark)
         nodes = values.pop("nodes", None)
         par = self.build("parallelism", Parallelism, values)
         if nodes is not None and nodes * par.gpus_per_node != par.world_size:
@@ -254,43 +279,44 @@ class _Reader:
         return par
 
     def ddp(self, t: Mapping[str, Any], dtype: str) -> DdpOptions:
+        mark = len(self.problems)
         bools = ("grad_reduce_in_fp32", "overlap_grad_reduce", "pad_buckets_for_high_nccl_busbw")
-        self.known("ddp", t, (*bools, "bucket_size"))
-        values: dict[str, Any] = {k: self.get(t, "ddp", k, bool) for k in bools if k in t}
+        self.known("ddp", t, keys.names("ddp"))
+        values: dict[str, Any] = self.values("ddp", t, {**{k: bool for k in bools}})
         values["bucket_size"] = self.opt(t, "ddp", "bucket_size", int)
+        self.clean_since(mark)
         return self.build("ddp", DdpOptions, {"param_dtype": dtype, **values})
 
-    def offload(self, t: Mapping[str, Any]) -> OffloadSection:
+    def offload(self, t: Mapping[str, Any] | None) -> OffloadSection:
+        if t is None:
+            raise _skip()
+        mark = len(self.problems)
         dtypes = ("main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
-        self.known(
-            "offload",
-            t,
-            ("params", "grads", "optimizer", "precision_aware", "store_param_remainders", *dtypes),
-        )
-        opt: dict[str, Any] = {
-            k: self.choice(f"offload.{k}", self.get(t, "offload", k, str), tuple(DTYPE_BYTES))
-            for k in dtypes
-            if k in t
-        }
-        for key in ("precision_aware", "store_param_remainders"):
-            if key in t:
-                opt[key] = self.get(t, "offload", key, bool)
+        self.known("offload", t, keys.names("offload"))
+        opt: dict[str, Any] = {}
+        for k in dtypes:
+            if k in t:
+                typed = self.section(self.get, t, "offload", k, str)
+                if typed is not None:
+                    opt[k] = self.section(self.choice, f"offload.{k}", typed, tuple(DTYPE_BYTES))
+        opt |= self.values("offload", t, {"precision_aware": bool, "store_param_remainders": bool})
+        moves = {k: self.section(self.get, t, "offload", k, bool) for k in PARTS_MOVED}
+        self.clean_since(mark)
         return OffloadSection(
-            params=self.get(t, "offload", "params", bool),
-            grads=self.get(t, "offload", "grads", bool),
-            optimizer=self.get(t, "offload", "optimizer", bool),
+            params=bool(moves["params"]),
+            grads=bool(moves["grads"]),
+            optimizer=bool(moves["optimizer"]),
             optimizer_options=self.build("offload", OptimizerOptions, opt),
         )
 
-    def limit(self, t: Mapping[str, Any]) -> LimitSection:
-        keys = (
-            "host_memory_per_node",
-            "gpu_memory_per_device",
-            "host_reserved_per_node",
-            "gpu_reserved_per_device",
-        )
-        self.known("limit", t, keys)
-        values = {k: self.size(f"limit.{k}", t[k]) for k in keys if k in t}
+    def limit(self, t: Mapping[str, Any] | None) -> LimitSection:
+        if t is None:
+            raise _skip()
+        mark = len(self.problems)
+        names = keys.names("limit")
+        self.known("limit", t, names)
+        values = {k: self.section(self.size, f"limit.{k}", t[k]) for k in names if k in t}
+        self.clean_since(mark)
         if not {"host_memory_per_node", "gpu_memory_per_device"} & values.keys():
             raise self.fail(
                 "limit.host_memory_per_node",
@@ -302,16 +328,18 @@ class _Reader:
             reserved_key = f"{what}_reserved_per_{limit_key.rsplit('_', 1)[1]}"
             limit, reserved = values.get(limit_key), values.get(reserved_key)
             if limit is not None and reserved is not None and reserved >= limit:
-                raise self.fail(
+                self.note(
                     f"limit.{reserved_key}",
                     f"{t[reserved_key]!r} is at or above {limit_key} {t[limit_key]!r}: nothing "
                     f"is left for the trainer; lower {reserved_key} or raise {limit_key}",
                 )
-        return LimitSection(**values)
+        self.clean_since(mark)
+        return LimitSection(**{k: v for k, v in values.items() if v is not None})
 
     def expect(self, raw: Any) -> tuple[Expectation, ...]:
+        mark = len(self.problems)
+        items: list[tuple[str, str, str, Any, str | None]] = []
         if isinstance(raw, Mapping):
-            items = []
             for k, v in raw.items():
                 if k in PARTS and isinstance(v, Mapping):  # [expect.params] mcore = "ok"
                     items += [
@@ -320,165 +348,141 @@ class _Reader:
                 else:
                     items.append((f"expect.{k}", f"expect.{k}", k, v, None))
         elif isinstance(raw, list) and all(isinstance(e, Mapping) for e in raw):
-            items = []
             for i, entry in enumerate(raw):
-                where = f"expect[{i}]"
-                self.known(where, entry, ("strategy", "part", "outcome", "note"))
-                strategy = self.get(entry, where, "strategy", str)
-                part = self.opt(entry, where, "part", str)
-                if part is not None:
-                    self.choice(f"{where}.part", part, PARTS)
-                    strategy = f"{part}.{strategy}"
-                items.append(
-                    (
-                        f"{where}.strategy",
-                        f"{where}.outcome",
-                        strategy,
-                        self.get(entry, where, "outcome", str),
-                        self.opt(entry, where, "note", str),
-                    )
-                )
+                found = self.section(self._expect_entry, f"expect[{i}]", entry)
+                if found is not None:
+                    items.append(found)
         else:
             raise self.fail("expect", 'use a table (naive = "oom") or [[expect]] tables')
-        if not items:
+        if not items and len(self.problems) == mark:
             raise self.fail("expect", 'expect at least one outcome, e.g. naive = "oom"')
         out, seen = [], set()
         for name_key, key, given, outcome, note in items:
             try:
                 kind, strategy = strategy_part(given, where="")
             except UsageError as exc:
-                raise ScenarioError(self.path, name_key, str(exc).removeprefix(": ")) from None
+                self.problems.append(
+                    ScenarioError(self.path, name_key, str(exc).removeprefix(": "))
+                )
+                continue
             if (kind, strategy) in seen:
-                raise self.fail(key, f"{strategy} is expected twice; keep one")
+                self.note(key, f"{strategy} is expected twice; keep one")
+                continue
             seen.add((kind, strategy))
-            self.choice(key, outcome, ("oom", "ok"))
-            out.append(Expectation(strategy=strategy, outcome=outcome, kind=kind, note=note))
+            if self.section(self.choice, key, outcome, ("oom", "ok")) is not None:
+                out.append(Expectation(strategy=strategy, outcome=outcome, kind=kind, note=note))
+        self.clean_since(mark)
         return tuple(out)
 
-    def source(self, t: Mapping[str, Any]) -> Source:
-        self.known("source", t, ("title", "url", "notes"))
-        return Source(
-            title=self.get(t, "source", "title", str),
-            url=self.opt(t, "source", "url", str),
-            notes=self.opt(t, "source", "notes", str),
-        )
+    def _expect_entry(
+        self, where: str, entry: Mapping[str, Any]
+    ) -> tuple[str, str, str, Any, str | None]:
+        mark = len(self.problems)
+        self.known(where, entry, keys.names("expect"))
+        strategy = self.section(self.get, entry, where, "strategy", str)
+        part = self.section(self.opt, entry, where, "part", str)
+        outcome = self.section(self.get, entry, where, "outcome", str)
+        note = self.section(self.opt, entry, where, "note", str)
+        if part is not None:
+            self.section(self.choice, f"{where}.part", part, PARTS)
+        self.clean_since(mark)
+        name = f"{part}.{strategy}" if part is not None else str(strategy)
+        return (f"{where}.strategy", f"{where}.outcome", name, outcome, note)
 
-    def repro(self, t: Mapping[str, Any]) -> Repro:
-        from offloadprobe.core.options import BY_NAME, SCENARIO, keywords
+    def source(self, t: Mapping[str, Any] | None) -> Source:
+        if t is None:
+            raise _skip()
+        mark = len(self.problems)
+        self.known("source", t, keys.names("source"))
+        title = self.section(self.get, t, "source", "title", str)
+        url = self.section(self.opt, t, "source", "url", str)
+        notes = self.section(self.opt, t, "source", "notes", str)
+        self.clean_since(mark)
+        return Source(title=str(title), url=url, notes=notes)
 
-        scenario_keys = keywords(SCENARIO)
-        self.known("repro", t, (*sorted(scenario_keys), "ranks_per_node"))
+    def repro(self, t: Mapping[str, Any] | None) -> Repro:
+        from offloadprobe.core.option_conflicts import check_given
+        from offloadprobe.core.options import BY_NAME, SCENARIO
+        from offloadprobe.core.options import keywords as option_keys
+
+        if t is None:
+            raise _skip()
+        mark = len(self.problems)
+        scenario_keys = option_keys(SCENARIO)
+        self.known("repro", t, (*sorted(scenario_keys), *keys.names("repro")))
         options = {}
         for key in sorted(scenario_keys - {"payload", "cycles"}):
             if key in t:
                 if BY_NAME[key].unit == "size":
-                    self.size(f"repro.{key}", t[key])  # refused here without its unit
-                options[key] = self.get(t, "repro", key, BY_NAME[key].type)
+                    self.section(self.size, f"repro.{key}", t[key])  # refused without its unit
+                typed = self.section(self.get, t, "repro", key, BY_NAME[key].type)
+                if typed is not None:
+                    options[key] = typed
+        try:
+            check_given(dict(t), t.keys(), spell=lambda n: f"[repro] {n}", only=scenario_keys)
+        except UsageError as exc:
+            self.note("repro", str(exc))
         if "payload" not in t:
-            raise self.fail("repro.payload", 'missing; add payload = "64MiB"')
-        cycles = self.opt(t, "repro", "cycles", int)
+            self.note("repro.payload", 'missing; add payload = "64MiB"')
+        cycles = self.section(self.opt, t, "repro", "cycles", int)
         if cycles is not None and cycles < 1:
-            raise self.fail("repro.cycles", f"must be at least 1, got {cycles}")
-        ranks = self.opt(t, "repro", "ranks_per_node", int)
+            self.note("repro.cycles", f"must be at least 1, got {cycles}")
+        ranks = self.section(self.opt, t, "repro", "ranks_per_node", int)
         if ranks is not None and ranks < 1:
-            raise self.fail("repro.ranks_per_node", f"must be at least 1, got {ranks}")
+            self.note("repro.ranks_per_node", f"must be at least 1, got {ranks}")
+        payload = self.section(self.size, "repro.payload", t["payload"]) if "payload" in t else 0
+        self.clean_since(mark)
         return Repro(
-            payload=self.size("repro.payload", t["payload"]),
+            payload=int(payload or 0),
             cycles=3 if cycles is None else cycles,
             ranks_per_node=1 if ranks is None else ranks,
             options=options,
         )
 
-    # ---- primitives
 
-    def table(self, data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-        value = data.get(key, {})
-        if not isinstance(value, Mapping):
-            raise self.fail(key, f"expected a [{key}] table, got {_kind(value)}")
-        return value
-
-    def known(self, section: str, t: Mapping[str, Any], valid: tuple[str, ...]) -> None:
-        for key in t:
-            if key in valid:
-                continue
-            where = f"{section}.{key}" if section else key
-            hint = _ALIASES.get(key) if _ALIASES.get(key) in valid else None
-            hint = hint or next(iter(difflib.get_close_matches(key, valid, n=1, cutoff=0.6)), None)
-            fix = f"did you mean {hint!r}?" if hint else f"valid keys: {', '.join(valid)}"
-            place = f"[{section}]" if section else "the top level"
-            raise self.fail(where, f"unknown key {key!r} in {place}; {fix}")
-
-    def get(self, t: Mapping[str, Any], section: str, key: str, kind: type[T]) -> T:
-        if key not in t:
-            raise self.fail(f"{section}.{key}", f"missing; add {key} = <{kind.__name__}>")
-        return self.typed(f"{section}.{key}", t[key], kind)
-
-    def opt(self, t: Mapping[str, Any], section: str, key: str, kind: type[T]) -> T | None:
-        return self.typed(f"{section}.{key}", t[key], kind) if key in t else None
-
-    def typed(self, key: str, value: Any, kind: type[T]) -> T:
-        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        if ok:
-            return value
-        example = {int: "4", bool: "true", str: '"text"'}.get(kind, "...")
-        raise self.fail(
-            key,
-            f"expected {_NAMES.get(kind, kind.__name__)}, got "
-            f"{_kind(value)} {value!r}; write e.g. {key.rsplit('.', 1)[-1]} = "
-            f"{example}",
-        )
-
-    def choice(self, key: str, value: Any, options: tuple[str, ...]) -> str:
-        if value not in options:
-            lowered = {o.lower(): o for o in options}
-            near = (
-                [lowered[str(value).lower()]]
-                if str(value).lower() in lowered
-                else (difflib.get_close_matches(str(value), options, n=1, cutoff=0.5))
-            )
-            fix = f"did you mean {near[0]!r}?" if near else f"use one of {', '.join(options)}"
-            raise self.fail(key, f"{value!r} is not allowed; {fix}")
-        return value
-
-    def size(self, key: str, value: Any) -> int:
-        """A size string with its unit; a bare number (``512``, ``"512"``) is refused, not
-        read as bytes (``512`` meant 512 GiB and made every strategy "OOM")."""
-        if isinstance(value, int) and not isinstance(value, bool):
-            raise self.fail(key, _no_unit(value))
-        if not isinstance(value, str):
-            raise self.fail(key, f'expected a size string like "1700GiB", got {_kind(value)}')
-        if value.strip().replace(".", "", 1).isdigit():
-            raise self.fail(key, _no_unit(value.strip()))
-        try:
-            return parse_size(value, what="size")
-        except UsageError as err:
-            raise self.fail(key, f'{err}; binary units: "64MiB", "1700GiB"') from err
-
-    def build(self, section: str, factory: Callable[..., T], values: dict[str, Any]) -> T:
-        try:
-            return factory(**values)
-        except LayoutError as err:
-            key = {"total_params": "params"}.get(err.field, err.field)
-            raise self.fail(f"{section}.{key}", err.message) from err
+PARTS_MOVED = ("params", "grads", "optimizer")
 
 
-_SHAPE_TYPES: dict[str, type] = {
-    k: bool if "bool" in t else str if ("Literal" in t or t == "str") else int
-    for k, t in _SHAPE_KEYS.items()
-}
-_NAMES = {int: "an integer", bool: "true or false", str: "a string"}
+def _skip() -> Skip:
+    return Skip()
 
 
-def _no_unit(value: Any) -> str:
-    return f'{value!r} has no unit: give a unit, e.g. "{value}GiB" (binary: KiB, MiB, GiB, TiB)'
+def _dtype(t: Mapping[str, Any] | None) -> str:
+    dtype = (t or {}).get("dtype", "bfloat16")
+    return dtype if dtype in PARAM_DTYPES else "bfloat16"
 
 
-def _kind(value: Any) -> str:
-    return {
-        bool: "boolean",
-        int: "integer",
-        float: "float",
-        str: "string",
-        list: "array",
-        dict: "table",
-    }.get(type(value), type(value).__name__)
+def _no_head_dim(values: Mapping[str, Any]) -> str:
+    """The fix for a shape without ``kv_channels``: megatron's default is right only where
+    the model has no head_dim of its own."""
+    hidden, heads = values.get("hidden_size"), values.get("num_attention_heads")
+    default = ""
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+        default = f" = {hidden // heads}" if hidden % heads == 0 else " (not a whole number)"
+    return (
+        "missing; set it to the model's head dimension (head_dim in its config.json). "
+        f"hidden_size / num_attention_heads{default} is right only for a model whose config "
+        "has no head_dim (Qwen3's is 128 where 4096 / 64 = 64), so it is not assumed"
+    )
+
+
+def _indivisible(path: Path, err: Indivisible) -> ScenarioError:
+    """``[model] num_layers=94 is not divisible by [parallelism] pp=8: set pp to a
+    divisor of 94 (1, 2, 47, 94) or change num_layers to a multiple of 8 ...``."""
+    divisors = err.divisors()
+    shown = ", ".join(str(d) for d in divisors) + (", ..." if len(divisors) == 12 else "")
+    value_key = f"[model] {err.value_name}={err.value}"
+    by_key = f"[parallelism] {err.by}={err.divisor}"
+    fix = (
+        f"set {err.by} to a divisor of {err.value} ({shown}) or change {err.value_name} to a "
+        f"multiple of {err.divisor} (e.g. {err.next_multiple})"
+    )
+    if err.by == "pp":
+        fix += ", or split the layers unevenly with first_stage_layers and last_stage_layers"
+    section = "parallelism" if err.field in Parallelism.__annotations__ else "model"
+    return ScenarioError(
+        path,
+        f"{section}.{err.field}",
+        f"{value_key} is not divisible by {by_key}: {fix}",
+        named=True,
+    )

@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from tests.conftest import with_flags
 from tests.integration import device_stash_strategies as stash
 
 MiB = 2**20
@@ -32,13 +33,14 @@ RUN = [
 UNTRAINED = ["--train-steps", "0"]
 """For parameter strategies whose lie is in their moves: no train step (most of a run's CPU);
 where the ledger would see train-step leftovers, or optimizer state is needed, they train."""
-STATE = ["--payload", "4MiB"]
+STATE = {"payload": "4MiB"}
 """For verdicts on optimizer state: the audit's bytes by key are exact at any size."""
 
 
-def _run(invoke, tmp_path, *args: str, isolated: bool = False):
+def _run(invoke, tmp_path, *args: str, isolated: bool = False, **flags: str):
+    """``RUN`` with ``flags`` of it changed (``with_flags``) and ``args`` added."""
     out = tmp_path / "run.json"
-    result = invoke(*RUN, *args, "--json", str(out), isolated=isolated)
+    result = invoke(*with_flags(RUN, **flags), *args, "--json", str(out), isolated=isolated)
     return result, json.loads(out.read_text())["runs"][0]
 
 
@@ -81,8 +83,8 @@ def test_the_fix_leaves_nothing_hidden(invoke, tmp_path):
 
 def test_master_param_left_is_partly_offloaded_by_default(invoke, tmp_path):
     """verl #6635's seed bug: moving exp_avg/exp_avg_sq only leaves master_param."""
-    args = ("--optimizer-strategy", "legacy", "--precision-aware", *STATE)
-    result, run = _run(invoke, tmp_path, *args)
+    args = ("--optimizer-strategy", "legacy", "--precision-aware")
+    result, run = _run(invoke, tmp_path, *args, **STATE)
     assert result.exit_code == 1, result.stdout
     assert run["outcome"]["kind"] == "partly offloaded", run["verdict"]
     assert run["not_offloaded"][0].startswith("master_param ")
@@ -100,16 +102,17 @@ def test_a_gpu_residual_budget_allows_what_it_names(invoke, tmp_path):
         "--precision-aware",
         "--max-gpu-residual",
         "1GiB",
-        *STATE,
+        **STATE,
     )
     assert run["outcome"]["kind"] == "ok", run["verdict"]
     assert result.exit_code == 0, result.stdout
 
 
 GROWN = "tests.integration.grown_storage_strategies:"
-GROWN_MODEL = ["--payload", "8MiB"]
+GROWN_MODEL = {"payload": "8MiB", "cycles": "2"}
 """The hidden copy is the payload: 8 MiB is still 3 MiB over the staging allowance (4 MiB +
-an eighth)."""
+an eighth); cycle 0 offloads honestly and grows the storage at its load: the lie is in
+cycle 1."""
 
 
 @pytest.mark.parametrize(
@@ -124,11 +127,10 @@ def test_a_copy_in_a_storage_grown_under_its_tensors_is_not_offloaded(invoke, tm
     audit knows, grown to hold the parameters: bit-exact, yet nothing left the device."""
     # the module's import-time tensor needs the worker's device: a worker of its own
     isolated = name == "GrowModuleTensor"
-    # cycle 0 offloads honestly and grows the storage at its load: the lie is in cycle 1;
     # an exp_avg exists only after a train step
     steps = [] if name == "GrowOptimizerState" else UNTRAINED
-    args = ("--strategy", GROWN + name, "--cycles", "2", *GROWN_MODEL, *steps)
-    result, run = _run(invoke, tmp_path, *args, isolated=isolated)
+    args = ("--strategy", GROWN + name, *steps)
+    result, run = _run(invoke, tmp_path, *args, isolated=isolated, **GROWN_MODEL)
     assert result.exit_code == 1, result.stdout
     assert run["outcome"]["kind"] == "not offloaded", run["verdict"]
     held = run["residency"][-1]["unreferenced"][how]

@@ -9,7 +9,8 @@ import pytest
 
 from tests.fakes import FakeChild, fake_report, fake_run, install_child
 
-FAST = ["--device", "cpu", "--no-progress", "--cycles", "2"]
+FAST = ["--device", "cpu", "--no-progress", "--cycles", "2", "--payload", "48MiB"]
+"""The fake runs' payload (48 MiB): a stored run of them is a run of this model."""
 
 
 def _stored(tmp_path, **figures) -> str:
@@ -103,7 +104,8 @@ def test_the_plugin_takes_the_regression_gate_as_keywords(monkeypatch, tmp_path)
     child.runs["lazy"] = dict(host_peak_x=1.2)
     stored = tmp_path / "stored.json"
     stored.write_text(json.dumps(fake_report(fake_run("lazy", host_peak_x=1.0)).to_dict()))
-    _, failure = probe(strategy="lazy", device="cpu", baseline_json=stored, max_increase="5%")
+    gate = dict(baseline_json=stored, max_increase="5%", payload="48MiB")  # the fakes' model
+    _, failure = probe(strategy="lazy", device="cpu", **gate)
     assert failure is not None
     assert failure.reason == (
         "lazy + none: regressed: host peak 57.60 MiB vs 48.00 MiB stored (+20.0% > +5.0%)"

@@ -16,17 +16,18 @@ import torch
 
 from offloadprobe.engine.model import parts
 from offloadprobe.engine.strategies import MODEL_STRATEGIES
-from tests.conftest import TINY
+from tests.conftest import TINY, with_flags
 
-SMALLEST = [*TINY, "--hidden", "128", "--vocab", "512"]
+SMALLEST = with_flags(TINY, hidden="128", vocab="512")
 PARTS = ["--ref-model", "--frozen-fraction", "0.5", "--no-progress"]
 HERE = "tests.integration.parts_functions:"
 SWAP = "tests.integration.frozen_swap_strategies:"
 
 
-def _run(invoke, tmp_path, *args: str):
+def _run(invoke, tmp_path, *args: str, reference_check: bool = False):
     out = tmp_path / "run.json"
-    result = invoke("run", *SMALLEST, *PARTS, *args, "--json", str(out))
+    model = with_flags(SMALLEST, reference_check=reference_check)
+    result = invoke("run", *model, *PARTS, *args, "--json", str(out))
     (run,) = json.loads(out.read_text())["runs"]
     return result, run
 
@@ -50,8 +51,8 @@ def _moving_built_ins():
 
 @pytest.mark.parametrize("strategy", list(_moving_built_ins()))
 def test_built_in_strategies_move_every_part_bit_for_bit(invoke, tmp_path, strategy):
-    args = ("--strategy", strategy, "--optimizer-strategy", "complete", "--reference-check")
-    result, run = _run(invoke, tmp_path, *args)
+    args = ("--strategy", strategy, "--optimizer-strategy", "complete")
+    result, run = _run(invoke, tmp_path, *args, reference_check=True)
     assert result.exit_code == 0, result.stdout
     assert run["outcome"]["kind"] == "ok" and not run["integrity"]
     parts = run["part_bytes"]

@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from tests.conftest import TINY
+from tests.conftest import TINY, with_flags
+
+TWO_CYCLES = with_flags(TINY, cycles="2")
 
 pytestmark = pytest.mark.processes(1)  # one fresh worker
 
@@ -16,9 +18,7 @@ pytestmark = pytest.mark.processes(1)  # one fresh worker
 def run_doc(invoke, tmp_path):
     def go(*args: str) -> tuple[int, dict, str]:
         out = tmp_path / f"r{len(list(tmp_path.iterdir()))}.json"
-        rc, stdout, stderr = invoke(
-            "run", *TINY, "--cycles", "2", "--no-progress", "--json", str(out), *args
-        )
+        rc, stdout, stderr = invoke("run", *TWO_CYCLES, "--no-progress", "--json", str(out), *args)
         assert rc in (0, 1), stderr
         return rc, json.loads(out.read_text())["runs"][0], stdout
 
@@ -54,9 +54,7 @@ def test_each_part_over_its_own_bytes_and_both_strategies_named(tmp_path):
     out = tmp_path / "r.json"
     proc = invoke_cli(
         "run",
-        *TINY,
-        "--cycles",
-        "2",
+        *TWO_CYCLES,
         "--no-progress",
         "--json",
         str(out),

@@ -128,14 +128,16 @@ def test_plain():
 def test_fixture_returns_the_run_and_fails_on_a_breach(run_plugin, fake_child):
     fake_child.runs["mine:S"] = dict(host_peak_x=1.9)
     result = run_plugin(
-        """
+        mine="class S:\n    def offload(self, models):\n        pass\n\n"
+        "    def load(self, models):\n        pass\n",  # found, and read, before any run
+        test_offload="""
 def test_user(offload_probe):
     run = offload_probe(strategy="mine:S", max_host_peak="2.5x")
     assert run.strategy == "mine:S" and run.summary.integrity_ok
 
 def test_user_breach(offload_probe):
     offload_probe(strategy="mine:S", max_host_peak="1.5x")
-"""
+""",
     )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["FAILED *test_user_breach - Failed: mine:S + none: over budget*"])

@@ -12,10 +12,12 @@ import json
 import pytest
 
 from offloadprobe.core.sequences import PRESETS
-from tests.conftest import TINY
+from tests.conftest import TINY, with_flags
 
-SMALLEST = [*TINY, "--hidden", "128", "--vocab", "512"]
-"""TINY at its smallest width: what is tested here is a verdict, not a magnitude."""
+SMALLEST = with_flags(TINY, hidden="128", vocab="512", cycles=None)
+"""TINY at its smallest width, without --cycles (a sequence runs its own steps): what is
+tested here is a verdict, not a magnitude."""
+CHECKED = with_flags(SMALLEST, reference_check=True)
 
 BREAKS = "tests.integration.sequence_strategies:"
 
@@ -40,8 +42,8 @@ def test_a_second_offload_that_breaks_is_corrupted_at_that_step(invoke, tmp_path
 
 def test_the_fix_passes_the_same_sequence(invoke, tmp_path):
     out = tmp_path / "run.json"
-    args = ["--sequence", "double-offload", "--reference-check", "--no-progress"]
-    result = invoke("run", "--strategy", "lazy", *SMALLEST, *args, "--json", str(out))
+    args = ["--sequence", "double-offload", "--no-progress"]
+    result = invoke("run", "--strategy", "lazy", *CHECKED, *args, "--json", str(out))
     assert result.exit_code == 0, result.stdout
     (run,) = json.loads(out.read_text())["runs"]
     assert run["outcome"]["kind"] == "ok"
@@ -75,9 +77,9 @@ def test_a_checkpoint_step_is_measured_and_its_files_removed(invoke, tmp_path):
     folder = tmp_path / "checkpoints"
     folder.mkdir()
     out = tmp_path / "run.json"
-    args = ["--sequence", "checkpoint-between", "--reference-check", "--no-progress"]
+    args = ["--sequence", "checkpoint-between", "--no-progress"]
     env = {"TMPDIR": str(folder)}
-    result = invoke("run", "--strategy", "lazy", *SMALLEST, *args, "--json", str(out), env=env)
+    result = invoke("run", "--strategy", "lazy", *CHECKED, *args, "--json", str(out), env=env)
     assert result.exit_code == 0, result.stdout
     (run,) = json.loads(out.read_text())["runs"]
     phases = [p for c in run["cycles"] for p in c["phases"] if p["phase"] == "checkpoint"]

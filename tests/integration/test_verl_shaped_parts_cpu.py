@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from tests.conftest import TINY
+from tests.conftest import TINY, with_flags
 
-SMALLEST = [*TINY, "--hidden", "128", "--vocab", "512", "--no-progress"]
+SMALLEST = [*with_flags(TINY, hidden="128", vocab="512"), "--no-progress"]
 MOD = "tests.integration.verl_shaped:"
 MODEL_PAIRS = {
     "post-6193": MOD + "offload_megatron_model_to_cpu,load_megatron_model_to_gpu",
@@ -22,9 +22,10 @@ MODEL_PAIRS = {
 OPTIMIZER_PAIR = MOD + "offload_megatron_optimizer,load_megatron_optimizer@each"
 
 
-def _run(invoke, tmp_path, *args: str):
+def _run(invoke, tmp_path, *args: str, **flags: str | bool | None):
+    """``run`` on the smallest model, with ``flags`` of it changed (``with_flags``)."""
     out = tmp_path / "run.json"
-    result = invoke("run", *SMALLEST, *args, "--json", str(out))
+    result = invoke("run", *with_flags(SMALLEST, **flags), *args, "--json", str(out))
     (run,) = json.loads(out.read_text())["runs"]
     return result, run
 
@@ -32,7 +33,7 @@ def _run(invoke, tmp_path, *args: str):
 def test_a_load_before_any_offload_restores_nothing(invoke, tmp_path):
     # one load function for both offload variants
     args = ("--strategy", MODEL_PAIRS["post-6193"], "--sequence", "load-without-offload")
-    result, run = _run(invoke, tmp_path, *args)
+    result, run = _run(invoke, tmp_path, *args, cycles=None)
     assert result.exit_code == 0, result.stderr + result.stdout
     assert run["outcome"]["kind"] == "ok", run["verdict"]
     steps = [(c["cycle"], p) for c in run["cycles"] for p in c["phases"]]
@@ -45,9 +46,9 @@ def test_a_load_before_any_offload_restores_nothing(invoke, tmp_path):
 
 @pytest.mark.parametrize("variant", list(MODEL_PAIRS))
 def test_a_reference_model_and_frozen_parameters_move_bit_for_bit(invoke, tmp_path, variant):
-    parts = ("--ref-model", "--frozen-fraction", "0.5", "--reference-check")
+    parts = ("--ref-model", "--frozen-fraction", "0.5")
     pairs = ("--strategy", MODEL_PAIRS[variant], "--optimizer-strategy", OPTIMIZER_PAIR)
-    result, run = _run(invoke, tmp_path, *pairs, *parts)
+    result, run = _run(invoke, tmp_path, *pairs, *parts, reference_check=True)
     assert result.exit_code == 0, result.stderr + result.stdout
     assert run["outcome"]["kind"] == "ok" and not run["integrity"], run["verdict"]
     assert set(run["part_bytes"]) == {"frozen", "ref_model"} and all(run["part_bytes"].values())
@@ -65,9 +66,10 @@ def test_a_second_offload_of_the_reference_model_frees_its_only_copy(invoke, tmp
     the H200: ``CUDA error: invalid argument`` at step 7, h200-2026-12-01-sequences.json).
     The tool names the step; a strategy that keeps the invariant passes the same run."""
     parts = ("--ref-model", "--frozen-fraction", "0.5", "--sequence", "double-offload")
-    result, run = _run(invoke, tmp_path, "--strategy", MODEL_PAIRS["post-6193"], *parts)
+    post = MODEL_PAIRS["post-6193"]
+    result, run = _run(invoke, tmp_path, "--strategy", post, *parts, cycles=None)
     assert result.exit_code == 1, result.stdout
     assert run["outcome"]["kind"] == "crashed", run["verdict"]
     assert "at step 7, load" in run["verdict"], run["verdict"]
-    result, run = _run(invoke, tmp_path, "--strategy", "lazy", *parts)
+    result, run = _run(invoke, tmp_path, "--strategy", "lazy", *parts, cycles=None)
     assert result.exit_code == 0 and run["outcome"]["kind"] == "ok", run["verdict"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 
 from offloadprobe.core.units import format_bytes
-from tests.conftest import TINY
+from tests.conftest import TINY, with_flags
 
-SMALLEST = [*TINY, "--hidden", "128", "--vocab", "512"]
+SMALLEST = with_flags(TINY, hidden="128", vocab="512")
 """TINY at its smallest width: what is tested here is a verdict, not a magnitude."""
 
 MiB = 2**20

@@ -39,11 +39,12 @@ def test_the_documented_strategy_module_is_registered_by_itself(tmp_path, monkey
     info = registry.get("halfway")
     assert info.name == "halfway" and info.factory is not None
     # and it works: a bit-exact round trip with its host copy, a double offload a no-op
-    from tests.conftest import TINY, invoke_cli
+    from tests.conftest import TINY, invoke_cli, with_flags
 
     spec = "walk_strategies.halfway:Halfway"
+    steps = ("--sequence", "double-offload")  # its own steps: no --cycles
     result = invoke_cli(
-        "run", *TINY, "--no-progress", "--sequence", "double-offload", "--strategy", spec
+        "run", *with_flags(TINY, cycles=None), "--no-progress", *steps, "--strategy", spec
     )
     assert result.exit_code == 0, result.stderr + result.stdout
     assert "round trip bit-exact" in result.stdout

@@ -55,7 +55,8 @@ def test_a_bound_keyword_the_function_lacks_is_exit_2_before_anything_runs(
     invoke, fake_runner, tmp_path, monkeypatch
 ):
     (tmp_path / "pair_without_load_grad.py").write_text(
-        "def offload(models):\n    pass\n\ndef load(models):\n    pass\n"
+        "def offload(models):\n    pass\n\ndef load(models):\n    pass\n\n"
+        "def load_some(models, load_grad=True):\n    pass\n"
     )
     monkeypatch.chdir(tmp_path)
     spec = "pair_without_load_grad:offload,load(load_grad=False)"
@@ -64,7 +65,7 @@ def test_a_bound_keyword_the_function_lacks_is_exit_2_before_anything_runs(
     (line,) = result.error_lines
     assert "load() takes no load_grad= (its parameters: models)" in line
     assert fake_runner.configs == []  # no worker was started
-    taken = "pair_without_load_grad:offload(),load(models=None)"
+    taken = "pair_without_load_grad:offload(),load_some(load_grad=False)"
     assert invoke("run", "--strategy", taken, "--device", "cpu", "--no-progress").exit_code == 0
 
 

@@ -65,6 +65,7 @@ GOOD = """
 num_layers = 4
 hidden_size = 512
 num_attention_heads = 16
+kv_channels = 32
 vocab_size = 16256
 ffn_hidden_size = 2048
 
@@ -186,8 +187,14 @@ def test_bad_size_string(tmp_path: Path, size: str) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "key", "words"),
     [
-        ("tp = 1", "tp = 3", "model.num_attention_heads", "not divisible by tp=3"),
-        ("tp = 1", "tp = 5", "model.num_attention_heads", "choose tp"),
+        (
+            "tp = 1",
+            "tp = 3",
+            "model.num_attention_heads",
+            "[model] num_attention_heads=16 is not divisible by [parallelism] tp=3: set tp to "
+            "a divisor of 16 (1, 2, 4, 8, 16) or change num_attention_heads to a multiple of 3",
+        ),
+        ("tp = 1", "tp = 5", "model.num_attention_heads", "set tp to a divisor of 16"),
         ("dp = 1", "dp = 1\nep = 2", "parallelism.ep", "lower ep or raise dp"),
         (
             "gpus_per_node = 1",
@@ -195,7 +202,14 @@ def test_bad_size_string(tmp_path: Path, size: str) -> None:
             "parallelism.gpus_per_node",
             "multiple of gpus_per_node",
         ),
-        ("pp = 1", "pp = 3", "parallelism.pp", "does not divide 4 layers"),
+        (
+            "pp = 1",
+            "pp = 3",
+            "parallelism.pp",
+            "[model] num_layers=4 is not divisible by [parallelism] pp=3: set pp to a divisor "
+            "of 4 (1, 2, 4) or change num_layers to a multiple of 3 (e.g. 6), or split the "
+            "layers unevenly with first_stage_layers and last_stage_layers",
+        ),
         (
             "gpus_per_node = 1",
             "gpus_per_node = 1\nnodes = 2",
@@ -208,7 +222,7 @@ def test_bad_size_string(tmp_path: Path, size: str) -> None:
             "ffn_hidden_size = 2048\nnum_experts = 6\n"
             "moe_ffn_hidden_size = 64\nnum_dense_layers = 1",
             "model.num_experts",
-            "not divisible by ep=4",
+            "num_experts=6 is not divisible by [parallelism] ep=4",
         ),
     ],
 )
@@ -262,8 +276,12 @@ def test_bad_values(tmp_path: Path, old: str, new: str, key: str, words: str) ->
 
 
 def test_missing_table_and_bad_toml(tmp_path: Path) -> None:
-    err = error_for(tmp_path, GOOD.replace('[source]\ntitle = "unit test"\n', ""))
-    assert err.key == "source" and "missing [source] table" in err.message
+    err = error_for(
+        tmp_path, edit("[offload]\nparams = true\ngrads = true\noptimizer = false\n", "")
+    )
+    assert err.key == "offload" and "missing [offload] table; add it, e.g. [offload] params" in (
+        err.message
+    )
     err = error_for(tmp_path, GOOD + "\n[limit\n")
     assert err.key == "<file>" and "not valid TOML" in err.message
     with pytest.raises(ScenarioError) as missing:
@@ -292,7 +310,7 @@ def test_param_count_model_and_repro(tmp_path: Path) -> None:
     text = (
         GOOD.replace(
             "[model]\nnum_layers = 4\nhidden_size = 512\nnum_attention_heads = 16\n"
-            "vocab_size = 16256\nffn_hidden_size = 2048\n",
+            "kv_channels = 32\nvocab_size = 16256\nffn_hidden_size = 2048\n",
             "[model]\nparams = 30_000_000\nexpert_params = 10_000_000\n",
         )
         + '\n[repro]\npayload = "56MiB"\ncycles = 2\n'

@@ -19,7 +19,6 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
-import inspect
 import os
 import re
 import sys
@@ -35,8 +34,21 @@ _FORMS = "package.module:object or package.module:offload_fn,load_fn[@each]"
 class FunctionPair:
     """``offload``/``load`` over a framework's two functions, list or per-item convention."""
 
-    def __init__(self, offload: Callable[..., Any], load: Callable[..., Any], each: bool) -> None:
+    def __init__(
+        self,
+        offload: Callable[..., Any],
+        load: Callable[..., Any],
+        each: bool,
+        names: tuple[str, str] = ("offload", "load"),
+    ) -> None:
         self._offload, self._load, self.each = offload, load, each
+        self.names = names
+        """The functions' names as the spec gives them (for messages)."""
+
+    @property
+    def functions(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """The two callables as they are called (bound keywords included)."""
+        return self._offload, self._load
 
     def _call(self, fn: Callable[..., Any], items: list[Any]) -> None:
         for arg in items if self.each else [items]:
@@ -50,9 +62,7 @@ class FunctionPair:
 
 
 def _import(spec: str, flag: str) -> tuple[Any, str]:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise StrategyError(f"{flag} {spec!r} is not of the form {_FORMS}")
+    module_name, attr = split_spec(spec, flag)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -75,15 +85,14 @@ def _attribute(spec: str, flag: str, module: Any, path: str) -> Any:
     return obj
 
 
-def _function(spec: str, flag: str, module: Any, text: str) -> Callable[..., Any]:
+def parse_function(spec: str, flag: str, text: str) -> tuple[str, dict[str, Any]]:
+    """``name`` or ``name(key=literal, ...)``: the (dotted) name and the bound keywords;
+    nothing is imported."""
     match = _CALL.match(text.strip())
     if match is None:
         raise StrategyError(f"{flag} {spec!r}: {text!r} is not a function name")
-    fn = _attribute(spec, flag, module, match[1])
-    if not callable(fn):
-        raise StrategyError(f"{flag} {spec!r}: {match[1]!r} is not callable")
     if not match[2]:
-        return fn
+        return match[1], {}
     try:
         call = ast.parse(f"f({match[2]})", mode="eval").body
         assert isinstance(call, ast.Call) and not call.args
@@ -93,30 +102,12 @@ def _function(spec: str, flag: str, module: Any, text: str) -> Callable[..., Any
             f"{flag} {spec!r}: arguments of {match[1]!r} must be keyword=literal, "
             "e.g. load_megatron_model_to_gpu(load_grad=True)"
         ) from None
-    _accepts(spec, flag, match[1], fn, kwargs)
-    return functools.partial(fn, **kwargs)
+    return match[1], kwargs
 
 
-def _accepts(spec: str, flag: str, name: str, fn: Callable[..., Any], kwargs: dict) -> None:
-    """Every bound keyword is one ``fn`` takes: exit 2 now, not a TypeError at cycle 0."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # no signature to read (a builtin): called as given
-        return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    named = {k for k, p in params.items() if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
-    unknown = [k for k in kwargs if k not in named]
-    if unknown:
-        words = ", ".join(f"{k}=" for k in unknown)
-        takes = ", ".join(params) or "no parameters"
-        raise StrategyError(
-            f"{flag} {spec!r}: {name}() takes no {words} (its parameters: {takes}); drop it "
-            "or name a function that takes it"
-        )
-
-
-def _pair(spec: str, flag: str, module: Any, attr: str) -> FunctionPair:
+def parse_pair(spec: str, flag: str, attr: str) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
+    """The two functions of ``offload_fn,load_fn[@each]`` (names and bound keywords) and
+    whether they are called once per item; nothing is imported."""
     body, each = (attr.removesuffix("@each"), True) if attr.endswith("@each") else (attr, False)
     names = re.split(r",(?![^(]*\))", body)  # commas outside keyword arguments
     if len(names) != 2 or "@" in body:
@@ -124,8 +115,34 @@ def _pair(spec: str, flag: str, module: Any, attr: str) -> FunctionPair:
             f"{flag} {spec!r}: give two functions, package.module:offload_fn,load_fn, "
             "optionally followed by @each to call them once per item"
         )
-    offload, load = (_function(spec, flag, module, name) for name in names)
-    return FunctionPair(offload, load, each)
+    return [parse_function(spec, flag, name) for name in names], each
+
+
+def split_spec(spec: str, flag: str) -> tuple[str, str]:
+    """``(module, attr)`` of ``module:attr``; nothing is imported."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name.strip() or not attr.strip():
+        raise StrategyError(f"{flag} {spec!r} is not of the form {_FORMS}")
+    return module_name.strip(), attr.strip()
+
+
+def _function(
+    spec: str, flag: str, module: Any, name: str, kwargs: dict[str, Any]
+) -> Callable[..., Any]:
+    fn = _attribute(spec, flag, module, name)
+    if not callable(fn):
+        raise StrategyError(f"{flag} {spec!r}: {name!r} is not callable")
+    return functools.partial(fn, **kwargs) if kwargs else fn
+
+
+def _pair(spec: str, flag: str, module: Any, attr: str) -> FunctionPair:
+    (offload, load), each = parse_pair(spec, flag, attr)
+    return FunctionPair(
+        _function(spec, flag, module, *offload),
+        _function(spec, flag, module, *load),
+        each,
+        names=(offload[0], load[0]),
+    )
 
 
 def import_object(spec: str, *, flag: str) -> Any:
@@ -151,8 +168,13 @@ def checked(obj: Any, *, spec: str, flag: str, needs: tuple[str, ...] = ("offloa
 
 
 def load_object(spec: str, *, flag: str, needs: tuple[str, ...]) -> Any:
-    """Import and check ``module:object`` (a class or an instance) or a function pair."""
-    return checked(import_object(spec, flag=flag), spec=spec, flag=flag, needs=needs)
+    """Import and check ``module:object`` (a class or an instance) or a function pair: its
+    methods, and that each can be called as offloadprobe calls it (``user_calls``)."""
+    from offloadprobe.engine.strategies.user_calls import check_loaded
+
+    found = checked(import_object(spec, flag=flag), spec=spec, flag=flag, needs=needs)
+    check_loaded(found, spec=spec, flag=flag)
+    return found
 
 
 def user_model_strategy(spec: str) -> Any:

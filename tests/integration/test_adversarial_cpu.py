@@ -30,6 +30,19 @@ STATE_MODEL = ["--payload", "8MiB"]
 parameters already put a 10% margin on its host figure far above RSS noise."""
 
 
+def _overridden(base: list[str], args: tuple[str, ...]) -> list[str]:
+    """``base`` less the flags ``args`` give again (the CLI refuses a flag given twice)."""
+    given = {a for a in args if a.startswith("--")}
+    out: list[str] = []
+    skipping = False
+    for token in base:
+        if token.startswith("--"):
+            skipping = token in given
+        if not skipping:
+            out.append(token)
+    return out
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """``run(name, *args) -> (exit code, report dict or None, stderr)``, each run once."""
@@ -41,7 +54,7 @@ def runs(tmp_path_factory):
             out = folder / f"run-{len(cache)}.json"
             capsys.readouterr()
             try:
-                main([*COMMON, *MODEL, "--json", str(out), *args])
+                main([*_overridden([*COMMON, *MODEL], args), "--json", str(out), *args])
                 code = 0
             except SystemExit as exit_:
                 code = int(exit_.code or 0)

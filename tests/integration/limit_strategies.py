@@ -13,24 +13,13 @@ import tempfile
 
 import torch
 
+from tests.integration.adversarial_strategies import _buffers, _free, _restore
+
 CUSHION = 48 * 2**20
 """Bytes of each cushion: more than the offload adds in the test that uses it."""
 
 _KEPT = []
 """Files and mappings kept open for the worker's life."""
-
-
-def _buffers(models):
-    for chunk in models:
-        yield from chunk.buffers
-
-
-def _free(tensor):
-    tensor.untyped_storage().resize_(0)
-
-
-def _restore(tensor):
-    tensor.untyped_storage().resize_(tensor.numel() * tensor.element_size())
 
 
 def _host(like):

@@ -107,3 +107,41 @@ def load(path: Path) -> Document:
         return document(doc)
     except UsageError as exc:
         raise UsageError(f"{path}: {exc}") from None
+
+
+def rejudged(doc: Document, where: str) -> tuple[Document, list[str]]:
+    """A run or compare document with every row's verdict judged again from its facts, by
+    the budgets it names (``core.rejudge``), and one line per row whose stored outcome
+    says otherwise. Other kinds come back as they are (their outcomes are derived when
+    rendered: a repro's match, an attach's breaches)."""
+    from dataclasses import replace
+
+    from offloadprobe.core.rejudge import budgets_of, check_finite, disagreement, rejudge
+
+    if doc.kind not in ("run", "compare"):
+        return doc, []
+    entries = doc.data.get("runs") or []
+    lines = []
+    record = doc.record
+    budgets = budgets_of(record.budgets, where=where)
+    if doc.kind == "run":
+        stored = list(record.verdicts) + [None] * (len(record.runs) - len(record.verdicts))
+        verdicts = []
+        for run, entry, was in zip(record.runs, entries, stored, strict=True):
+            row = f"{where}: row {run.label!r}"
+            check_finite(entry, where=row)
+            verdict, _ = rejudge(run, budgets, stored=was, where=row)
+            verdicts.append(verdict)
+            lines += [line] if (line := disagreement(row, was, verdict)) else []
+        return replace(doc, record=replace(record, verdicts=verdicts)), lines
+    rows = []
+    for found, entry in zip(record.rows, entries, strict=True):
+        row = f"{where}: row {found.candidate.label!r}"
+        check_finite(entry, where=row)
+        verdict, breaches = rejudge(
+            found.run, budgets, stored=found.verdict, expect=found.candidate.expect, where=row
+        )
+        kept = verdict is found.verdict
+        rows.append(replace(found, verdict=verdict, breaches=found.breaches if kept else breaches))
+        lines += [line] if (line := disagreement(row, found.verdict, verdict)) else []
+    return replace(doc, record=replace(record, rows=rows)), lines

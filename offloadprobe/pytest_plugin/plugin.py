@@ -18,6 +18,11 @@ is not ok (a broken budget, corrupted data, a crash, an OOM, nothing offloaded);
 phase table is attached to the report as the "offloadprobe" section. A misspelt keyword
 or an unparsable budget is a ``pytest.UsageError`` that names the keyword.
 
+The measured verdict has the last word over the test: a body that skips, calls
+``pytest.xfail`` or catches the fixture's failure, an ``xfail`` marker, or a fixture that
+skips after the measurement cannot turn a measured failure into a skip, an xfail or a
+pass (``pytest_runtest_call`` and the outermost ``pytest_runtest_makereport`` below).
+
 Against a stored run, as ``--baseline-json PATH --max-increase 5%`` on the command line:
 ``baseline_json="ci/offload.json", max_increase="5%"`` fails the test when the row's host
 peak, steady host, pinned or GPU-left bytes grew by more than 5% over the stored row of
@@ -37,12 +42,15 @@ import io
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
 MARKER = "offload_budget"
 _RESULT = pytest.StashKey[Any]()
+_FAILED = pytest.StashKey[list[Any]]()
+"""Every verdict not ok that this test measured (its marker's, its fixture's calls): they
+fail the test whatever its body does after (``keep_verdict``)."""
 _STORAGE = pytest.StashKey[Any]()
 PLUGIN_DEFAULTS = {"cycles": 2}
 """Where the marker's default differs from the command line's (a test wants it quick)."""
@@ -233,11 +241,14 @@ def measure_row(options: dict[str, Any], extra: Sequence[Any] = ()) -> Any:
     budgets = check_options(options)
     try:
         config = _config(options)
-        check_stored_payload(budgets, config)  # before the worker starts
     except UsageError as exc:
         raise pytest.UsageError(f"{MARKER}: {_keyword_words(str(exc))}") from None
     label = f"{config.strategy} + {config.optimizer_strategy}"
     budgets = _held(budgets, str(options.get("baseline_row") or label)) + list(extra)
+    try:  # every stored row it is held to (baseline_row=, its --offloadprobe-compare record)
+        check_stored_payload(budgets, config)  # before the worker starts
+    except UsageError as exc:
+        raise pytest.UsageError(f"{MARKER}: {_keyword_words(str(exc))}") from None
     return measure(
         config,
         device=guess_device(config.device),
@@ -304,7 +315,9 @@ def _offload_budget_marker(request: pytest.FixtureRequest) -> None:
     row = measure_row(marker.kwargs, [gate] if gate is not None else [])
     if storage is not None:
         storage.measured(request.node, test, row)
-    request.node.stash[_RESULT] = verdict_of(row)
+    request.node.stash[_RESULT] = found = verdict_of(row)
+    if found[1] is not None:
+        request.node.stash.setdefault(_FAILED, []).append(found[1])
 
 
 @pytest.fixture
@@ -330,6 +343,7 @@ def offload_probe(request: pytest.FixtureRequest):
             pytest.fail(problem, pytrace=False)
         record, failure = probe(**options)
         if failure is not None:
+            request.node.stash.setdefault(_FAILED, []).append(failure)
             request.node.add_report_section("call", "offloadprobe", failure.table)
             pytest.fail(failure.reason, pytrace=False)
         return record
@@ -337,12 +351,74 @@ def offload_probe(request: pytest.FixtureRequest):
     return run
 
 
+def _passing_through(exc: BaseException) -> bool:
+    """What the body may end with over a measured failure: stopping the session."""
+    return isinstance(exc, KeyboardInterrupt | pytest.exit.Exception)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    result = yield
+    """A measured verdict that is not ok fails the test after its body, whatever the body
+    did: returned, raised, skipped, called ``pytest.xfail``, or caught the fixture's own
+    failure. The body's own end is named in one line under the verdict."""
+    try:
+        result = yield
+    except BaseException as exc:
+        failed = item.stash.get(_FAILED, [])
+        if not failed or _passing_through(exc) or _its_own(exc, failed):
+            raise
+        why = f"{_ended(exc)}: the measured verdict stands"
+    else:
+        failed = item.stash.get(_FAILED, [])
+        if not failed:
+            return result
+        marked = item.stash.get(_RESULT, (None, None))[1]
+        why = None if failed[0] is marked else "the test body caught the failure and went on"
+    _fail(item, failed, why)  # outside the handler: the body's end is one line, not a chain
+
+
+def _its_own(exc: BaseException, failed: list[Any]) -> bool:
+    """The fixture's failure, raised through the body as it was raised."""
+    return isinstance(exc, pytest.fail.Exception) and any(exc.msg == f.reason for f in failed)
+
+
+def _ended(exc: BaseException) -> str:
+    if isinstance(exc, pytest.skip.Exception):
+        return f"the test body skipped ({exc.msg})"
+    if isinstance(exc, pytest.xfail.Exception):
+        return f"the test body called xfail ({exc.msg})"
+    said = (str(exc).splitlines() or [""])[0]
+    return f"the test body raised {type(exc).__name__}" + (f": {said}" if said else "")
+
+
+def _fail(item: pytest.Item, failed: list[Any], why: str | None) -> NoReturn:
+    first = failed[0]
     stored = item.stash.get(_RESULT, None)
-    if stored is not None and stored[1] is not None:
-        failure = stored[1]
-        item.add_report_section("call", "offloadprobe", failure.table)
-        pytest.fail(failure.reason, pytrace=False)
-    return result
+    if stored is not None and stored[1] is first:  # the marker's (a fixture's call added it)
+        item.add_report_section("call", "offloadprobe", first.table)
+    more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+    pytest.fail(first.reason + more + (f"\n{why}" if why else ""), pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """Outermost: a measured test whose verdict is not ok is reported failed where an
+    ``xfail`` marker (strict or not) or a skip after the measurement (a later fixture's)
+    would report it expected to fail or skipped."""
+    report = yield
+    failed = item.stash.get(_FAILED, [])
+    hidden = report.skipped or hasattr(report, "wasxfail")
+    if not failed or call.when == "teardown" or not hidden:
+        return report
+    if hasattr(report, "wasxfail"):
+        del report.wasxfail
+        report.sections.append(("offloadprobe", XFAIL_WORDS))
+    if isinstance(report.longrepr, tuple):  # a skip's (path, line, reason)
+        report.longrepr = f"{failed[0].reason}\n{SKIP_WORDS}: {report.longrepr[2]}"
+        report.sections.append(("offloadprobe", failed[0].table))
+    report.outcome = "failed"
+    return report
+
+
+XFAIL_WORDS = "an xfail marker does not hold over a measured verdict that is not ok"
+SKIP_WORDS = "skipped after it was measured, and the measured verdict stands"

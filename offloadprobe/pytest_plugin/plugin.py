@@ -42,16 +42,22 @@ import io
 import os
 import re
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
+from offloadprobe.pytest_plugin.standing import (  # the hooks: pytest finds them here
+    RESULT,
+    OffloadBudgetFailure,
+    keep,
+    kept,
+    pytest_runtest_call,
+    pytest_runtest_makereport,
+)
+
 MARKER = "offload_budget"
-_RESULT = pytest.StashKey[Any]()
-_FAILED = pytest.StashKey[list[Any]]()
-"""Every verdict not ok that this test measured (its marker's, its fixture's calls): they
-fail the test whatever its body does after (``keep_verdict``)."""
 _STORAGE = pytest.StashKey[Any]()
+__all__ = ["OffloadBudgetFailure", "pytest_runtest_call", "pytest_runtest_makereport"]
 PLUGIN_DEFAULTS = {"cycles": 2}
 """Where the marker's default differs from the command line's (a test wants it quick)."""
 
@@ -119,15 +125,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "offload strategy on offloadprobe's megatron-core model in a fresh process and fail "
         "the test when a budget breaks",
     )
-
-
-class OffloadBudgetFailure:
-    """What a marked test measured and its verdict when that is not ok."""
-
-    def __init__(self, run: Any, reason: str, table: str) -> None:
-        self.run = run
-        self.reason = reason
-        self.table = table
 
 
 def check_options(options: dict[str, Any], *, where: str = MARKER) -> list[Any]:
@@ -306,26 +303,28 @@ def _offload_budget_marker(request: pytest.FixtureRequest) -> None:
     storage = request.config.stash.get(_STORAGE, None)
     test = request.node.nodeid
     problem = gate = None
-    try:
-        gate = storage.gate(test) if storage is not None else None
-    except UsageError as exc:
-        problem = str(exc)
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
-    row = measure_row(marker.kwargs, [gate] if gate is not None else [])
-    if storage is not None:
-        storage.measured(request.node, test, row)
-    request.node.stash[_RESULT] = found = verdict_of(row)
+    with kept(request.node):
+        try:
+            gate = storage.gate(test) if storage is not None else None
+        except UsageError as exc:
+            problem = str(exc)
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
+        row = measure_row(marker.kwargs, [gate] if gate is not None else [])
+        if storage is not None:
+            storage.measured(request.node, test, row)
+        found = verdict_of(row)
+    request.node.stash[RESULT] = found
     if found[1] is not None:
-        request.node.stash.setdefault(_FAILED, []).append(found[1])
+        keep(request.node, found[1])
 
 
 @pytest.fixture
 def offload_run(request: pytest.FixtureRequest) -> Any:
     """The ``RunRecord`` the ``offload_budget`` marker measured for this test."""
-    if _RESULT not in request.node.stash:
+    if RESULT not in request.node.stash:
         raise pytest.UsageError("offload_run needs the test to carry @pytest.mark.offload_budget")
-    return request.node.stash[_RESULT][0]
+    return request.node.stash[RESULT][0]
 
 
 @pytest.fixture
@@ -335,90 +334,18 @@ def offload_probe(request: pytest.FixtureRequest):
     def run(**options: Any) -> Any:
         __tracebackhide__ = True
         problem = None
-        try:
-            check_options(options, where="offload_probe")
-        except pytest.UsageError as exc:  # misuse inside a test: one line, no traceback
-            problem = f"UsageError: {exc}"
-        if problem is not None:
-            pytest.fail(problem, pytrace=False)
-        record, failure = probe(**options)
+        with kept(request.node):
+            try:
+                check_options(options, where="offload_probe")
+            except pytest.UsageError as exc:  # misuse inside a test: one line, no traceback
+                problem = f"UsageError: {exc}"
+            if problem is not None:
+                pytest.fail(problem, pytrace=False)
+            record, failure = probe(**options)
         if failure is not None:
-            request.node.stash.setdefault(_FAILED, []).append(failure)
+            keep(request.node, failure)
             request.node.add_report_section("call", "offloadprobe", failure.table)
             pytest.fail(failure.reason, pytrace=False)
         return record
 
     return run
-
-
-def _passing_through(exc: BaseException) -> bool:
-    """What the body may end with over a measured failure: stopping the session."""
-    return isinstance(exc, KeyboardInterrupt | pytest.exit.Exception)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item):
-    """A measured verdict that is not ok fails the test after its body, whatever the body
-    did: returned, raised, skipped, called ``pytest.xfail``, or caught the fixture's own
-    failure. The body's own end is named in one line under the verdict."""
-    try:
-        result = yield
-    except BaseException as exc:
-        failed = item.stash.get(_FAILED, [])
-        if not failed or _passing_through(exc) or _its_own(exc, failed):
-            raise
-        why = f"{_ended(exc)}: the measured verdict stands"
-    else:
-        failed = item.stash.get(_FAILED, [])
-        if not failed:
-            return result
-        marked = item.stash.get(_RESULT, (None, None))[1]
-        why = None if failed[0] is marked else "the test body caught the failure and went on"
-    _fail(item, failed, why)  # outside the handler: the body's end is one line, not a chain
-
-
-def _its_own(exc: BaseException, failed: list[Any]) -> bool:
-    """The fixture's failure, raised through the body as it was raised."""
-    return isinstance(exc, pytest.fail.Exception) and any(exc.msg == f.reason for f in failed)
-
-
-def _ended(exc: BaseException) -> str:
-    if isinstance(exc, pytest.skip.Exception):
-        return f"the test body skipped ({exc.msg})"
-    if isinstance(exc, pytest.xfail.Exception):
-        return f"the test body called xfail ({exc.msg})"
-    said = (str(exc).splitlines() or [""])[0]
-    return f"the test body raised {type(exc).__name__}" + (f": {said}" if said else "")
-
-
-def _fail(item: pytest.Item, failed: list[Any], why: str | None) -> NoReturn:
-    first = failed[0]
-    stored = item.stash.get(_RESULT, None)
-    if stored is not None and stored[1] is first:  # the marker's (a fixture's call added it)
-        item.add_report_section("call", "offloadprobe", first.table)
-    more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
-    pytest.fail(first.reason + more + (f"\n{why}" if why else ""), pytrace=False)
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
-    """Outermost: a measured test whose verdict is not ok is reported failed where an
-    ``xfail`` marker (strict or not) or a skip after the measurement (a later fixture's)
-    would report it expected to fail or skipped."""
-    report = yield
-    failed = item.stash.get(_FAILED, [])
-    hidden = report.skipped or hasattr(report, "wasxfail")
-    if not failed or call.when == "teardown" or not hidden:
-        return report
-    if hasattr(report, "wasxfail"):
-        del report.wasxfail
-        report.sections.append(("offloadprobe", XFAIL_WORDS))
-    if isinstance(report.longrepr, tuple):  # a skip's (path, line, reason)
-        report.longrepr = f"{failed[0].reason}\n{SKIP_WORDS}: {report.longrepr[2]}"
-        report.sections.append(("offloadprobe", failed[0].table))
-    report.outcome = "failed"
-    return report
-
-
-XFAIL_WORDS = "an xfail marker does not hold over a measured verdict that is not ok"
-SKIP_WORDS = "skipped after it was measured, and the measured verdict stands"

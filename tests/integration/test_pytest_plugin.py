@@ -554,3 +554,36 @@ def test_a_stored_file_that_cannot_gate_is_a_usage_error_before_any_test(
     errors = result.stderr.str()
     assert says in errors and str(path) in errors and "Traceback" not in errors
     assert fake_child.specs == []
+
+
+class _LeavesNoRecord(FakeChild):
+    """A worker that exits 1 before writing its record (the plugin fails it in set-up)."""
+
+    def __call__(self, job, spec):
+        self.specs.append(job)
+        return 1, ""
+
+
+@pytest.mark.parametrize("case", ["no record", "no stored row"])
+def test_what_the_plugin_fails_in_set_up_stands_over_an_xfail_marker(
+    run_plugin, monkeypatch, tmp_path, case
+):
+    """The worker left no record, or the stored file has no row to hold the test to: the
+    plugin fails the test before its body; an xfail marker does not turn that into an
+    expected failure."""
+    child = install_child(monkeypatch, _LeavesNoRecord() if case == "no record" else FakeChild())
+    keywords = ""
+    if case == "no stored row":
+        from tests.fakes import fake_run
+
+        stored = _stored(tmp_path / "stored.json", fake_run("naive"))
+        keywords = f", baseline_json={stored!r}, max_increase='5%'"
+    result = run_plugin(
+        "import pytest\n\n@pytest.mark.xfail(strict=False)\n"
+        f'@pytest.mark.offload_budget(strategy="lazy"{keywords})\n'
+        "def test_measured():\n    pass\n"
+    )
+    result.assert_outcomes(errors=1)
+    words = "exited early" if case == "no record" else "has no row 'lazy + none'"
+    result.stdout.fnmatch_lines([f"*{words}*"])
+    assert len(child.specs) == (case == "no record")

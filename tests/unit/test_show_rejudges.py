@@ -56,6 +56,10 @@ def test_an_ok_written_over_parameters_left_on_the_device_is_flagged(invoke, tmp
     (line,) = edited.error_lines
     assert "row 'lazy + none': its stored outcome 'ok' is not what its facts judge" in line
     assert "'not offloaded: param_data 8.00 MiB still on device after offload'" in line
+    as_json = invoke("show", str(path), "--format", "json")  # the record, judged
+    assert as_json.exit_code == 1
+    (row,) = json.loads(as_json.stdout)["runs"]
+    assert row["outcome"]["kind"] == "not offloaded" and row["exit_code"] == 1
 
 
 def test_an_ok_written_over_a_broken_budget_is_flagged(invoke, tmp_path):

@@ -1,4 +1,11 @@
-"""``offloadprobe show RESULT.json``: a saved result, rendered exactly as it was printed."""
+"""``offloadprobe show RESULT.json``: a saved result, rendered as its verb printed it.
+
+A run's or comparison's rows are judged again from their facts (``core.rejudge``), never
+printed on the stored outcome's word. Exit codes: 0 when the file reads and every row's
+stored outcome is its facts' verdict (whatever that verdict: ``show`` renders, the verb
+gated); 1 when a row's stored outcome contradicts its facts (one line each, on stderr;
+the row shows the facts' verdict); 2 for a file that is not a result, or a fact no
+record holds (a NaN figure), in one line."""
 
 from __future__ import annotations
 
@@ -46,7 +53,7 @@ def show_command(
     ] = None,
 ) -> None:
     """Render a saved run, comparison, plan, repro or attach (no torch, nothing runs)."""
-    from offloadprobe.report.documents import load
+    from offloadprobe.report.documents import load, rejudged
     from offloadprobe.report.reporters import REPORTERS, render
 
     REPORTERS.check(format)  # a misspelt format fails before the file is read
@@ -58,6 +65,11 @@ def show_command(
         from offloadprobe.cli import replot
 
         doc = replot.check(result, trace, plot)
-    render(load(result), sys.stdout, format=format)
+    saved, contradicted = rejudged(load(result), str(result))
+    render(saved, sys.stdout, format=format)
     if trace is not None and plot is not None:
         replot.replot(doc, result, trace, plot)
+    for line in contradicted:
+        print(f"offloadprobe: error: {line}", file=sys.stderr)
+    if contradicted:
+        raise SystemExit(1)

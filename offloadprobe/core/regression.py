@@ -13,9 +13,11 @@ measure (pinned memory in CPU emulation) is not compared.
 
 Everything about the stored file is checked before anything runs, each an exit 2 with one
 line: that it is a result (rows with labels), that every measured row has a payload and
-finite figures, at least one of them (``load_stored``), and that the model this run will
-measure has the stored rows' payload (``check_payloads``, given the payload each row will
-move: the CLI computes it from the flags without building anything).
+finite figures below 2**63 bytes, at least one of them (``load_stored``), and that the
+model this run will measure has the payload of the stored row it is held to
+(``check_payloads``, given the payload each row will move: the CLI and the plugin compute
+it from the flags without building anything; the plugin's ``baseline_row=`` and
+``--offloadprobe-compare`` records too, before the test's worker starts).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ FIGURES = ("host peak", "steady host", "pinned", "GPU left")
 """The figures a stored run holds a row to, in the order a breach names them."""
 PAYLOAD_TOLERANCE = 0.01
 """A stored row whose payload differs by more than this fraction measured another model."""
+MOST_BYTES = 2**63
+"""No figure of bytes reaches this (a signed 64-bit count): a stored one that does would
+gate nothing (``1e300`` never grows by 5%)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -143,6 +148,10 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _bytes(value: Any) -> bool:
+    return _number(value) and math.isfinite(value) and abs(value) < MOST_BYTES
+
+
 def _stored_row(
     path: Path, label: str, payload: Any, summary: Mapping[str, Any], flag: str = "--baseline-json"
 ) -> Stored:
@@ -152,7 +161,7 @@ def _stored_row(
     again = "store it again with run or compare --json"
     if payload is None:
         raise UsageError(f"{where} has no payload_bytes, so its model cannot be matched: {again}")
-    if not _number(payload) or not math.isfinite(payload) or payload <= 0:
+    if not _bytes(payload) or payload <= 0:
         raise UsageError(f"{where} has payload_bytes {payload!r}, not a size in bytes: {again}")
     audited = summary.get("left_after_offload_bytes_by_key")
     if audited is not None and not (
@@ -164,7 +173,7 @@ def _stored_row(
         )
     figures = _figures(summary)
     for name, value in figures.items():
-        if value is not None and (not _number(value) or not math.isfinite(value)):
+        if value is not None and not _bytes(value):
             raise UsageError(
                 f"{where}: its {name} ({_KEYS[name]}) is {value!r}, not a number of bytes (the "
                 f"file was edited or written by another tool): {again}"
@@ -288,19 +297,22 @@ def check_rows(budgets: Iterable[Any], labels: list[str]) -> list[str]:
 def check_payloads(budgets: Iterable[Any], payloads: Mapping[str, int | None]) -> None:
     """Before anything runs: exit 2 when a stored row measured another model than the one
     this run will measure (``payloads``: each row's label and the ``param_data`` bytes it
-    will move; None where that is not known up front, judged after the row ran)."""
-    budget = regression_of(budgets)
-    if budget is None:
-        return
-    for label, payload in payloads.items():
-        stored = budget.stored.get(label)
-        if stored is None or not payload:
+    will move; None where that is not known up front, judged after the row ran). Every
+    regression gate is checked, by the row it holds each run to (``baseline_row=``, a
+    test's own stored record) or else the row of the run's label."""
+    for budget in budgets:
+        if not isinstance(budget, RegressionBudget):
             continue
-        apart = abs(payload - stored.payload_bytes) / stored.payload_bytes
-        if apart > PAYLOAD_TOLERANCE:
-            raise UsageError(
-                f"--baseline-json {budget.path} measured {label} at a payload of "
-                f"{format_bytes(stored.payload_bytes)}, and this run's model moves "
-                f"{format_bytes(payload)}: give the model flags the stored run had (its "
-                "payload_bytes), or store a run of this model"
-            )
+        given = "--baseline-json" if budget.flag == FLAG else budget.flag
+        for label, payload in payloads.items():
+            stored = budget.stored.get(budget.row or label)
+            if stored is None or not payload:
+                continue
+            apart = abs(payload - stored.payload_bytes) / stored.payload_bytes
+            if apart > PAYLOAD_TOLERANCE:
+                raise UsageError(
+                    f"{given} {budget.path} measured {stored.label} at a payload of "
+                    f"{format_bytes(stored.payload_bytes)}, and this run's model moves "
+                    f"{format_bytes(payload)}: give the model flags the stored run had (its "
+                    "payload_bytes), or store a run of this model"
+                )

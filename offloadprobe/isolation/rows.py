@@ -179,6 +179,11 @@ def judge_outcome(
     else:
         if amend is not None:
             report = amend(report)
+        run = report.runs[0]
+        if outcome.failure is not None and run.failure != outcome.failure:
+            # how the worker ended, as the parent saw it, is a fact of the record: a saved
+            # record is judged again (``show``) to the verdict it was given here
+            report = replace(report, runs=[replace(run, failure=outcome.failure), *report.runs[1:]])
         verdict, breaches = judge(report.runs[0], list(budgets), failure=outcome.failure)
     report = replace(report, verdicts=[verdict])
     label = cfg.label or report.runs[0].label

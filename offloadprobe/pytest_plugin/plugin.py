@@ -18,6 +18,11 @@ is not ok (a broken budget, corrupted data, a crash, an OOM, nothing offloaded);
 phase table is attached to the report as the "offloadprobe" section. A misspelt keyword
 or an unparsable budget is a ``pytest.UsageError`` that names the keyword.
 
+The measured verdict has the last word over the test: a body that skips, calls
+``pytest.xfail`` or catches the fixture's failure, an ``xfail`` marker, or a fixture that
+skips after the measurement cannot turn a measured failure into a skip, an xfail or a
+pass (``pytest_runtest_call`` and the outermost ``pytest_runtest_makereport`` below).
+
 Against a stored run, as ``--baseline-json PATH --max-increase 5%`` on the command line:
 ``baseline_json="ci/offload.json", max_increase="5%"`` fails the test when the row's host
 peak, steady host, pinned or GPU-left bytes grew by more than 5% over the stored row of
@@ -41,9 +46,18 @@ from typing import Any
 
 import pytest
 
+from offloadprobe.pytest_plugin.standing import (  # the hooks: pytest finds them here
+    RESULT,
+    OffloadBudgetFailure,
+    keep,
+    kept,
+    pytest_runtest_call,
+    pytest_runtest_makereport,
+)
+
 MARKER = "offload_budget"
-_RESULT = pytest.StashKey[Any]()
 _STORAGE = pytest.StashKey[Any]()
+__all__ = ["OffloadBudgetFailure", "pytest_runtest_call", "pytest_runtest_makereport"]
 PLUGIN_DEFAULTS = {"cycles": 2}
 """Where the marker's default differs from the command line's (a test wants it quick)."""
 
@@ -111,15 +125,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "offload strategy on offloadprobe's megatron-core model in a fresh process and fail "
         "the test when a budget breaks",
     )
-
-
-class OffloadBudgetFailure:
-    """What a marked test measured and its verdict when that is not ok."""
-
-    def __init__(self, run: Any, reason: str, table: str) -> None:
-        self.run = run
-        self.reason = reason
-        self.table = table
 
 
 def check_options(options: dict[str, Any], *, where: str = MARKER) -> list[Any]:
@@ -233,11 +238,14 @@ def measure_row(options: dict[str, Any], extra: Sequence[Any] = ()) -> Any:
     budgets = check_options(options)
     try:
         config = _config(options)
-        check_stored_payload(budgets, config)  # before the worker starts
     except UsageError as exc:
         raise pytest.UsageError(f"{MARKER}: {_keyword_words(str(exc))}") from None
     label = f"{config.strategy} + {config.optimizer_strategy}"
     budgets = _held(budgets, str(options.get("baseline_row") or label)) + list(extra)
+    try:  # every stored row it is held to (baseline_row=, its --offloadprobe-compare record)
+        check_stored_payload(budgets, config)  # before the worker starts
+    except UsageError as exc:
+        raise pytest.UsageError(f"{MARKER}: {_keyword_words(str(exc))}") from None
     return measure(
         config,
         device=guess_device(config.device),
@@ -295,24 +303,28 @@ def _offload_budget_marker(request: pytest.FixtureRequest) -> None:
     storage = request.config.stash.get(_STORAGE, None)
     test = request.node.nodeid
     problem = gate = None
-    try:
-        gate = storage.gate(test) if storage is not None else None
-    except UsageError as exc:
-        problem = str(exc)
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
-    row = measure_row(marker.kwargs, [gate] if gate is not None else [])
-    if storage is not None:
-        storage.measured(request.node, test, row)
-    request.node.stash[_RESULT] = verdict_of(row)
+    with kept(request.node):
+        try:
+            gate = storage.gate(test) if storage is not None else None
+        except UsageError as exc:
+            problem = str(exc)
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
+        row = measure_row(marker.kwargs, [gate] if gate is not None else [])
+        if storage is not None:
+            storage.measured(request.node, test, row)
+        found = verdict_of(row)
+    request.node.stash[RESULT] = found
+    if found[1] is not None:
+        keep(request.node, found[1])
 
 
 @pytest.fixture
 def offload_run(request: pytest.FixtureRequest) -> Any:
     """The ``RunRecord`` the ``offload_budget`` marker measured for this test."""
-    if _RESULT not in request.node.stash:
+    if RESULT not in request.node.stash:
         raise pytest.UsageError("offload_run needs the test to carry @pytest.mark.offload_budget")
-    return request.node.stash[_RESULT][0]
+    return request.node.stash[RESULT][0]
 
 
 @pytest.fixture
@@ -322,27 +334,18 @@ def offload_probe(request: pytest.FixtureRequest):
     def run(**options: Any) -> Any:
         __tracebackhide__ = True
         problem = None
-        try:
-            check_options(options, where="offload_probe")
-        except pytest.UsageError as exc:  # misuse inside a test: one line, no traceback
-            problem = f"UsageError: {exc}"
-        if problem is not None:
-            pytest.fail(problem, pytrace=False)
-        record, failure = probe(**options)
+        with kept(request.node):
+            try:
+                check_options(options, where="offload_probe")
+            except pytest.UsageError as exc:  # misuse inside a test: one line, no traceback
+                problem = f"UsageError: {exc}"
+            if problem is not None:
+                pytest.fail(problem, pytrace=False)
+            record, failure = probe(**options)
         if failure is not None:
+            keep(request.node, failure)
             request.node.add_report_section("call", "offloadprobe", failure.table)
             pytest.fail(failure.reason, pytrace=False)
         return record
 
     return run
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item):
-    result = yield
-    stored = item.stash.get(_RESULT, None)
-    if stored is not None and stored[1] is not None:
-        failure = stored[1]
-        item.add_report_section("call", "offloadprobe", failure.table)
-        pytest.fail(failure.reason, pytrace=False)
-    return result

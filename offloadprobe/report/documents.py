@@ -107,3 +107,50 @@ def load(path: Path) -> Document:
         return document(doc)
     except UsageError as exc:
         raise UsageError(f"{path}: {exc}") from None
+
+
+def rejudged(doc: Document, where: str) -> tuple[Document, list[str]]:
+    """A run or compare document with every row's verdict judged again from its facts, by
+    the budgets it names (``core.rejudge``), and one line per row whose stored outcome
+    says otherwise; its JSON (``--format json``) carries the judged verdicts too. Other
+    kinds come back as they are (their outcomes are derived when rendered: a repro's
+    match, an attach's breaches)."""
+    import copy
+    from dataclasses import asdict, replace
+
+    from offloadprobe.core.records import judged
+    from offloadprobe.core.rejudge import budgets_of, check_finite, disagreement, rejudge
+
+    if doc.kind not in ("run", "compare"):
+        return doc, []
+    entries = doc.data.get("runs") or []
+    record = doc.record
+    budgets = budgets_of(record.budgets, where=where)
+    if doc.kind == "run":
+        found = [
+            (run, None, record.verdicts[i] if i < len(record.verdicts) else None, run.label)
+            for i, run in enumerate(record.runs)
+        ]
+    else:
+        found = [(r.run, r.candidate.expect, r.verdict, r.candidate.label) for r in record.rows]
+    lines, verdicts, data = [], [], doc.data
+    for index, ((run, expect, was, label), entry) in enumerate(zip(found, entries, strict=True)):
+        row = f"{where}: row {label!r}"
+        check_finite(entry, where=row)
+        verdict, breaches = rejudge(run, budgets, stored=was, expect=expect, where=row)
+        verdicts.append((verdict, breaches, verdict is was))
+        lines += [line] if (line := disagreement(row, was, verdict)) else []
+        if verdict != was:
+            data = copy.deepcopy(doc.data) if data is doc.data else data
+            judged(data["runs"][index], verdict)
+            if doc.kind == "compare":
+                data["runs"][index]["breaches"] = [asdict(b) for b in breaches]
+    if doc.kind == "run":
+        record = replace(record, verdicts=[v for v, _, _ in verdicts])
+    else:
+        rows = [
+            replace(r, verdict=v, breaches=r.breaches if kept else b)
+            for r, (v, b, kept) in zip(record.rows, verdicts, strict=True)
+        ]
+        record = replace(record, rows=rows)
+    return replace(doc, record=record, data=data), lines

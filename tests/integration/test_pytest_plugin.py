@@ -270,7 +270,8 @@ def test_own_label():
     pass
 
 @pytest.mark.offload_budget(
-    strategy="lazy", baseline_json={stored!r}, max_increase="5%", baseline_row="naive + none"
+    strategy="lazy", baseline_json={stored!r}, max_increase="5%", baseline_row="naive + none",
+    payload="48MiB",  # the fakes' payload: a stored row of another model errors up front
 )
 def test_named_row():
     pass
@@ -308,11 +309,11 @@ def test_row():
 MARKED = """
 import pytest
 
-@pytest.mark.offload_budget(strategy="lazy", max_host_peak="1.5x")
+@pytest.mark.offload_budget(strategy="lazy", max_host_peak="1.5x", payload="48MiB")
 def test_lazy():
     pass
 
-@pytest.mark.offload_budget(strategy="naive", max_host_peak="3x")
+@pytest.mark.offload_budget(strategy="naive", max_host_peak="3x", payload="48MiB")
 def test_naive():
     pass
 """
@@ -397,3 +398,192 @@ def test_a_saved_entry_travels_on_its_report_as_pytest_xdist_sends_it(pytester):
         config=config, data=json.loads(json.dumps(data))
     )
     assert getattr(back, ATTRIBUTE) == '{"test": "t.py::t"}'
+
+
+# ------------------------------------------------------------------ the verdict stands
+
+CORRUPT = dict(integrity=["param_data differs after the round trip (cycle 0)"])
+MARKED_BODIES = {
+    "the body skips": ("", "offload_run", "    pytest.skip('not on this runner')"),
+    "the body calls xfail": ("", "offload_run", "    pytest.xfail('known')"),
+    "an xfail marker": ("@pytest.mark.xfail(strict=False)\n", "offload_run", "    pass"),
+    "a later fixture skips": ("", "later", "    pass"),
+}
+LATER = """
+@pytest.fixture
+def later():
+    pytest.skip("no GPU here")
+"""
+
+
+@pytest.mark.parametrize("case", sorted(MARKED_BODIES))
+def test_a_measured_corruption_fails_the_marked_test_whatever_its_body_does(
+    run_plugin, fake_child, case
+):
+    """The marker's worker found the data corrupted before the body ran: neither a skip
+    nor an xfail (marker, call, or a later fixture's skip) turns that into a pass."""
+    decorator, fixture, body = MARKED_BODIES[case]
+    fake_child.runs["lazy"] = dict(CORRUPT)
+    source = (
+        f'import pytest\n{LATER}\n@pytest.mark.offload_budget(strategy="lazy")\n'
+        f"{decorator}def test_measured({fixture}):\n{body}\n"
+    )
+    result = run_plugin(source)
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) + outcomes.get("errors", 0) == 1, outcomes
+    assert not {"skipped", "xfailed", "xpassed", "passed"} & set(outcomes), outcomes
+    result.stdout.fnmatch_lines(["*lazy + none: corrupted: param_data differs*"])
+    assert len(fake_child.specs) == 1
+
+
+PROBED_BODIES = {
+    "caught, then skipped": ("", "    except BaseException:\n        pytest.skip('later')"),
+    "caught": ("", "    except BaseException:\n        pass"),
+    "an xfail marker": ("@pytest.mark.xfail(strict=False)\n", "    finally:\n        pass"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PROBED_BODIES))
+def test_a_probed_corruption_fails_the_test_whatever_its_body_does(run_plugin, fake_child, case):
+    decorator, handler = PROBED_BODIES[case]
+    fake_child.runs["lazy"] = dict(CORRUPT)
+    result = run_plugin(
+        f"import pytest\n\n{decorator}def test_probe(offload_probe):\n    try:\n"
+        f'        offload_probe(strategy="lazy")\n{handler}\n'
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*lazy + none: corrupted: param_data differs*"])
+
+
+def test_an_honest_measurement_keeps_its_skips_and_xfails(run_plugin, fake_child):
+    fake_child.runs["lazy"] = dict(host_peak_x=1.0)
+    result = run_plugin(
+        """
+import pytest
+
+@pytest.mark.offload_budget(strategy="lazy")
+def test_skips(offload_run):
+    pytest.skip("not on this runner")
+
+@pytest.mark.xfail(strict=False)
+@pytest.mark.offload_budget(strategy="lazy")
+def test_expected(offload_run):
+    assert False, "a bug of the test's own"
+"""
+    )
+    result.assert_outcomes(skipped=1, xfailed=1)
+
+
+# ------------------------------------------------------------------ stored rows, up front
+
+
+def test_a_stored_record_of_another_model_errors_before_the_worker(
+    run_plugin, fake_child, tmp_path
+):
+    """``--offloadprobe-compare``'s record and ``baseline_row=``'s row measured a model of
+    64 MiB; the marker's moves 8 MiB: each test errors in one line, and no worker runs."""
+    stored = {"payload_bytes": 64 * 2**20, "summary": {"host_peak_bytes": 2**20}}
+    path = tmp_path / "stored.json"
+    path.write_text(
+        json.dumps(
+            {
+                "runs": [
+                    {"test": "test_offload.py::test_compared", "label": "lazy + none", **stored},
+                    {"test": "other", "label": "naive + none", **stored},
+                ]
+            }
+        )
+    )
+    source = f"""
+import pytest
+
+@pytest.mark.offload_budget(strategy="lazy", payload="8MiB")
+def test_compared():
+    pass
+
+@pytest.mark.offload_budget(
+    strategy="lazy", payload="8MiB", baseline_json={str(path)!r}, max_increase="5%",
+    baseline_row="naive + none",
+)
+def test_named_row():
+    pass
+"""
+    compared = run_plugin(source, args=(f"--offloadprobe-compare={path}", "-k", "compared"))
+    compared.assert_outcomes(errors=1, deselected=1)
+    compared.stdout.fnmatch_lines(
+        [f"*--offloadprobe-compare {path} measured lazy + none at a payload of 64.00 MiB*"]
+    )
+    named = run_plugin(source, args=("-k", "named_row"))
+    named.assert_outcomes(errors=1, deselected=1)
+    named.stdout.fnmatch_lines([f"*baseline_json= {path} measured naive + none at a payload*"])
+    assert fake_child.specs == []
+
+
+STORED_ROW = {"label": "lazy + none", "test": "test_offload.py::test_lazy"}
+UNGATEABLE = {
+    "NaN": ('"payload_bytes": 50331648, "summary": {"host_peak_bytes": NaN}', "is nan"),
+    "every figure null": (
+        '"payload_bytes": 50331648, "summary": {"host_peak_bytes": null}',
+        "(every one null)",
+    ),
+    "no payload": ('"summary": {"host_peak_bytes": 1048576}', "has no payload_bytes"),
+    "beyond any size": (
+        '"payload_bytes": 50331648, "summary": {"host_peak_bytes": 1e300}',
+        "1e+300",
+    ),
+}
+
+
+@pytest.mark.parametrize("way", ["baseline_json=", "--offloadprobe-compare"])
+@pytest.mark.parametrize("case", sorted(UNGATEABLE))
+def test_a_stored_file_that_cannot_gate_is_a_usage_error_before_any_test(
+    run_plugin, fake_child, tmp_path, way, case
+):
+    row, says = UNGATEABLE[case]
+    path = tmp_path / "stored.json"
+    path.write_text('{"runs": [{' + json.dumps(STORED_ROW)[1:-1] + ", " + row + "}]}")
+    keywords = f", baseline_json={str(path)!r}, max_increase='5%'" if way[0] != "-" else ""
+    source = (
+        "import pytest\n\n"
+        f'@pytest.mark.offload_budget(strategy="lazy", payload="48MiB"{keywords})\n'
+        "def test_lazy():\n    pass\n"
+    )
+    args = (f"--offloadprobe-compare={path}",) if way == "--offloadprobe-compare" else ()
+    result = run_plugin(source, args=args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    errors = result.stderr.str()
+    assert says in errors and str(path) in errors and "Traceback" not in errors
+    assert fake_child.specs == []
+
+
+class _LeavesNoRecord(FakeChild):
+    """A worker that exits 1 before writing its record (the plugin fails it in set-up)."""
+
+    def __call__(self, job, spec):
+        self.specs.append(job)
+        return 1, ""
+
+
+@pytest.mark.parametrize("case", ["no record", "no stored row"])
+def test_what_the_plugin_fails_in_set_up_stands_over_an_xfail_marker(
+    run_plugin, monkeypatch, tmp_path, case
+):
+    """The worker left no record, or the stored file has no row to hold the test to: the
+    plugin fails the test before its body; an xfail marker does not turn that into an
+    expected failure."""
+    child = install_child(monkeypatch, _LeavesNoRecord() if case == "no record" else FakeChild())
+    keywords = ""
+    if case == "no stored row":
+        from tests.fakes import fake_run
+
+        stored = _stored(tmp_path / "stored.json", fake_run("naive"))
+        keywords = f", baseline_json={stored!r}, max_increase='5%'"
+    result = run_plugin(
+        "import pytest\n\n@pytest.mark.xfail(strict=False)\n"
+        f'@pytest.mark.offload_budget(strategy="lazy"{keywords})\n'
+        "def test_measured():\n    pass\n"
+    )
+    result.assert_outcomes(errors=1)
+    words = "exited early" if case == "no record" else "has no row 'lazy + none'"
+    result.stdout.fnmatch_lines([f"*{words}*"])
+    assert len(child.specs) == (case == "no record")

@@ -306,6 +306,10 @@ BASELINES = {
         "steady host (summary.steady_host_bytes)",
     ),
     "text": (json.dumps({"runs": [_row(host_peak_bytes="9MiB")]}), "is '9MiB', not a number"),
+    "beyond any size": (  # finite, but no figure grows 5% over it: it would gate nothing
+        json.dumps({"runs": [_row(host_peak_bytes=1e300)]}),
+        "host peak (summary.host_peak_bytes) is 1e+300, not a number of bytes",
+    ),
     "every figure null": (
         json.dumps({"runs": [_row(host_peak_bytes=None, steady_host_bytes=None)]}),
         "has none of host peak, steady host, pinned, GPU left (every one null)",

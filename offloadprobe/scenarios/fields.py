@@ -92,7 +92,7 @@ class Fields:
             where = f"{section}.{key}" if section else key
             hint = ALIASES.get(key) if ALIASES.get(key) in valid else None
             hint = hint or next(iter(difflib.get_close_matches(key, valid, n=1, cutoff=0.6)), None)
-            listed = ', '.join(dict.fromkeys(valid))
+            listed = ", ".join(dict.fromkeys(valid))
             fix = f"did you mean {hint!r}?" if hint else f"valid keys: {listed}"
             place = f"[{section}]" if section else "the top level"
             self.note(where, f"unknown key {key!r} in {place}; {fix}")

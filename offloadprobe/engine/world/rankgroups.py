@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import psutil
+
 from offloadprobe.core.job import write_atomically
 from offloadprobe.core.units import format_bytes
 from offloadprobe.measure.cgroup import CgroupUnavailable, MemoryGroup
@@ -231,11 +233,10 @@ class RankGroups:
             }
         if said["path"] is not None:
             self.moved[local] = pid
-        write_atomically(_answer(self.folder, local), json.dumps(said))
+        with contextlib.suppress(OSError):  # the job folder is gone: the run is over
+            write_atomically(_answer(self.folder, local), json.dumps(said))
 
     def _look(self) -> None:
-        import psutil
-
         outside_now: set[int] = set()
         for local, pid in self.moved.items():
             try:

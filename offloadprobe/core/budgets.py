@@ -8,6 +8,7 @@ returns a ``Breach`` whose message reads like
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -15,6 +16,7 @@ from offloadprobe.core.errors import UsageError
 from offloadprobe.core.records import RunRecord, RunSummary
 from offloadprobe.core.residual import breaking, residuals
 from offloadprobe.core.units import format_bytes, format_gbps, parse_size
+from offloadprobe.core.world_records import NodeRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,47 @@ class HostPeakBudget:
             msg = f"host peak {format_bytes(s.host_peak_bytes)} > {format_bytes(self.limit_bytes)}"
             return Breach(run.label, self.flag, msg)
         return None
+
+    def check_node(self, label: str, node: NodeRecord) -> Breach | None:
+        """A node's measured peak (its memory cgroup's, over its usage at the first
+        offload) against the limit times the bytes its ranks move (a ratio), or times its
+        ranks (a size: each rank's share)."""
+        if node.peak_bytes is None:
+            return None
+        who = f"node {node.node_rank}"
+        if self.limit_x is not None and node.peak_x is not None and node.peak_x > self.limit_x:
+            msg = (
+                f"{who}: host peak {node.peak_x:.2f}x of the bytes its ranks move > "
+                f"{self.limit_x:.2f}x"
+            )
+            return Breach(label, self.flag, msg)
+        if self.limit_bytes is not None:
+            limit = self.limit_bytes * len(node.ranks)
+            if node.peak_bytes > limit:
+                msg = (
+                    f"{who}: host peak {format_bytes(node.peak_bytes)} > "
+                    f"{format_bytes(limit)} ({len(node.ranks)} ranks x "
+                    f"{format_bytes(self.limit_bytes)})"
+                )
+                return Breach(label, self.flag, msg)
+        return None
+
+
+def node_breaches(run: RunRecord, budgets: Iterable[Budget]) -> list[Breach]:
+    """Every breach of a budget that holds a node as a whole (``check_node``) by a node of
+    a run over several ranks."""
+    if run.world is None:
+        return []
+    found = []
+    for budget in budgets:
+        check = getattr(budget, "check_node", None)
+        if check is None:
+            continue
+        for node in run.world.nodes:
+            breach = check(run.label, node)
+            if breach is not None:
+                found.append(breach)
+    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,11 @@ class Job:
     its figures govern the host readings."""
     cgroup_missing: str | None = None
     """Why the parent could not make one (host figures then come from the process tree)."""
+    rank_cgroups: str | None = None
+    """Ranks our launcher starts: the node group below which it made a memory cgroup for
+    each rank; every rank waits until the launcher has moved it into its own."""
+    rank_cgroups_missing: str | None = None
+    """Ranks our launcher starts: why it could not make them a group each."""
     version: int = JOB_VERSION
 
     @property

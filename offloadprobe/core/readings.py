@@ -55,8 +55,9 @@ class HostReading:
     group_peak: int | None = None
     """The group's high-water mark in the phase, held bytes (None: not phase-local here)."""
     group_source: str | None = None
-    """Where ``group_*`` come from: ``cgroup`` (the worker's own), or ``process tree`` (no
-    cgroup could be made: the RSS of the worker and its descendants plus /dev/shm)."""
+    """Where ``group_*`` come from: ``cgroup`` (the worker's or rank's own), or ``process
+    tree`` (no cgroup could be made: the RSS of the worker and its descendants plus
+    /dev/shm), or ``process tree, no /dev/shm`` (a rank without a group of its own)."""
 
     @property
     def process_rss_before(self) -> int:

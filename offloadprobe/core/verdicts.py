@@ -14,7 +14,7 @@ import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from offloadprobe.core.budgets import Breach, Budget
+from offloadprobe.core.budgets import Breach, Budget, node_breaches
 from offloadprobe.core.limits import reclaim_words
 from offloadprobe.core.outcomes import Failure, Verdict
 from offloadprobe.core.records import ResidencyFact, RunRecord
@@ -158,7 +158,8 @@ def expecting(verdict: Verdict, kind: str | None) -> Verdict:
 
 def _judge_ranks(run: RunRecord, budgets: list[Budget]) -> tuple[Verdict, list[Breach]]:
     """Several ranks: every rank's own record is judged; the first rank that is not ok
-    names the row's verdict (budgets hold per rank)."""
+    names the row's verdict (budgets hold per rank); then each node's measured peak is
+    held against the budgets that hold a node whole (``--max-host-peak``)."""
     assert run.world is not None
     for rank in run.world.ranks:
         verdict, breaches = judge(rank, budgets)
@@ -170,7 +171,11 @@ def _judge_ranks(run: RunRecord, budgets: list[Budget]) -> tuple[Verdict, list[B
                 cycle=verdict.cycle,
                 phase=verdict.phase,
                 reasons=tuple(f"rank {where}: {r}" for r in verdict.reasons),
-            ), breaches
+            ), breaches + (node_breaches(run, budgets) if breaches else [])
+    nodes = node_breaches(run, budgets)
+    if nodes:
+        more = f" (+{len(nodes) - 1} more)" if len(nodes) > 1 else ""
+        return Verdict(kind=nodes[0].kind, detail=nodes[0].message + more), nodes
     return OK, []
 
 

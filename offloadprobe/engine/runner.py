@@ -68,8 +68,8 @@ class Hooks:
     fence: PhaseFence | None = None
     """Runs over several ranks: aligns every phase across ranks and reads the node cgroup."""
     group: str | None = None
-    """Where host figures come from besides the process: ``cgroup`` (the worker's own),
-    ``tree`` (its process tree), or None (the process alone)."""
+    """Where host figures come from besides the process: ``cgroup`` (the worker's or
+    rank's own), ``tree``/``rank tree`` (its process tree), None (the process alone)."""
 
 
 def moves_optimizer(cfg: RunConfig) -> bool:
@@ -123,7 +123,7 @@ class _Cycles:
             if memory is not None
             else None,
             sampler=hooks.sampler,
-            cgroup_reset=hooks.fence is None,
+            cgroup_reset=hooks.fence is None or hooks.group == "cgroup",  # its own group
             group=hooks.group,
         )
         self.construction, built = self.meter.measure(0, "construction", self.construct)

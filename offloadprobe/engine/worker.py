@@ -148,6 +148,10 @@ def serve(job: Job) -> int:
     ranked = job.rank_of_launch or under_torchrun()
     report: Report | None = None
     failure: Failure | None = None
+    if job.rank_of_launch and job.rank_cgroups:  # a fresh rank: moved before torch's import
+        from offloadprobe.engine.world.rankgroups import await_move
+
+        await_move(job.folder, int(os.environ.get("LOCAL_RANK", "0")))
     try:
         if job.launch is None:
             from offloadprobe.engine.runtime.session import resolve_device

@@ -3,9 +3,10 @@
 A parent that ends normally, or on SIGTERM, SIGINT or SIGHUP, cleans up itself. One that
 is SIGKILLed cannot; its workers die with it (``PR_SET_PDEATHSIG``), and this process,
 started beside each worker in a session of its own, removes the rest: it waits until the
-parent is gone, then kills whatever is left in the worker's memory cgroup (and the
-process group it was given), removes the cgroup and the work folder, and exits. When the
-parent cleans up first, the folder disappears and this process exits on its own.
+parent is gone, then kills whatever is left in the worker's memory cgroup and the groups
+below it (a rank's own, below its node's) and the process group it was given, removes the
+groups and the work folder, and exits. When the parent cleans up first, the folder
+disappears and this process exits on its own.
 
 Standard library only, run as ``python -I -S reaper.py PARENT_PID WORKDIR PGID [CGROUP]``:
 it starts in milliseconds and imports nothing of offloadprobe.
@@ -57,28 +58,44 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def _subtree(path: str) -> list[str]:
+    """The group and every group below it (a rank's below its node's), each before its
+    parent: the order they can be removed in."""
+    below = []
+    with contextlib.suppress(OSError):
+        for entry in sorted(os.scandir(path), key=lambda e: e.name):
+            if entry.is_dir(follow_symlinks=False) and os.path.exists(
+                os.path.join(entry.path, "cgroup.procs")
+            ):
+                below += _subtree(entry.path)
+    return [*below, path]
+
+
 def _kill_cgroup(path: str) -> None:
+    groups = _subtree(path)
     kill_file = os.path.join(path, "cgroup.kill")
     try:
         if os.path.exists(kill_file):
             with open(kill_file, "w") as fh:
                 fh.write("1")
         else:
-            with open(os.path.join(path, "cgroup.procs")) as fh:
-                for pid in fh.read().split():
-                    with contextlib.suppress(ProcessLookupError, ValueError):
-                        os.kill(int(pid), signal.SIGKILL)
+            for group in groups:
+                with open(os.path.join(group, "cgroup.procs")) as fh:
+                    for pid in fh.read().split():
+                        with contextlib.suppress(ProcessLookupError, ValueError):
+                            os.kill(int(pid), signal.SIGKILL)
     except OSError:
         return
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            os.rmdir(path)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.05)
+    for group in groups:
+        while time.monotonic() < deadline:
+            try:
+                os.rmdir(group)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.05)
 
 
 def main(argv: list[str]) -> int:

@@ -68,11 +68,27 @@ class MemoryGroup:
         self.procs.write_text(str(pid if pid is not None else os.getpid()))
 
     def pids(self) -> list[int]:
-        """The processes in the group now (v2: this group's own, not its children's)."""
+        """The processes in the group now, and in every group below it (a rank's group
+        below its node's: the node's processes are all of them)."""
+        found = []
+        for group in self.subtree():
+            try:
+                found += [int(p) for p in group.procs.read_text().split()]
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def subtree(self) -> list[MemoryGroup]:
+        """This group and every group below it, each before its parent (the order they
+        can be removed in)."""
+        below: list[MemoryGroup] = []
         try:
-            return [int(p) for p in self.procs.read_text().split()]
-        except (OSError, ValueError):
-            return []
+            children = sorted(p for p in self.path.iterdir() if (p / "cgroup.procs").is_file())
+        except OSError:
+            children = []
+        for child in children:
+            below += MemoryGroup(self.version, child).subtree()
+        return [*below, self]
 
     def limit(self) -> int | None:
         """The group's memory limit, or None where it has none."""
@@ -156,7 +172,16 @@ class MemoryGroup:
         return f"{name} = {value}"
 
     def oom_kills(self) -> int | None:
-        """OOM kills the kernel recorded in this group (None where it keeps no counter)."""
+        """OOM kills the kernel recorded in this group and the groups below it (None where
+        it keeps no counter). v2's ``memory.events`` counts the whole subtree already;
+        v1 counts a kill only in the victim's own group (a rank's, below the node's
+        limited group), so the subtree's counters are added up."""
+        here = self._oom_kills_here()
+        if self.version == 2 or here is None:
+            return here
+        return sum(g._oom_kills_here() or 0 for g in self.subtree())
+
+    def _oom_kills_here(self) -> int | None:
         name = "memory.oom_control" if self.version == 1 else "memory.events"
         try:
             for line in (self.path / name).read_text().splitlines():
@@ -181,21 +206,27 @@ class MemoryGroup:
         return None
 
     def kill(self) -> None:
-        """SIGKILL every process in the group (v2 ``cgroup.kill`` where the kernel has it),
-        e.g. ranks left behind when their launcher was killed for a timeout."""
+        """SIGKILL every process in the group and the groups below it (v2 ``cgroup.kill``
+        where the kernel has it), e.g. ranks left behind when their launcher was killed
+        for a timeout."""
         kill_file = self.path / "cgroup.kill"
         try:
             if self.version == 2 and kill_file.exists():
                 kill_file.write_text("1")
                 return
-            for pid in self.procs.read_text().split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
         except OSError:
             return
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def remove(self, timeout_s: float = 5.0) -> None:
-        """Remove the group once its processes are gone (retries while the kernel is busy)."""
+        """Remove the group, the groups below it first, once their processes are gone
+        (retries while the kernel is busy)."""
+        for group in self.subtree():
+            group._remove_one(timeout_s)
+
+    def _remove_one(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
             try:

@@ -63,7 +63,18 @@ def tree_rss(pid: int | None = None) -> int:
     return total
 
 
-def tree(host: HostReading, before: tuple[int, int], after: tuple[int, int]) -> HostReading:
+RANK_TREE = "process tree, no /dev/shm"
+"""A rank without a group of its own: its process tree's RSS (the node's /dev/shm holds
+every rank's files, so it is left to the node's figure)."""
+
+
+def tree(
+    host: HostReading,
+    before: tuple[int, int],
+    after: tuple[int, int],
+    *,
+    source: str = "process tree",
+) -> HostReading:
     """``host`` with the process tree's RSS plus /dev/shm, ``(rss, shm)`` around the phase."""
     held_before = before[0] + before[1] - host.device_in_host_before
     held_after = after[0] + after[1] - host.device_in_host_after
@@ -72,5 +83,5 @@ def tree(host: HostReading, before: tuple[int, int], after: tuple[int, int]) -> 
         group_before=held_before,
         group_after=held_after,
         group_peak=None,
-        group_source="process tree",
+        group_source=source,
     )

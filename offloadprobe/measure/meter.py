@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from offloadprobe.core.records import GpuReading, PhaseRecord
 from offloadprobe.core.units import gbps
-from offloadprobe.measure.governing import govern, shm_used, tree, tree_rss
+from offloadprobe.measure.governing import RANK_TREE, govern, shm_used, tree, tree_rss
 from offloadprobe.measure.probes.cgroup import CgroupProbe
 from offloadprobe.measure.probes.gpu import GpuProbe
 from offloadprobe.measure.probes.host import DeviceArena, HostProbe
@@ -54,9 +54,11 @@ class PhaseMeter:
         self.sampler = sampler
         """Marks each phase's timed region on the timeline (``--trace``/``--plot`` only)."""
         self.group = group
-        """``cgroup``: the process's cgroup is the worker's own, its figures govern;
-        ``tree``: none could be made, the process tree's RSS and /dev/shm stand in;
-        None: the process's own figures alone (one rank of several, a test)."""
+        """``cgroup``: the process's cgroup is the worker's (or rank's) own, its figures
+        govern; ``tree``: none could be made, the process tree's RSS and /dev/shm stand
+        in; ``rank tree``: a rank with no group of its own, its process tree's RSS (the
+        node's /dev/shm is every rank's: the node's figure counts it); None: the
+        process's own figures alone (a test)."""
         self._tree_before = (0, 0)
 
     def measure(
@@ -67,8 +69,8 @@ class PhaseMeter:
         self.runtime.settle()
         for probe in (self.cgroup, self.gpu, self.pinned, self.host):
             probe.begin()
-        if self.group == "tree":
-            self._tree_before = (tree_rss(), shm_used())
+        if self.group in ("tree", "rank tree"):
+            self._tree_before = (tree_rss(), shm_used() if self.group == "tree" else 0)
         counted = self.device_counters() if self.device_counters else (0, 0)
         mark = self.sampler.now() if self.sampler else 0
         start = self.clock()
@@ -86,6 +88,8 @@ class PhaseMeter:
             host = govern(host, group)
         elif self.group == "tree":
             host = tree(host, self._tree_before, (tree_rss(), shm_used()))
+        elif self.group == "rank tree":
+            host = tree(host, self._tree_before, (tree_rss(), 0), source=RANK_TREE)
         gpu = self.gpu.end()
         freed, allocated = _device_traffic(gpu, counted, self.device_counters)
         record = PhaseRecord(

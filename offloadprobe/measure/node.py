@@ -48,6 +48,9 @@ class NodeSource:
     cgroup: str | None
     cgroup_missing: str | None
     readings: list[NodeReading]
+    ends_only: bool = False
+    """No node cgroup: the readings are a process tree's at each phase's two ends (the
+    larger end stands for the peak: a floor of it)."""
 
 
 def spread(values: Iterable[float | int | None]) -> Spread | None:
@@ -96,14 +99,16 @@ def node_phases(ranks: Sequence[RunRecord], readings: Sequence[NodeReading]) -> 
     return out
 
 
-def _node_peak(phases: list[NodePhase]) -> tuple[int | None, int | None, int | None, str | None]:
+def _node_peak(
+    phases: list[NodePhase], *, ends_only: bool = False
+) -> tuple[int | None, int | None, int | None, str | None]:
     """(baseline, peak over it, steady over it, why not) from the offload and load phases."""
     moving = [p for p in phases if p.phase in OFFLOADS + LOADS]
     if not moving:
         return None, None, None, "no offload or load phase completed on every rank"
     if any(p.peak is None or p.usage_before is None for p in moving):
         return None, None, None, "the node cgroup has no peak counter here"
-    if not all(p.peak_is_phase_local for p in moving):
+    if not ends_only and not all(p.peak_is_phase_local for p in moving):
         return None, None, None, "the node cgroup's peak counter cannot be reset per phase here"
     baseline = moving[0].usage_before
     assert baseline is not None
@@ -115,7 +120,8 @@ def _node_peak(phases: list[NodePhase]) -> tuple[int | None, int | None, int | N
 def node_record(ranks: Sequence[RunRecord], source: NodeSource) -> NodeRecord:
     """One node's row from its ranks' records and its local rank 0's cgroup readings."""
     phases = node_phases(ranks, source.readings)
-    baseline, peak, steady, why = _node_peak(phases) if source.cgroup else (None, None, None, None)
+    found = _node_peak(phases, ends_only=source.ends_only) if source.cgroup else None
+    baseline, peak, steady, why = found or (None, None, None, None)
     summaries = [r.summary for r in ranks]
     figures = {}
     for name in FIGURES:
@@ -148,3 +154,32 @@ def node_records(ranks: Sequence[RunRecord], sources: Sequence[NodeSource]) -> l
         mine = [r for r in ranks if r.place is not None and r.place.node_rank == source.node_rank]
         out.append(node_record(sorted(mine, key=lambda r: r.place.rank), source))
     return out
+
+
+def node_notes(nodes: Sequence[NodeRecord]) -> list[str]:
+    """What the node figures cover and what holds them, for the row's notes."""
+    notes = []
+    if any(n.peak_bytes is not None for n in nodes):
+        notes.append(
+            "a --max-host-peak budget holds each node's measured peak too, times the bytes "
+            "its ranks move"
+        )
+    for node in nodes:
+        if node.peak_bytes is None:
+            notes.append(f"node {node.node_rank}: no measured figure, no budget holds it whole")
+        elif node.cgroup is not None and node.cgroup.startswith(TREE):
+            notes.append(
+                f"node {node.node_rank}: no memory cgroup ({node.cgroup_missing}): its "
+                "figures are its ranks' process tree's RSS and /dev/shm at each phase's "
+                "ends, a floor of its peak (a memfd is in neither)"
+            )
+    return notes
+
+
+TREE = "process tree"
+"""How a node's figures begin to say where they come from, without a node cgroup."""
+
+
+def tree_description(root: int) -> str:
+    """Where a node's figures come from without a node cgroup."""
+    return f"{TREE} of pid {root} (the ranks' launcher) + /dev/shm, at each phase's ends"

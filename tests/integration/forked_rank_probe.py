@@ -1,9 +1,9 @@
 """A user strategy that records, in the rank it runs in, what that process is (for
 test_forked_ranks_cpu): its command line and its parent's, its session, signals, stdin,
 intra-op threads, its RSS and its parent's, how many of its pages are still shared
-copy-on-write, and where torch's elastic agent keeps its error file. Written at its first
-offload to ``rank<RANK>.json`` in its working directory (the test's folder: a rank works
-where its parent does)."""
+copy-on-write, where torch's elastic agent keeps its error file, and its memory cgroup
+and its parent's. Written at its first offload to ``rank<RANK>.json`` in its working
+directory (the test's folder: a rank works where its parent does)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,16 @@ def _status(pid: int | str) -> dict[str, int]:
         if key in ("RssAnon", "RssFile"):
             found[key] = int(value.split()[0]) * 1024
     return found
+
+
+def _memory_cgroup(pid: int | str) -> str | None:
+    """The process's memory cgroup, as the kernel lists it (v1's memory line, else v2's)."""
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return path
+    return next((line.split(":", 2)[2] for line in lines if line.startswith("0::")), None)
 
 
 def _cmdline(pid: int | str) -> list[str]:
@@ -71,6 +81,8 @@ class RecordsItsProcess(KeepOnHost):
                 "threads": torch.get_num_threads(),
                 "omp": os.environ.get("OMP_NUM_THREADS"),
                 "error_file": os.environ.get("TORCHELASTIC_ERROR_FILE"),
+                "memory_cgroup": _memory_cgroup("self"),
+                "parent_memory_cgroup": _memory_cgroup(parent),
             }
             rank = os.environ.get("RANK", "?")
             Path(f"rank{rank}.json").write_text(json.dumps(facts))

@@ -72,6 +72,22 @@ def test_each_rank_is_a_fork_of_its_launcher_made_a_fresh_process(launch):
     assert ranks[0]["pid"] != ranks[1]["pid"]
 
 
+def test_each_rank_runs_in_a_memory_cgroup_of_its_own_below_the_node(launch):
+    """As the kernel lists them (/proc/PID/cgroup, read in the rank): each rank in a group
+    of its own, both below the launcher's (the node's) group; every phase's host figures
+    come from it."""
+    _, doc, ranks = launch
+    groups = {r: facts["memory_cgroup"] for r, facts in ranks.items()}
+    assert len(set(groups.values())) == 2, groups
+    for facts in ranks.values():
+        assert facts["memory_cgroup"].rsplit("/", 1)[0] == facts["parent_memory_cgroup"], facts
+    (run,) = doc["runs"]
+    for rank in run["world"]["ranks"]:
+        sources = {p["host"]["group_source"] for c in rank["cycles"] for p in c["phases"]}
+        assert sources == {"cgroup"}, sources
+    assert any("each rank's own memory cgroup" in note for note in run["notes"]), run["notes"]
+
+
 def test_torch_elastic_agent_leaves_nothing_behind(launch):
     # torch's agent makes a log folder per launch (each rank's error file in it): in the
     # launcher's job folder, removed with it, not a torchelastic_* of its own in $TMPDIR
@@ -98,7 +114,9 @@ def test_a_forked_rank_holds_what_a_fresh_rank_holds(launch):
     assert abs(baselines[0] - baselines[1]) <= _margin(max(baselines)), baselines
     for rank, facts in zip(world["ranks"], ranks.values(), strict=True):
         assert rank["failure"] is None and rank["summary"]["integrity_ok"]
-        launcher = sum(facts["parent_rss"].values())
+        # its baseline is its own group's (page cache is not held): its anonymous pages,
+        # the launcher's after the same imports, charged there when it made them its own
+        launcher = facts["parent_rss"]["RssAnon"]
         assert rank["baseline_host_bytes"] >= launcher - _margin(launcher)
     (node,) = world["nodes"]
     peaks = node["figures"]["host_peak_bytes"]

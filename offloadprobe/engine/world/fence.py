@@ -1,10 +1,12 @@
 """Phases aligned across ranks, and the node cgroup read around each of them.
 
 Before a phase every rank waits at a barrier; local rank 0 then resets the node cgroup's
-peak and reads its usage; a second barrier starts the phase on all ranks together. After
-it, a barrier waits for every rank to end the phase, local rank 0 reads the node's peak,
-and the ranks exchange whether they failed (so every rank stops at the same phase, and
-none waits forever for a rank that stopped in a phase without collectives).
+peak and reads its usage (where there is no node cgroup: the RSS of the ranks' launcher's
+process tree plus /dev/shm, at the phase's two ends); a second barrier starts the phase on
+all ranks together. After it, a barrier waits for every rank to end the phase, local rank
+0 reads the node's peak, and the ranks exchange whether they failed (so every rank stops
+at the same phase, and none waits forever for a rank that stopped in a phase without
+collectives).
 The exchanges run on a CPU-side (gloo) group: control traffic never touches the device.
 """
 
@@ -18,7 +20,8 @@ from typing import Any
 import torch.distributed as dist
 
 from offloadprobe.core.outcomes import Failure
-from offloadprobe.measure.cgroup import PeakCounter, locate
+from offloadprobe.measure.cgroup import MemoryGroup, PeakCounter
+from offloadprobe.measure.governing import shm_used, tree_rss
 from offloadprobe.measure.node import NodeReading
 
 
@@ -30,14 +33,20 @@ class PhaseFence:
         group: Any,
         *,
         leader: bool,
-        node_cgroup: bool,
+        node_cgroup: str | None,
         on_abort: Callable[[Failure], None] | None = None,
+        tree_root: int | None = None,
     ) -> None:
+        """``node_cgroup``: the node's memory cgroup (the leader reads it; each rank may
+        run in a group of its own below it). Without one, ``tree_root``: the process whose
+        tree holds the node's ranks (their launcher), read with /dev/shm at each phase's
+        ends instead."""
         self.group = group
         self.on_abort = on_abort
         self.leader = leader
-        files = locate() if leader and node_cgroup else None
+        files = MemoryGroup.at(node_cgroup).files if leader and node_cgroup else None
         self.counter = PeakCounter(files) if files is not None else None
+        self.tree_root = tree_root if leader and files is None else None
         self.readings: list[NodeReading] = []
         self._before: int | None = None
         self._local = False
@@ -48,7 +57,12 @@ class PhaseFence:
         if self.counter is not None:
             self._local = self.counter.reset()
             self._before = self.counter.usage()
+        elif self.tree_root is not None:
+            self._before = self._tree()
         dist.barrier(group=self.group)
+
+    def _tree(self) -> int:
+        return tree_rss(self.tree_root) + shm_used()
 
     def after(self, cycle: int, phase: str, failure: str | None) -> list[tuple[int, str]]:
         """Call on every rank right after a phase; returns ``(rank, failure)`` of every rank
@@ -64,6 +78,18 @@ class PhaseFence:
                     peak=self.counter.peak(),
                     usage_after=self.counter.usage(),
                     peak_is_phase_local=self._local,
+                )
+            )
+        elif self.tree_root is not None and self._before is not None:
+            after = self._tree()  # no peak between the ends: the larger end is a floor
+            self.readings.append(
+                NodeReading(
+                    cycle=cycle,
+                    phase=phase,
+                    usage_before=self._before,
+                    peak=max(self._before, after),
+                    usage_after=after,
+                    peak_is_phase_local=False,
                 )
             )
         return self.failed_anywhere(failure)

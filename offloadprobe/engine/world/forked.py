@@ -18,9 +18,12 @@ process a fresh rank would be:
    ``/dev/null``, ``multiprocessing``'s idea of the process a main one's, intra-op threads
    as ``OMP_NUM_THREADS`` sets a fresh one's (the launcher's OpenMP read it at its start);
 3. its pid in the job folder (``pid_path``): the launcher maps how each rank ended to it;
+   then, where the launcher made each rank a memory cgroup of its own, it waits until the
+   launcher has moved it there (``rankgroups.await_move``);
 4. every page it still shares with the launcher made its own (``forking.unshare_pages``
    against the launcher's pid): its RSS, anonymous and file-backed, is the launcher's
-   after the same imports, and the node cgroup is charged for it now, before any baseline;
+   after the same imports, and its own cgroup (or the node's) is charged for it now,
+   before any baseline;
 
 then runs the worker's ``main`` (handed over by the worker that launches: ``plan``'s
 ``entry``) as a fresh rank does, and ends as its interpreter would
@@ -69,6 +72,7 @@ from typing import Any
 from offloadprobe.core.devices import forks_cleanly
 from offloadprobe.core.job import Job
 from offloadprobe.engine import forking
+from offloadprobe.engine.world.rankgroups import await_move
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,9 +94,13 @@ class ForkPlan:
     """The launcher's ``multiprocessing.current_process()``: a main process."""
     entry: Callable[[list[str]], int]
     """What a rank runs: the worker's ``main`` (``main([job])``)."""
+    rank_groups: bool = False
+    """The launcher made each rank a memory cgroup of its own (``rankgroups``)."""
 
 
-def plan(job: Job, rank_job: Path, entry: Callable[[list[str]], int]) -> ForkPlan | None:
+def plan(
+    job: Job, rank_job: Path, entry: Callable[[list[str]], int], *, rank_groups: bool = False
+) -> ForkPlan | None:
     """Import what a rank imports, once, and say how to fork the ranks, each to run
     ``entry`` (the worker's ``main``) on ``rank_job``; None where they
     are fresh interpreters: a GPU host or device, a kernel that hides page frame numbers
@@ -124,6 +132,7 @@ def plan(job: Job, rank_job: Path, entry: Callable[[list[str]], int]) -> ForkPla
         faults=faulthandler.is_enabled(),
         main=multiprocessing.current_process(),
         entry=entry,
+        rank_groups=rank_groups,
     )
 
 
@@ -161,6 +170,8 @@ def _settle(plan: ForkPlan) -> None:
     _threads_from_environment()
     rank = int(os.environ.get("RANK", "0"))
     pid_path(Path(plan.folder), rank).write_text(str(os.getpid()))
+    if plan.rank_groups:  # moved by the launcher: what it makes its own is charged there
+        await_move(Path(plan.folder), int(os.environ.get("LOCAL_RANK", "0")))
     forking.unshare_pages(plan.zero, plan.launcher)
 
 

@@ -2,13 +2,16 @@
 
 The launcher is itself a worker (its job has ``launch`` set), started by the parent inside
 the node's memory cgroup: ``torch.distributed.launcher.api.elastic_launch`` (the API
-behind torchrun) starts every rank as ``python -m offloadprobe.engine.worker RANK_JOB``,
-each in the same cgroup; in CPU emulation on a host without a GPU it forks each rank from
-the launcher instead, which imported what a rank imports once (``forked``: the same
-worker's ``main``, in a process made what a fresh rank would be). It then reads back rank
-0's report, or, when a rank failed, a typed failure from the rank that failed first: its
-exit code or signal, its own result's failure, the cycle and phase its phase log was in,
-and the node cgroup's OOM-kill count.
+behind torchrun) starts every rank as ``python -m offloadprobe.engine.worker RANK_JOB``;
+in CPU emulation on a host without a GPU it forks each rank from the launcher instead,
+which imported what a rank imports once (``forked``: the same worker's ``main``, in a
+process made what a fresh rank would be). Before any rank starts it makes each a memory
+cgroup of its own below the node's, and moves every rank there as the rank asks, before
+the rank runs anything of the job (``rankgroups``). It then reads back rank 0's report,
+or, when a rank failed, a typed failure from the rank that failed first: its exit code or
+signal, its own result's failure, the cycle and phase its phase log was in, and the node
+cgroup's OOM-kill count (its rank groups' included); a process of a rank found outside
+the rank's group fails the run as ``escaped``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from offloadprobe.core.job import Job, WorkerResult
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.verdicts import signal_message
 from offloadprobe.engine.world import forked
+from offloadprobe.engine.world.rankgroups import RankGroups
 from offloadprobe.measure.cgroup import MemoryGroup
 from offloadprobe.measure.phase_log import last_started
 
@@ -99,9 +103,15 @@ def launch(
     forked rank runs ``entry`` (the worker's ``main``), a fresh one the worker module."""
     assert job.launch is not None
     how = job.launch
-    rank_job = job.rank_job()
+    node, missing = job.node_cgroup, job.node_cgroup_missing
+    groups = RankGroups.make(job.folder, node, missing, how.nproc_per_node)
+    rank_job = replace(
+        job.rank_job(),
+        rank_cgroups=job.node_cgroup if groups.groups else None,
+        rank_cgroups_missing=groups.missing,
+    )
     path = rank_job.write()
-    plan = forked.plan(job, path, entry)  # imports collected and frozen: the ranks' heap
+    plan = forked.plan(job, path, entry, rank_groups=bool(groups.groups))  # imports frozen
     collector.resume()  # the launcher runs in the node's cgroup as long as its ranks do
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -129,6 +139,8 @@ def launch(
     failure = None
     failures = None
     reaped = forked.Reaped()
+    escaped = None
+    groups.start()  # moves each rank into its own group as it asks, then watches them
     try:
         if plan is None:
             elastic_launch(config, python)("-m", "offloadprobe.engine.worker", str(path))
@@ -143,6 +155,7 @@ def launch(
             message=f"torchrun's launcher: {type(err).__name__}: {err}".splitlines()[0],
         )
     finally:
+        escaped = groups.stop()
         if plan is not None:
             forked.end_sessions(rank_job.folder)
     if failures is not None:
@@ -153,4 +166,6 @@ def launch(
     report = result.report if result is not None else None
     if failure is None and result is not None and result.failure is not None:
         failure = result.failure
+    if escaped is not None:  # its figures miss what the escaped process held
+        failure = Failure(kind="escaped", message=escaped, exit_code=1)
     return LaunchOutcome(report=report, failure=failure)

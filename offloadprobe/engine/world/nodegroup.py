@@ -1,5 +1,6 @@
-"""The node's memory cgroup: every rank of a node runs inside one group, so the node's
-peak is the kernel's own counter, not a sum of guesses.
+"""The node's memory cgroup: every rank of a node runs inside one group (each in a group of
+its own below it, where our launcher made them: ``rankgroups``), so the node's peak is the
+kernel's own counter, not a sum of guesses.
 
 ``offloadprobe run --nproc-per-node`` makes the group before it starts torchrun and names
 it in the job (``Job.node_cgroup``); under a torchrun the user started, local rank 0 makes
@@ -33,7 +34,7 @@ class NodeGroup:
         return f"cgroup v{self.group.version} {self.group.path}{note}"
 
 
-def join(path: Path) -> MemoryGroup:
+def _join(path: Path) -> MemoryGroup:
     """Move this process into the memory cgroup at ``path``."""
     group = MemoryGroup.at(path)
     group.join()
@@ -47,12 +48,16 @@ def enter_node_group(
     node_rank: int,
     given: str | None = None,
     missing: str | None = None,
+    join: bool = True,
 ) -> NodeGroup:
     """Put this rank in its node's cgroup: the one the parent made (``given``), or one local
-    rank 0 makes; ``missing`` says why the parent could not make one."""
+    rank 0 makes; ``missing`` says why the parent could not make one. ``join=False``: the
+    rank is in a group of its own below ``given`` already, and stays there."""
     if given:
+        if not join:
+            return NodeGroup(MemoryGroup.at(given), None)
         try:
-            return NodeGroup(join(Path(given)), None)
+            return NodeGroup(_join(Path(given)), None)
         except OSError as err:
             return NodeGroup(None, f"cannot join the node cgroup {given} ({err.strerror})")
     if missing:
@@ -78,7 +83,7 @@ def join_made(found: NodeGroup, leader_path: str | None, leader_missing: str | N
     deadline = time.monotonic() + 5
     while True:
         try:
-            return NodeGroup(join(Path(leader_path)), None)
+            return NodeGroup(_join(Path(leader_path)), None)
         except OSError as err:
             if time.monotonic() > deadline:
                 return NodeGroup(None, f"cannot join {leader_path} ({err.strerror})")

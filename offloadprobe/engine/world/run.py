@@ -25,8 +25,15 @@ from offloadprobe.engine.runner import Hooks, run_cycles
 from offloadprobe.engine.runtime import open_runtime
 from offloadprobe.engine.world import nodegroup
 from offloadprobe.engine.world.fence import PhaseFence
+from offloadprobe.engine.world.rankgroups import RankGroup, await_move
 from offloadprobe.measure.cgroup import home_procs
-from offloadprobe.measure.node import NodeReading, NodeSource, node_records
+from offloadprobe.measure.node import (
+    NodeReading,
+    NodeSource,
+    node_notes,
+    node_records,
+    tree_description,
+)
 from offloadprobe.measure.phase_log import PhaseLog
 
 
@@ -71,21 +78,27 @@ def run_rank(job: Job, log: PhaseLog, *, on_abort: Callable[[Failure], None]) ->
     with open_runtime(cfg.device, cfg.seed, cfg.parallel, strategy_options=options) as runtime:
         world = runtime.world
         group = runtime.control_group()
+        own = rank_group(job, world.local_rank)
         node = nodegroup.enter_node_group(
             local_rank=world.local_rank,
             run_id=os.environ.get("TORCHELASTIC_RUN_ID", str(os.getppid())),
             node_rank=world.node_rank,
             given=job.node_cgroup,
             missing=job.node_cgroup_missing,
+            join=own.path is None,  # a rank in a group of its own stays there
         )
         node = _leader_group(world, node, group)
         leader = world.local_rank == 0
+        path = str(node.group.path) if node.group is not None else None
+        # no node cgroup: the tree of our launcher (a user's torchrun has none of ours)
+        root = os.getppid() if path is None and job.rank_of_launch else None
         fence = PhaseFence(
-            group, leader=leader, node_cgroup=node.group is not None, on_abort=on_abort
+            group, leader=leader, node_cgroup=path, on_abort=on_abort, tree_root=root
         )
         hooks = Hooks(
             on_start=log.start,
             on_phase=lambda r: log.end(r.cycle, r.phase, dataclasses.asdict(r)),
+            group="cgroup" if own.path is not None else "rank tree",
         )
         try:
             record = run_cycles(cfg, runtime, dataclasses.replace(hooks, fence=fence))
@@ -100,15 +113,16 @@ def run_rank(job: Job, log: PhaseLog, *, on_abort: Callable[[Failure], None]) ->
             world_size=world.world_size,
             hostname=socket.gethostname(),
         )
-        record = dataclasses.replace(record, place=place)
+        record = dataclasses.replace(record, place=place, notes=[*record.notes, own.note])
         source = None
         if leader:
             source = NodeSource(
                 node_rank=world.node_rank,
                 hostname=place.hostname,
-                cgroup=node.description,
+                cgroup=node.description or (tree_description(root) if root else None),
                 cgroup_missing=node.missing,
                 readings=fence.readings,
+                ends_only=root is not None,
             )
         sent = (run_to_dict(record), dataclasses.asdict(source) if source else None)
         got: list[Any] | None = [None] * world.world_size if world.rank == 0 else None
@@ -135,6 +149,7 @@ def run_rank(job: Job, log: PhaseLog, *, on_abort: Callable[[Failure], None]) ->
             notes=["phases aligned across ranks with barriers on a gloo group"],
         )
         row = _merged(ranks, world_run)
+        row = dataclasses.replace(row, notes=[*row.notes, *node_notes(world_run.nodes)])
         return report_of(
             cfg,
             row,
@@ -143,6 +158,15 @@ def run_rank(job: Job, log: PhaseLog, *, on_abort: Callable[[Failure], None]) ->
             note=runtime.note,
             extra_settings={"world_size": world.world_size, "layout": world.layout},
         )
+
+
+def rank_group(job: Job, local_rank: int) -> RankGroup:
+    """This rank's own memory cgroup (its launcher moved it there), or why it has none."""
+    if job.rank_cgroups:
+        return await_move(job.folder, local_rank)
+    if job.rank_of_launch:
+        return RankGroup(None, job.rank_cgroups_missing or "its launcher made none")
+    return RankGroup(None, "under a torchrun offloadprobe did not start, nothing moves ranks")
 
 
 def _rank_of(record: RunRecord) -> int:

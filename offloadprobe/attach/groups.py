@@ -34,7 +34,6 @@ from offloadprobe.measure.cgroup import (
     create_group,
     home_procs,
     own_group,
-    read_int,
 )
 from offloadprobe.measure.reclaim import page_cache
 
@@ -79,6 +78,8 @@ class JobGroups:
     node_max: int = 0
     """The job group's highest peak read so far."""
     _peaks: dict[Path, _Peak] = field(default_factory=dict)
+    _fds: dict[Path, int] = field(default_factory=dict)
+    _fds_lock: threading.Lock = field(default_factory=threading.Lock)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -163,17 +164,46 @@ class JobGroups:
     # ------------------------------------------------------------ readings
 
     def held(self, group: MemoryGroup) -> Held | None:
-        usage = read_int(group.files.current)
-        if usage is None:
+        usage = self.usage(group)
+        return None if usage is None else Held(usage=usage, cache=self.cache(group))
+
+    def usage(self, group: MemoryGroup) -> int | None:
+        return _int(self._read(group.files.current))
+
+    def cache(self, group: MemoryGroup) -> int:
+        """Page cache charged to the group (shared memory is not: it is held)."""
+        stat: dict[str, int] = {}
+        for line in (self._read(group.path / "memory.stat") or b"").decode().splitlines():
+            key, _, value = line.partition(" ")
+            if value.strip().isdigit():
+                stat[key] = int(value)
+        if group.version == 1:  # the hierarchy's totals: the group and those below it
+            stat.update({k[6:]: v for k, v in stat.items() if k.startswith("total_")})
+        return page_cache(stat) or 0
+
+    def _read(self, path: Path | None) -> bytes | None:
+        """A cgroup file, read through a descriptor kept open (a call waits on this)."""
+        if path is None:
             return None
-        return Held(usage=usage, cache=page_cache(group.stat()) or 0)
+        try:
+            with self._fds_lock:  # the meter's thread and the watcher's both read
+                fd = self._fds.get(path)
+                if fd is None:
+                    fd = self._fds[path] = os.open(path, os.O_RDONLY)
+            return os.pread(fd, 1 << 14, 0)
+        except OSError:
+            return None
 
     def peak(self, group: MemoryGroup) -> int | None:
         """The group's peak as its counter reads now (checked against its floor)."""
         with self._lock:
             state = self._peaks.get(group.path)
-            value = state.counter.peak() if state is not None else None
-            if state is None or value is None:
+            if state is None:
+                return None
+            value = (
+                _int(self._read(group.files.peak)) if group.version == 1 else state.counter.peak()
+            )
+            if value is None:
                 return value
             if value < state.floor:
                 self.foreign_resets.append(group.path.name)
@@ -188,15 +218,16 @@ class JobGroups:
                 if state is not None:
                     state.resettable = False
                 return None
-            value = state.counter.peak()
+            peak = group.files.peak
+            value = _int(self._read(peak)) if group.version == 1 else state.counter.peak()
             state.floor = value or 0
             return value
 
     def node(self) -> tuple[int | None, int | None]:
         """The job group's usage and peak now (the peak checked: the parent never resets
         it, so a peak lower than one read before was reset in the job)."""
-        usage = read_int(self.job.files.current)
-        peak = self.job.peak()
+        usage = _int(self._read(self.job.files.current))
+        peak = _int(self._read(self.job.files.peak))
         with self._lock:
             if peak is not None:
                 if peak < self.node_max:
@@ -223,9 +254,20 @@ class JobGroups:
                     home_procs(self.job).write_text(str(pid))
         for state in self._peaks.values():
             state.counter.close()
+        for fd in self._fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
         for folder, _, _ in os.walk(self.job.path, topdown=False):
             _rmdir(Path(folder))
         return max(self.node_max, peak or 0) or None
+
+
+def _int(data: bytes | None) -> int | None:
+    try:
+        return int(data.split()[0]) if data else None
+    except (ValueError, IndexError):
+        return None
 
 
 def inside(path: Path, group: Path) -> bool:

@@ -7,8 +7,9 @@ job file. The kernel says which process is at the other end of each connection
 bootstrap says ``hello``: the parent reads which image it runs (``images.py``), keeps
 that as instrumented, and moves it into a group of its own (``groups.py``). At each
 call's entry and exit the process sends one message and waits for the answer; meanwhile
-the parent reads the process's group: held bytes (usage less page cache) at entry and
-exit, and its peak over the call. The group's peak counter is reset at each entry by the
+the parent reads the process's group: its usage at entry and exit, and its peak over the
+call (the page cache, subtracted from both to give held bytes, and the job group's
+figures are read just after the answer). The group's peak counter is reset at each entry by the
 parent alone; before a reset, the peak so far is folded into every call still open in
 that group, so a call around another keeps its whole window's peak. At exit it reads the
 job group's usage and peak too. The readings stay in this process, keyed by the peer's
@@ -113,6 +114,7 @@ class Meter(threading.Thread):
         self._selector.register(self._listener, selectors.EVENT_READ, None)
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._stopping = False
+        self._later: Callable[[], None] | None = None
 
     # ------------------------------------------------------------ the loop
 
@@ -178,6 +180,7 @@ class Meter(threading.Thread):
             if state.registered and not state.said_bye:
                 self._rechecks.append((time.monotonic() + RECHECK_S, state.pid))
             return
+        self._later = None
         try:
             message = json.loads(data)
             answer = self._handle(state, message)
@@ -186,6 +189,9 @@ class Meter(threading.Thread):
         if answer is not None:
             with contextlib.suppress(OSError):
                 conn.send(answer.encode())
+        if self._later is not None:  # what need not hold the call up
+            self._later()
+            self._later = None
 
     def _drop(self, conn: socket.socket) -> None:
         if conn is self._listener:
@@ -221,9 +227,9 @@ class Meter(threading.Thread):
             return None
         key = (state.pid, str(message[1]), int(message[2]))
         if kind == "enter":
-            self._enter(key)
+            self._later = self._enter(key)
         elif kind == "exit":
-            self._exit(key)
+            self._later = self._exit(key)
         return "ok"
 
     def _group(self, pid: int) -> MemoryGroup | None:
@@ -242,46 +248,61 @@ class Meter(threading.Thread):
                     call.peak = max(call.peak, value)
         return value
 
-    def _enter(self, key: tuple[int, str, int]) -> None:
+    def _enter(self, key: tuple[int, str, int]) -> Callable[[], None] | None:
+        """Fold, reset, read the usage while the call waits; the page cache after the
+        answer (it moves with file I/O, not with the call's first instructions)."""
         group = self._group(key[0])
         if group is None:
-            return
+            return None
         assert self.groups is not None
         before_reset = self._fold(group)
         after_reset = self.groups.reset(group)
-        held = self.groups.held(group)
-        if held is None:
-            return
-        entry = after_reset if after_reset is not None else before_reset
-        self._open[key] = _Open(
+        usage = self.groups.usage(group)
+        if usage is None:
+            return None
+        call = self._open[key] = _Open(
             key=key,
             group=group,
-            before=held.held,
+            before=usage,
             peak=after_reset,
-            entry_peak=entry,
+            entry_peak=after_reset if after_reset is not None else before_reset,
         )
+        groups = self.groups
 
-    def _exit(self, key: tuple[int, str, int]) -> None:
+        def later() -> None:
+            call.before = usage - groups.cache(group)
+
+        return later
+
+    def _exit(self, key: tuple[int, str, int]) -> Callable[[], None] | None:
+        """Fold and read the usage while the call waits; the rest after the answer."""
         call = self._open.pop(key, None)
         if call is None:
-            return
+            return None
         assert self.groups is not None
         value = self._fold(call.group)
-        held = self.groups.held(call.group)
-        if held is None:
-            return
-        if call.peak is not None:  # reset at entry: every reading since is the window's
-            top: int | None = max(call.peak, value or 0)
-        elif value is not None and call.entry_peak is not None and value > call.entry_peak:
-            top = value  # a new high since entry: reached in the window
-        else:
-            top = None
-        peak = None if top is None else max(top - held.cache - call.before, held.held - call.before)
-        usage, node_peak = self.groups.node()
-        self.ledger.readings[key] = GroupReading(
-            before=call.before,
-            after=held.held,
-            peak=None if peak is None else max(peak, 0),
-            node_usage=usage,
-            node_peak=node_peak,
-        )
+        usage = self.groups.usage(call.group)
+        if usage is None:
+            return None
+        groups = self.groups
+
+        def later() -> None:
+            cache = groups.cache(call.group)
+            if call.peak is not None:  # reset at entry: every reading since is the window's
+                top: int | None = max(call.peak, value or 0)
+            elif value is not None and call.entry_peak is not None and value > call.entry_peak:
+                top = value  # a new high since entry: reached in the window
+            else:
+                top = None
+            after = usage - cache
+            peak = None if top is None else max(top - cache - call.before, after - call.before)
+            node_usage, node_peak = groups.node()
+            self.ledger.readings[key] = GroupReading(
+                before=call.before,
+                after=after,
+                peak=None if peak is None else max(peak, 0),
+                node_usage=node_usage,
+                node_peak=node_peak,
+            )
+
+        return later

@@ -118,12 +118,15 @@ class JobGroups:
         group = own_group(Path(f"/proc/{pid}/cgroup"))
         return group.path if group is not None else None
 
-    def home_of(self, pid: int, started: int | None) -> Path:
+    def home_of(self, pid: int, started: int | None, born: Path | None = None) -> Path:
         """The group ``pid`` must stay inside: its own where one was made for it (the same
-        process: the same start time), else the job's."""
+        process: the same start time), else the one it was first seen in (``born``:
+        where its parent's memory is measured), else the job's."""
         mine = self.own.get(pid)
         if mine is not None and (started is None or mine[0] == started):
             return mine[1].path
+        if born is not None and inside(born, self.job.path):
+            return born.parent if self.job.version == 2 and born.name == LEAF else born
         return self.job.path
 
     def pids(self) -> list[int]:
@@ -136,10 +139,11 @@ class JobGroups:
                 continue
         return found
 
-    def place(self, pid: int, started: int) -> MemoryGroup | None:
-        """Move ``pid`` into a group of its own, made in the group it is in now (inside
-        the job's); None where it is elsewhere or the kernel refuses."""
-        now = self.where(pid)
+    def place(self, pid: int, started: int, now: Path | None = None) -> MemoryGroup | None:
+        """Move ``pid`` into a group of its own, made in the group it is in ``now`` (read
+        from /proc where not given: inside the job's); None where it is elsewhere or the
+        kernel refuses."""
+        now = now if now is not None else self.where(pid)
         if now is None or not inside(now, self.job.path):
             return None
         owner = now.parent if self.job.version == 2 and now.name == LEAF else now

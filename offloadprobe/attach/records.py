@@ -141,11 +141,25 @@ class Call:
 
     @classmethod
     def from_stream(cls, doc: dict[str, Any]) -> Call:
-        names = {f.name for f in fields(cls)}
+        """The call as its process recorded it: the figures only the parent reads (the
+        cgroups') are never taken from the job's own stream."""
+        names = {f.name for f in fields(cls)} - PARENT_KEYS
         values = {k: v for k, v in doc.items() if k in names}
         parent = values.get("parent")
         values["parent"] = (str(parent[0]), int(parent[1])) if parent else None
         return cls(**values)
+
+
+PARENT_KEYS = frozenset(
+    {
+        "group_before_bytes",
+        "group_after_bytes",
+        "group_peak_bytes",
+        "node_usage_after_bytes",
+        "node_peak_after_bytes",
+    }
+)
+"""``Call`` fields the parent fills from its own readings (``collect.py``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

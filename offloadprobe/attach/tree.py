@@ -11,8 +11,10 @@ the bootstrap still shows in its own stream, and one whose connection to the par
 ended is looked at once more right then (``look_at``).
 
 Where there are cgroups it also checks, at every poll, where each process is: inside
-the group made for it (a process that said hello) or else inside the job's. One found
-anywhere else moved itself out, and its memory with it: it is kept as ``escaped``.
+the group made for it (a process that said hello), or else inside the group it was first
+seen in (where it was born: its parent's, whose calls count its memory), or else the
+job's. One found anywhere else moved itself out, and its memory with it: it is kept as
+``escaped``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
@@ -67,6 +70,8 @@ class TreeWatcher(threading.Thread):
         self.seen: dict[tuple[int, str | None], Seen] = {}
         self._last: dict[int, tuple[int, str | None]] = {}
         self.escaped: dict[int, Escaped] = {}
+        self._born: dict[tuple[int, int], Path] = {}
+        """(pid, start time) -> the group a process was first seen in."""
         self.rss_peak = 0
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
@@ -119,9 +124,11 @@ class TreeWatcher(threading.Thread):
         if self.groups is None or proc.pid in self.escaped:
             return
         where = self.groups.where(proc.pid)
-        if where is None:
+        started = started_of(proc.pid)
+        if where is None or started is None:
             return
-        home = self.groups.home_of(proc.pid, started_of(proc.pid))
+        born = self._born.setdefault((proc.pid, started), where)
+        home = self.groups.home_of(proc.pid, started, born)
         if inside(where, home) or exiting(proc.pid):
             return
         try:

@@ -115,3 +115,14 @@ def test_budgets_judge_the_larger_of_the_rss_and_cgroup_views():
     ]
     rss_only = verdict.judge(fake.job(gpu=False), budgets)
     assert [b.where for b in rss_only.breaches] == ["offload #1 (rank 0)"]
+
+
+def test_a_stream_cannot_write_the_figures_only_the_parent_reads():
+    from offloadprobe.attach.records import PARENT_KEYS, Call
+
+    call = fake.call("offload", 1, peak=MIB, growth=0, moved=None, start=0.0, gpu=False)
+    doc = {**call.to_json(), **dict.fromkeys(PARENT_KEYS, 10**15)}
+    doc["parent"] = None
+    read = Call.from_stream(doc)
+    assert all(getattr(read, key) is None for key in PARENT_KEYS)
+    assert read.host_peak_bytes == MIB  # the RSS view alone: nothing came from the parent

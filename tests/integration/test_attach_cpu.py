@@ -175,10 +175,7 @@ def test_pre_fix_offload_peaks_at_two_buffers_over_its_start(single):
     # calls grew the process by 0.09x once here)
     (growth,) = (g for g in doc["growth"] if g["phase"] == "offload")
     assert growth["calls"] == 2 and growth["pinned_growth_bytes"] is None  # CPU: no pinned
-    span = offloads[-1]["host_after_bytes"] - offloads[0]["host_after_bytes"]
-    if _grouped(doc):  # and the process's cgroup's: the larger governs
-        group = offloads[-1]["group_after_bytes"] - offloads[0]["group_after_bytes"]
-        span = max(span, group)
+    span = _span(offloads[0], offloads[-1], grouped=_grouped(doc))
     assert growth["host_growth_bytes"] == span
     assert abs(span) <= 0.5 * buffer, span
 
@@ -305,9 +302,7 @@ def test_in_code_phases_alone_start_attach_and_show_reprints_its_report(tmp_path
     assert all(c["host_peak_bytes"] >= 0.9 * n for c in calls)
     (growth,) = doc["growth"]
     assert growth["phase"] == "block" and growth["calls"] == 2
-    assert (
-        growth["host_growth_bytes"] == calls[1]["host_after_bytes"] - calls[0]["host_after_bytes"]
-    )
+    assert growth["host_growth_bytes"] == _span(calls[0], calls[1], grouped=_grouped(doc))
     assert abs(growth["host_growth_bytes"]) <= 0.05 * n  # the spike is freed inside each call
     shown = invoke_cli("show", str(tmp_path / "small.json"), columns=80)
     report = result.stderr.rpartition("wrote JSON ")[0]  # then where it wrote it
@@ -343,17 +338,26 @@ def test_spawned_forked_and_env_only_children_record_their_calls(tmp_path):
 
 
 def test_a_class_method_and_a_nested_call(tmp_path):
+    phases = ("spike=attach_target:spike", "mover=attach_target:Mover.offload")
     _, doc = _small(
-        tmp_path,
-        "mover:41943040",
-        phases=("spike=attach_target:spike", "mover=attach_target:Mover.offload"),
+        tmp_path, "mover:41943040", "outer:20971520", phases=(*phases, "outer=attach_target:outer")
     )
     (mover,) = _calls(doc, "mover")
-    (spike,) = _calls(doc, "spike")
-    assert spike["depth"] == 1 and spike["parent"] == ["mover", 1]
-    assert mover["host_peak_bytes"] >= spike["host_peak_bytes"] >= 0.9 * 40 * 1024**2
-    if _grouped(doc):  # the parent folded the outer call's cgroup peak before the reset
-        assert mover["group_peak_bytes"] >= spike["group_peak_bytes"] >= 0.9 * 40 * MIB
+    inner, after = _calls(doc, "spike")
+    assert inner["depth"] == 1 and inner["parent"] == ["mover", 1]
+    assert mover["host_peak_bytes"] >= inner["host_peak_bytes"] >= 0.9 * 40 * 1024**2
+    if _grouped(doc):  # outer's 40 MiB came before its inner call reset the group's peak:
+        (outer,) = _calls(doc, "outer")  # the parent folded it into outer first
+        assert after["parent"] == ["outer", 1]
+        assert outer["group_peak_bytes"] >= 0.9 * 40 * MIB
+        assert 0.9 * 20 * MIB <= after["group_peak_bytes"] <= 30 * MIB
+
+
+def _span(first: dict, last: dict, *, grouped: bool) -> int:
+    """Host after ``last`` less after ``first``: RSS, and the process's cgroup where there
+    is one (the larger governs)."""
+    rss = last["host_after_bytes"] - first["host_after_bytes"]
+    return max(rss, last["group_after_bytes"] - first["group_after_bytes"]) if grouped else rss
 
 
 def _grouped(doc: dict) -> bool:

@@ -41,6 +41,14 @@ def fail(message: str) -> None:
     raise RuntimeError(message)
 
 
+def outer(nbytes: int) -> int:
+    """A transient of twice ``nbytes`` freed, then spike(nbytes): an outer call whose own
+    peak comes before its inner call's."""
+    first = bytearray(2 * nbytes)
+    del first
+    return spike(nbytes)
+
+
 class Mover:
     def offload(self, nbytes: int) -> int:
         return spike(nbytes)

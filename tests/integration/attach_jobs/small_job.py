@@ -1,8 +1,8 @@
 """A small job (no torch) for attach's tests: ``python small_job.py ACTION...``.
 
-Actions run in order: ``spike:N``, ``keep:N``, ``mover:N``, ``block:N`` (spike inside the
-job's own ``offloadprobe.phase("block")``), ``torch`` (prints whether torch is imported,
-and the name of every module imported),
+Actions run in order: ``spike:N``, ``keep:N``, ``mover:N``, ``outer:N``, ``block:N``
+(spike inside the job's own ``offloadprobe.phase("block")``), ``torch`` (prints whether
+torch is imported, and the name of every module imported),
 ``fail:MSG`` (raises out of the job), ``spawn:N`` / ``fork:N`` (a multiprocessing child
 calls spike(N)), ``isolated`` (a Python child started with -I, which ignores PYTHONPATH:
 never instrumented), ``envonly:N`` (a child started with ONLY PYTHONPATH and
@@ -33,6 +33,8 @@ def main(actions):
             attach_target.keep(int(arg))
         elif verb == "mover":
             attach_target.Mover().offload(int(arg))
+        elif verb == "outer":
+            attach_target.outer(int(arg))
         elif verb == "block":
             attach_target.block(int(arg))
         elif verb == "torch":

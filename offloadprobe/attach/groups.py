@@ -230,9 +230,9 @@ class JobGroups:
     def node(self) -> tuple[int | None, int | None]:
         """The job group's usage and peak now (the peak checked: the parent never resets
         it, so a peak lower than one read before was reset in the job)."""
-        usage = _int(self._read(self.job.files.current))
-        peak = _int(self._read(self.job.files.peak))
-        with self._lock:
+        with self._lock:  # read and compared in one step: two threads read it
+            usage = _int(self._read(self.job.files.current))
+            peak = _int(self._read(self.job.files.peak))
             if peak is not None:
                 if peak < self.node_max:
                     self.foreign_resets.append(self.job.path.name)

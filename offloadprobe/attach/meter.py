@@ -151,11 +151,6 @@ class Meter(threading.Thread):
         self._wake_w.close()
         return self.ledger
 
-    def stop_unstarted(self) -> None:
-        """Close everything of a meter whose job never started."""
-        self._stopping = True
-        self.stop()
-
     def _accept(self) -> None:
         try:
             conn, _ = self._listener.accept()
@@ -189,9 +184,10 @@ class Meter(threading.Thread):
         if answer is not None:
             with contextlib.suppress(OSError):
                 conn.send(answer.encode())
-        if self._later is not None:  # what need not hold the call up
-            self._later()
-            self._later = None
+        later, self._later = self._later, None
+        if later is not None:  # what need not hold the call up
+            with contextlib.suppress(Exception):
+                later()
 
     def _drop(self, conn: socket.socket) -> None:
         if conn is self._listener:

@@ -181,7 +181,7 @@ def run_attached(job: AttachJob) -> JobRecord:
             preexec_fn=_joiner(groups.entry if groups else None),
         )
     except BaseException:
-        meter.stop_unstarted()
+        meter.stop()
         if groups is not None:
             groups.close([])
         raise

@@ -3,7 +3,8 @@ outside attach, and the bootstrap's start-up in each process. Torch-free.
 
 1. Wrapped call: an offload-like call (``--mib`` MiB copied into a kept host buffer,
    page-touching, as a post-fix offload does) timed bare and through attach's wrapper
-   under a real session (job file, stream, VmHWM reset, node cgroup files read), in
+   under a real session (job file, stream, VmHWM reset, and the parent's meter: a
+   thread of this process reading the process's own cgroup at each entry and exit), in
    shuffled rounds beside the bare call again (the noise floor); the overhead is the
    median difference, as a fraction of the bare call (target: at most 2%), and in
    microseconds per call; and the probe's own enter+exit cost (an empty call, many
@@ -19,6 +20,7 @@ outside attach, and the bootstrap's start-up in each process. Torch-free.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -29,6 +31,7 @@ import sys
 import tempfile
 import time
 import timeit
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,26 +45,41 @@ def offload_like(src: bytearray, dst: bytearray) -> None:
     memoryview(dst)[:] = src
 
 
-def _node_files() -> dict[str, str] | None:
-    from offloadprobe.measure.cgroup import locate
+@contextlib.contextmanager
+def _metered() -> Iterator[str]:
+    """attach's parent side around this process: the job's cgroups (where they can be
+    made; this process joins them, and leaves them again after) and the meter, as
+    ``run_attached`` makes them; yields the meter's name."""
+    from offloadprobe.attach.groups import JobGroups
+    from offloadprobe.attach.meter import Meter
+    from offloadprobe.measure.cgroup import home_procs
 
-    files = locate()
-    if files is None:
-        return None
-    return {"usage": str(files.current), "peak": str(files.peak) if files.peak else ""}
+    name = f"offloadprobe-bench-{os.getpid()}"
+    groups, _ = JobGroups.make(f"bench-{os.getpid()}")
+    if groups is not None:
+        groups.entry.write_text(str(os.getpid()))
+    meter = Meter(name, groups=groups, member=lambda pid: True)
+    meter.start()
+    try:
+        yield name
+    finally:
+        meter.stop()
+        if groups is not None:
+            home_procs(groups.job).write_text(str(os.getpid()))
+            groups.close([])
 
 
 def wrapped_overhead(mib: int, rounds: int, calls: int) -> dict:
     from offloadprobe.attach import protocol, runtime
     from offloadprobe.attach.wrap import make_wrapper
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _metered() as meter:
         job = {
             "version": protocol.VERSION,
             "job_id": "bench",
             "out_dir": tmp,
             "phases": [],
-            "node_cgroup": _node_files(),
+            "meter": meter,
             "reset_gpu_peak": True,
         }
         path = Path(tmp) / "job.json"
@@ -108,14 +126,21 @@ def wrapped_overhead(mib: int, rounds: int, calls: int) -> dict:
 def empty_wrapper_cost(number: int) -> dict:
     """The probe alone, on an empty function: the absolute cost per wrapped call."""
     from offloadprobe.attach import probe
+    from offloadprobe.attach.meter_client import MeterClient
 
-    calls = probe.CallProbe(node_cgroup=_node_files(), reset_gpu_peak=True)
+    def per_call(meter: MeterClient | None) -> float:
+        calls = probe.CallProbe(meter=meter, reset_gpu_peak=True)
 
-    def one() -> None:
-        calls.exit(calls.enter("x", "t", 1), None)
+        def one() -> None:
+            calls.exit(calls.enter("x", "t", 1), None)
 
-    per = min(timeit.repeat(one, number=number, repeat=5)) / number
-    return {"probe_enter_exit_us": per * 1e6}
+        return min(timeit.repeat(one, number=number, repeat=5)) / number
+
+    with _metered() as name:
+        client = MeterClient(name)
+        client.hello()
+        metered = per_call(client)
+    return {"probe_enter_exit_us": metered * 1e6, "probe_without_meter_us": per_call(None) * 1e6}
 
 
 def phase_outside_attach(number: int) -> dict:
@@ -176,7 +201,7 @@ def startup(runs: int) -> dict:
             "job_id": "bench",
             "out_dir": tmp,
             "phases": [{"name": "x", "module": "m", "qualname": "f", "preset": None}],
-            "node_cgroup": None,
+            "meter": None,
             "reset_gpu_peak": True,
         }
         path = Path(tmp) / "job.json"

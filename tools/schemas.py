@@ -257,6 +257,8 @@ def attach_document() -> dict[str, Any]:
         parent=nullable(
             {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]}
         ),
+        host_peak_bytes={"type": "integer"},
+        host_peak_by={"type": ["string", "null"]},
         host_growth_bytes={"type": "integer"},
         device_moved_bytes={"type": ["integer", "null"]},
     )
@@ -277,6 +279,8 @@ def attach_document() -> dict[str, Any]:
             "nodes": record["nodes"],
             "processes": record["processes"],
             "not_instrumented": record["uninstrumented"],
+            "escaped": record["escaped"],
+            "peak_resets": record["peak_resets"],
             "never_called": array({"type": "string"}),
             "breaches": array(schema.ref(AttachBreach)),
             "not_judged": array({"type": "string"}),

@@ -79,6 +79,7 @@ CALL_COLUMNS: list[Column[Call]] = [  # a nested call's phase is marked "> " per
     Column("pid", lambda c: str(c.pid)),
     Column("seconds", lambda c: seconds(c.seconds)),
     Column("peak", lambda c: size(c.host_peak_bytes)),
+    Column("by", lambda c: c.host_peak_by or NOT_MEASURED, justify="left"),
     Column("growth", lambda c: size(c.host_growth_bytes)),
     Column("host after", lambda c: size(c.host_after_bytes)),
     Column("GPU after", lambda c: size(c.gpu_allocated_after_bytes)),
@@ -131,6 +132,20 @@ NODE_COLUMNS: list[Column[NodeSummary]] = [
 ]
 
 
+CALL_CAPTION = "peak: the call's highest RSS less its RSS at entry; growth: RSS after less before"
+CALL_CAPTION_GROUPED = (
+    "peak: the larger of the call's highest RSS and its process's cgroup's highest held "
+    "bytes, each less its value at entry (by: which); growth: after less before, the "
+    "larger of the two"
+)
+
+
+def call_caption(record: JobRecord) -> str:
+    """The calls table's caption: with the cgroup view where any call has one."""
+    grouped = any(c.host_peak_by is not None for c in record.calls)
+    return CALL_CAPTION_GROUPED if grouped else CALL_CAPTION
+
+
 def has_device(record: JobRecord) -> bool:
     """Whether any call measured pinned or GPU bytes."""
     return any(
@@ -160,9 +175,22 @@ def status_lines(record: JobRecord) -> list[str]:
     """Everything after the tables, one finding a line: phases not called, processes not
     instrumented, breaches, budgets not applied, notes, and the verdict."""
     lines = [phase_line(p) for p in record.phases if p.calls == 0]
-    for u in record.uninstrumented:
+    for e in record.escaped:
         lines.append(
-            f"not instrumented: pid {u.pid} (parent {u.ppid}, seen in {u.seen_by}): {u.command}"
+            f"escaped: pid {e.pid} left its memory cgroup {e.left} for {e.found_in} "
+            f"({format_bytes(e.rss_bytes)} resident then; its memory since is in no "
+            f"figure): {e.command}"
+        )
+    for group in record.peak_resets:
+        lines.append(
+            f"peak reset: the peak of cgroup {group} read lower than attach left it: a "
+            "process of the job reset it, and a peak may be missing"
+        )
+    for u in record.uninstrumented:
+        how = ", a new image exec'd without the bootstrap" if u.after_exec else ""
+        lines.append(
+            f"not instrumented: pid {u.pid} (parent {u.ppid}, seen in {u.seen_by}{how}): "
+            f"{u.command}"
         )
     for b in record.breaches:
         lines.append(f"over budget: {b.where}: {b.value} > {b.limit} ({b.budget})")
@@ -188,6 +216,11 @@ def phase_line(p: PhaseSummary) -> str:
 def verdict_line(record: JobRecord) -> str:
     if record.exit_code != 0:
         return f"verdict: job failed: {job_status(record)}"
+    if record.escaped:
+        pids = ", ".join(str(e.pid) for e in record.escaped)
+        return f"verdict: escaped: pid {pids} left the job's memory cgroups (see above)"
+    if record.peak_resets:
+        return "verdict: peak reset inside the job: its cgroup peaks are not whole"
     if record.breaches:
         return f"verdict: over budget ({len(record.breaches)} breach(es))"
     if record.unmeasured:
@@ -201,4 +234,7 @@ def verdict_line(record: JobRecord) -> str:
     if record.require_calls and record.never_called:
         names = ", ".join(p.name for p in record.never_called)
         return f"verdict: phase(s) never called with --require-calls: {names}"
+    if record.uninstrumented_fails:
+        pids = ", ".join(str(u.pid) for u in record.uninstrumented)
+        return f"verdict: not instrumented with --require-calls: pid {pids} (see above)"
     return "verdict: ok"

@@ -8,18 +8,21 @@ said in the notes. Summaries are made here, from the calls, never measured again
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from offloadprobe.attach import protocol
+from offloadprobe.attach.images import Image
+from offloadprobe.attach.meter import GroupReading, Ledger
 from offloadprobe.attach.records import (
     CALLED,
     MODULE_NEVER_IMPORTED,
     NEVER_CALLED,
     NOT_WRAPPED,
     Call,
+    Escaped,
     JobRecord,
     NodeSummary,
     PhaseGrowth,
@@ -138,9 +141,11 @@ def summarise_phase(
     )
 
 
-def _phases(specs: Sequence[PhaseSpec], streams: _Stream) -> list[PhaseSummary]:
+def _phases(
+    specs: Sequence[PhaseSpec], streams: _Stream, calls: Sequence[Call]
+) -> list[PhaseSummary]:
     by_phase: dict[str, list[Call]] = {}
-    for call in streams.calls:
+    for call in calls:
         by_phase.setdefault(call.phase, []).append(call)
     out = []
     for spec in specs:
@@ -173,6 +178,14 @@ def _span(first: int | None, last: int | None) -> int | None:
     return None if first is None or last is None else last - first
 
 
+def _host_span(first: Call, last: Call) -> int:
+    """Host after the last call less after the first: the larger of the RSS view and
+    (for calls of one process: one cgroup) the cgroup view."""
+    rss = last.host_after_bytes - first.host_after_bytes
+    group = _span(first.group_after_bytes, last.group_after_bytes)
+    return rss if group is None or first.pid != last.pid else max(rss, group)
+
+
 def summarise_growth(calls: Sequence[Call]) -> list[PhaseGrowth]:
     """Per phase (in order of first call) and rank: the figures after the last call less
     after the first, calls taken in the order they started."""
@@ -191,9 +204,7 @@ def summarise_growth(calls: Sequence[Call]) -> list[PhaseGrowth]:
                     host=host,
                     pids=tuple(sorted({c.pid for c in group})),
                     calls=len(group),
-                    host_growth_bytes=(
-                        last.host_after_bytes - first.host_after_bytes if several else None
-                    ),
+                    host_growth_bytes=_host_span(first, last) if several else None,
                     pinned_growth_bytes=(
                         _span(first.pinned_after_bytes, last.pinned_after_bytes)
                         if several
@@ -245,23 +256,115 @@ def summarise_nodes(
 
 
 def _uninstrumented(
-    seen: Iterable[Seen], processes: Sequence[Process], host: str
+    seen: Iterable[Seen],
+    processes: Sequence[Process],
+    host: str,
+    images: Mapping[int, Sequence[Image | None]],
 ) -> tuple[list[Uninstrumented], int]:
-    """Python processes of the tree with no stream; and how many were seen only as a
-    copy of an instrumented parent between fork and exec (what they became is unknown:
-    not listed, counted in a note)."""
-    mine = {p.pid for p in processes if p.host == host}
-    by_pid = {s.pid: s for s in seen}
+    """Python images of the tree that never said hello to the parent; and how many were
+    seen only as a copy of an instrumented image between fork and exec (what they became
+    is unknown: not listed, counted in a note).
+
+    An image is known by its token (``images.py``): one that said hello from its pid is
+    instrumented; the same token under another pid is a forked copy of it. Where a token
+    could not be read, or a process wrote a stream but never reached the parent, the pid
+    stands in (the old rule)."""
+    streams = {p.pid for p in processes if p.host == host}
+    registered = {pid: {i.token for i in found if i is not None} for pid, found in images.items()}
+    every = set().union(*registered.values()) if registered else set()
+    seen = [s for s in seen if s.python]
+    unregistered = {s.image: s.pid for s in seen if s.image is not None and s.image not in every}
     out, unresolved = [], 0
-    for s in sorted(by_pid.values(), key=lambda s: s.pid):
-        if not s.python or s.pid in mine:
+    for s in sorted(seen, key=lambda s: (s.pid, s.image or "")):
+        mine = registered.get(s.pid)
+        if s.image is None or (mine is None and s.pid in streams):
+            if s.pid in streams or mine is not None:  # the pid stands in
+                continue
+        elif s.image in (mine or ()):
             continue
-        parent = by_pid.get(s.ppid) if s.ppid is not None else None
-        if s.ppid in mine and parent is not None and parent.command == s.command:
-            unresolved += 1
+        elif s.image in every:  # a forked copy of an instrumented image
+            if mine is None:
+                unresolved += 1
             continue
-        out.append(Uninstrumented(pid=s.pid, ppid=s.ppid, command=s.command, seen_by=s.seen_by))
+        elif unregistered.get(s.image, s.pid) != s.pid:
+            continue  # a forked copy of an uninstrumented image: that one is listed
+        out.append(
+            Uninstrumented(
+                pid=s.pid,
+                ppid=s.ppid,
+                command=s.command,
+                seen_by=s.seen_by,
+                after_exec=mine is not None,
+            )
+        )
     return out, unresolved
+
+
+def _with_readings(
+    calls: Sequence[Call], host: str, readings: Mapping[tuple[int, str, int], GroupReading]
+) -> tuple[list[Call], list[Call]]:
+    """The calls with the parent's cgroup readings put in; and those of this host that
+    have none (the parent was not reached)."""
+    out, missing = [], []
+    for call in calls:
+        reading = readings.get((call.pid, call.phase, call.index)) if call.host == host else None
+        if reading is None:
+            out.append(call)
+            if call.host == host:
+                missing.append(call)
+            continue
+        out.append(
+            replace(
+                call,
+                group_before_bytes=reading.before,
+                group_after_bytes=reading.after,
+                group_peak_bytes=reading.peak,
+                node_usage_after_bytes=reading.node_usage,
+                node_peak_after_bytes=reading.node_peak,
+            )
+        )
+    return out, missing
+
+
+def _notes(
+    streams: _Stream,
+    missing: Sequence[Call],
+    uninstrumented: Sequence[Uninstrumented],
+    unresolved: int,
+    require_calls: bool,
+) -> list[str]:
+    notes = []
+    if missing:
+        pids = ", ".join(str(pid) for pid in sorted({c.pid for c in missing})[:8])
+        notes.append(
+            f"{len(missing)} call(s) have no cgroup reading by attach (pid {pids}: the "
+            "process never reached attach, or was given no cgroup of its own): their host "
+            "figures are their RSS alone"
+        )
+    if streams.torn:
+        notes.append(f"{streams.torn} torn record line(s) skipped (a process killed while writing)")
+    execs = {u.pid for u in uninstrumented if u.after_exec}
+    unfinished = {p.pid for p in streams.processes if not p.exited} - execs
+    if unfinished:
+        pids = ", ".join(str(pid) for pid in sorted(unfinished)[:8])
+        notes.append(
+            f"{len(unfinished)} instrumented process(es) wrote no exit record (killed, or "
+            f"ended by os._exit, as multiprocessing's forked children are): pid {pids}; "
+            "their calls up to then are all here"
+        )
+    if execs:
+        notes.append(
+            f"{len(execs)} process(es) executed a new image without the bootstrap after an "
+            f"instrumented one (pid {', '.join(str(p) for p in sorted(execs)[:8])}): what "
+            "they did after that is in no record"
+            + ("" if require_calls else "; --require-calls makes this exit 1")
+        )
+    if unresolved:
+        notes.append(
+            f"{unresolved} child process(es) seen only between fork and exec, as copies "
+            "of an instrumented parent: gone before they could be told apart"
+        )
+    return notes
 
 
 def collect(
@@ -276,36 +379,30 @@ def collect(
     memory: NodeMemory | None,
     notes: Sequence[str] = (),
     require_calls: bool = False,
+    ledger: Ledger | None = None,
+    grouped: bool = False,
+    escaped: Sequence[Escaped] = (),
+    peak_resets: Sequence[str] = (),
 ) -> JobRecord:
-    """The job's record from its streams and the parent's own observations."""
+    """The job's record from its streams and the parent's own observations: the tree it
+    polled, the ledger of its meter (``grouped``: every process had a cgroup to read),
+    the processes found outside their cgroup, the peaks reset behind its back."""
     streams = read_streams(out_dir)
-    calls = sorted(streams.calls, key=lambda c: (c.start_time, c.pid))
-    all_notes = list(notes)
-    if streams.torn:
-        all_notes.append(
-            f"{streams.torn} torn record line(s) skipped (a process killed while writing)"
-        )
-    unfinished = [p for p in streams.processes if not p.exited]
-    if unfinished:
-        pids = ", ".join(str(pid) for pid in sorted({p.pid for p in unfinished})[:8])
-        all_notes.append(
-            f"{len(unfinished)} instrumented process(es) wrote no exit record (killed, or "
-            f"ended by os._exit, as multiprocessing's forked children are): pid {pids}; "
-            "their calls up to then are all here"
-        )
-    uninstrumented, unresolved = _uninstrumented(seen, streams.processes, host)
-    if unresolved:
-        all_notes.append(
-            f"{unresolved} child process(es) seen only between fork and exec, as copies "
-            "of an instrumented parent: gone before they could be told apart"
-        )
+    ledger = ledger if ledger is not None else Ledger()
+    calls, missing = _with_readings(
+        sorted(streams.calls, key=lambda c: (c.start_time, c.pid)), host, ledger.readings
+    )
+    uninstrumented, unresolved = _uninstrumented(seen, streams.processes, host, ledger.images)
+    all_notes = list(notes) + _notes(
+        streams, missing if grouped else [], uninstrumented, unresolved, require_calls
+    )
     return JobRecord(
         command=tuple(command),
         exit_code=exit_code,
         seconds=seconds,
         out_dir=str(out_dir),
         calls=tuple(calls),
-        phases=tuple(_phases(specs, streams)),
+        phases=tuple(_phases(specs, streams, calls)),
         ranks=tuple(summarise_ranks(calls)),
         nodes=tuple(summarise_nodes(streams.processes, calls, memory)),
         processes=tuple(streams.processes),
@@ -313,4 +410,6 @@ def collect(
         growth=tuple(summarise_growth(calls)),
         notes=tuple(all_notes),
         require_calls=require_calls,
+        escaped=tuple(escaped),
+        peak_resets=tuple(sorted(set(peak_resets))),
     )

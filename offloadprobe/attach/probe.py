@@ -5,7 +5,11 @@ Host: the call's exact peak over its start. At entry the kernel's high-water mar
 reset (``5`` into ``/proc/self/clear_refs`` sets VmHWM to the current RSS); at exit VmHWM
 is the highest RSS since, even of memory freed microseconds later. Where the kernel
 refuses the reset, one thread polls VmRSS every millisecond while a call is open, and the
-record says ``"host_peak_method": "sampled"`` (it can miss short peaks).
+record says ``"host_peak_method": "sampled"`` (it can miss short peaks). That is the
+RSS view (``rss_peak_bytes``). The cgroup view is the parent's: at entry, just before the
+RSS reset, and at exit, just after the RSS read, the probe tells the parent (``meter``,
+a ``MeterClient``) and waits while the parent reads the process's own memory cgroup;
+those figures never pass through this process (``attach/meter.py``).
 
 GPU (only where torch is imported and CUDA initialised in this process; never
 initialised here): PyTorch's allocated and reserved bytes before and after, the
@@ -96,23 +100,6 @@ def reset_hwm() -> bool:
     return True
 
 
-_INT_FDS: dict[str, tuple[int, int]] = {}
-"""path -> (pid, fd): cgroup files kept open per process."""
-
-
-def _read_int(path: str | None) -> int | None:
-    """An integer file (a cgroup counter), read through a descriptor kept open."""
-    if not path:
-        return None
-    try:
-        kept = _INT_FDS.get(path)
-        if kept is None or kept[0] != os.getpid():
-            kept = _INT_FDS[path] = (os.getpid(), os.open(path, os.O_RDONLY))
-        return int(os.pread(kept[1], 64, 0).split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _cuda() -> Any:
     """torch.cuda where torch is imported and CUDA initialised here; else None."""
     torch = sys.modules.get("torch")
@@ -200,8 +187,8 @@ class _Sampler(threading.Thread):
 class CallProbe:
     """The calls open in this process and their measurement."""
 
-    def __init__(self, *, node_cgroup: dict[str, str] | None, reset_gpu_peak: bool) -> None:
-        self.node = node_cgroup or {}
+    def __init__(self, *, meter: Any = None, reset_gpu_peak: bool) -> None:
+        self.meter = meter
         self.reset_gpu_peak = reset_gpu_peak
         self.lock = threading.Lock()
         self.open: list[dict[str, Any]] = []
@@ -279,6 +266,8 @@ class CallProbe:
                 except Exception:
                     frame["_gpu"] = None
             frame["_pinned"] = _pinned()
+            if self.meter is not None:  # the parent reads the cgroup while this waits
+                self.meter.enter(phase, index)
             if self.exact is None:
                 self.exact = reset_hwm()
             elif self.exact:
@@ -306,6 +295,8 @@ class CallProbe:
         """Close a call; return its record (host first, before anything else allocates)."""
         seconds = time.perf_counter() - frame["_t0"]
         rss, hwm = read_rss_hwm()
+        if self.meter is not None:
+            self.meter.exit(frame["phase"], frame["index"])
         with self.lock:
             self.open[:] = [f for f in self.open if f is not frame]
             peak = max(frame.pop("_peak"), hwm, rss)
@@ -316,14 +307,12 @@ class CallProbe:
             raised=error is not None,
             error=None if error is None else type(error).__qualname__,
             host_after_bytes=rss,
-            host_peak_bytes=peak - frame["host_before_bytes"],
+            rss_peak_bytes=peak - frame["host_before_bytes"],
             host_peak_rss_bytes=peak,
             host_peak_method="vmhwm" if self.exact else "sampled",
         )
         record.update(_gpu_after(frame, self.reset_gpu_peak))
         record.update(_pinned_fields(frame.get("_pinned"), _pinned()))
-        record["node_usage_after_bytes"] = _read_int(self.node.get("usage"))
-        record["node_peak_after_bytes"] = _read_int(self.node.get("peak"))
         return record
 
 

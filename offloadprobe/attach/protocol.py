@@ -7,11 +7,13 @@ imported by the bootstrap in every process of the job, so it imports nothing.
 
 Job file (version :data:`VERSION`)::
 
-    {"version": 1, "job_id": "...", "out_dir": "/path",
+    {"version": 2, "job_id": "...", "out_dir": "/path",
      "phases": [{"name": "offload", "module": "m", "qualname": "f", "preset": null}],
-     "node_cgroup": {"usage": "/sys/.../memory.usage_in_bytes",
-                     "peak": "/sys/.../memory.max_usage_in_bytes"} | null,
+     "meter": "offloadprobe-attach-<job id>",
      "reset_gpu_peak": true}
+
+``meter`` names the parent's socket (abstract namespace, ``meter.py``): the process says
+hello there, and waits at each call's entry and exit while the parent reads its cgroup.
 
 Stream records, one JSON object a line, each with ``"kind"``:
 
@@ -27,7 +29,7 @@ Stream records, one JSON object a line, each with ``"kind"``:
 JOB_ENV = "OFFLOADPROBE_JOB"
 """The one environment variable the bootstrap reads: the path of the job file."""
 
-VERSION = 1
+VERSION = 2
 
 STREAM_PREFIX = "proc-"
 STREAM_SUFFIX = ".jsonl"

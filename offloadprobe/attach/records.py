@@ -2,6 +2,13 @@
 
 Bytes are ints; None is "not measured here" (no CUDA in that process, no cgroup), never
 zero. Everything the reporters print comes from these records.
+
+A call's host figures have two views: its process's RSS, which the process reads itself
+(``host_before_bytes``, ``host_after_bytes``, ``rss_peak_bytes``), and the process's own
+memory cgroup, which the parent reads while the call waits (``group_*``: it also holds
+what RSS never shows, a memfd, tmpfs or /dev/shm the call wrote, a helper's memory).
+``host_peak_bytes`` and ``host_growth_bytes`` are the larger of the two: those govern,
+and every budget reads them.
 """
 
 from __future__ import annotations
@@ -37,10 +44,18 @@ class Call:
     """RSS at entry."""
     host_after_bytes: int
     """RSS at exit."""
-    host_peak_bytes: int
+    rss_peak_bytes: int
     """The call's peak RSS less its starting RSS."""
     host_peak_method: str
     """``vmhwm`` (exact) or ``sampled`` (1 ms polling: may miss short peaks)."""
+    group_before_bytes: int | None = None
+    """The process's own memory cgroup at entry: charged bytes less page cache, read by
+    the parent (None: no cgroup, or the parent was not reached)."""
+    group_after_bytes: int | None = None
+    """... at exit."""
+    group_peak_bytes: int | None = None
+    """The group's highest held bytes over the call less ``group_before_bytes`` (None:
+    not known, see ``attach/meter.py``)."""
     pinned_source: str | None = None
     pinned_before_bytes: int | None = None
     pinned_after_bytes: int | None = None
@@ -55,14 +70,50 @@ class Call:
     gpu_driver_used_before_bytes: int | None = None
     gpu_driver_used_after_bytes: int | None = None
     node_usage_after_bytes: int | None = None
-    """The job cgroup's usage at the call's exit."""
+    """The job cgroup's usage at the call's exit (read by the parent)."""
     node_peak_after_bytes: int | None = None
-    """The job cgroup's high-water mark at the call's exit (exact, whole job so far)."""
+    """The job cgroup's high-water mark at the call's exit (exact, whole job so far; read
+    by the parent)."""
+
+    @property
+    def group_growth_bytes(self) -> int | None:
+        if self.group_before_bytes is None or self.group_after_bytes is None:
+            return None
+        return self.group_after_bytes - self.group_before_bytes
+
+    @property
+    def group_rise_bytes(self) -> int | None:
+        """The cgroup view of the peak: its peak over the start where known, else at
+        least its growth."""
+        if self.group_peak_bytes is not None:
+            return self.group_peak_bytes
+        return self.group_growth_bytes
+
+    @property
+    def host_peak_bytes(self) -> int:
+        """The call's host peak over its start: the larger of the RSS and cgroup views."""
+        rise = self.group_rise_bytes
+        return self.rss_peak_bytes if rise is None else max(self.rss_peak_bytes, rise)
+
+    @property
+    def host_peak_by(self) -> str | None:
+        """Which view governs the peak: ``RSS`` or ``cgroup``; None without a cgroup view."""
+        rise = self.group_rise_bytes
+        if rise is None:
+            return None
+        return "cgroup" if rise > self.rss_peak_bytes else "RSS"
+
+    @property
+    def rss_growth_bytes(self) -> int:
+        """RSS after less RSS before."""
+        return self.host_after_bytes - self.host_before_bytes
 
     @property
     def host_growth_bytes(self) -> int:
-        """RSS after less RSS before."""
-        return self.host_after_bytes - self.host_before_bytes
+        """After less before: the larger of the RSS and cgroup views."""
+        group = self.group_growth_bytes
+        rss = self.rss_growth_bytes
+        return rss if group is None else max(rss, group)
 
     @property
     def device_moved_bytes(self) -> int | None:
@@ -82,17 +133,33 @@ class Call:
     def to_json(self) -> dict[str, Any]:
         doc = {f.name: getattr(self, f.name) for f in fields(self)}
         doc["parent"] = list(self.parent) if self.parent else None
+        doc["host_peak_bytes"] = self.host_peak_bytes
+        doc["host_peak_by"] = self.host_peak_by
         doc["host_growth_bytes"] = self.host_growth_bytes
         doc["device_moved_bytes"] = self.device_moved_bytes
         return doc
 
     @classmethod
     def from_stream(cls, doc: dict[str, Any]) -> Call:
-        names = {f.name for f in fields(cls)}
+        """The call as its process recorded it: the figures only the parent reads (the
+        cgroups') are never taken from the job's own stream."""
+        names = {f.name for f in fields(cls)} - PARENT_KEYS
         values = {k: v for k, v in doc.items() if k in names}
         parent = values.get("parent")
         values["parent"] = (str(parent[0]), int(parent[1])) if parent else None
         return cls(**values)
+
+
+PARENT_KEYS = frozenset(
+    {
+        "group_before_bytes",
+        "group_after_bytes",
+        "group_peak_bytes",
+        "node_usage_after_bytes",
+        "node_peak_after_bytes",
+    }
+)
+"""``Call`` fields the parent fills from its own readings (``collect.py``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -123,13 +190,30 @@ class Process:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Uninstrumented:
-    """A Python process in the job's tree that never loaded the bootstrap."""
+    """A Python process (one program image of it) in the job's tree that never loaded
+    the bootstrap."""
 
     pid: int
     ppid: int | None
     command: str
     seen_by: str
     """``process tree`` (the parent's polling of its children) and/or ``cgroup``."""
+    after_exec: bool = False
+    """A new image executed in a process whose earlier image was instrumented (an
+    ``os.execv`` that dropped the bootstrap's variables): its calls are in no record."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Escaped:
+    """A process of the job found outside the memory cgroup it was measured in."""
+
+    pid: int
+    command: str
+    left: str
+    """The group it had to stay inside: its own, or the job's."""
+    found_in: str
+    rss_bytes: int
+    """Its RSS when found: memory in no figure from then on."""
 
 
 CALLED, NEVER_CALLED, MODULE_NEVER_IMPORTED = "called", "never called", "module never imported"
@@ -190,7 +274,8 @@ class PhaseGrowth:
     pids: tuple[int, ...]
     calls: int
     host_growth_bytes: int | None
-    """RSS after the last call less RSS after the first; None for a single call."""
+    """Host after the last call less after the first (the larger of RSS and, for one
+    process's calls, its cgroup's held bytes); None for a single call."""
     pinned_growth_bytes: int | None
     """Pinned bytes (``pinned_after_bytes``) after the last call less after the first;
     None for a single call, or where pinned bytes were not measured at both."""
@@ -246,6 +331,15 @@ class JobRecord:
     unjudged: tuple[str, ...] = ()
     """Budgets that could not be applied to some calls (nothing measured to judge by)."""
     require_calls: bool = False
+    escaped: tuple[Escaped, ...] = ()
+    """Processes that left their memory cgroup while the job ran: the figures miss them."""
+    peak_resets: tuple[str, ...] = ()
+    """cgroups whose peak read lower than the parent had left it: reset inside the job."""
+
+    @property
+    def uninstrumented_fails(self) -> bool:
+        """With ``--require-calls``, a Python process that ran unmeasured fails the job."""
+        return self.require_calls and bool(self.uninstrumented)
 
     @property
     def never_called(self) -> tuple[PhaseSummary, ...]:

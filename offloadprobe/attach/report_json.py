@@ -6,13 +6,17 @@ Stable keys: ``kind`` (``attach``), ``schema_version`` (every verb's,
 128+N for signal N), ``job_signal``, ``exit_code`` (attach's), ``command``, ``seconds``,
 ``require_calls``, ``calls`` (each: ``phase``, ``target``, ``pid``, ``rank``,
 ``local_rank``, ``node_rank``, ``host``, ``index``, ``depth``, ``parent``, ``seconds``,
-``raised``, ``error``, ``host_before_bytes``, ``host_after_bytes``, ``host_peak_bytes``
-(the call's peak RSS less its starting RSS), ``host_peak_method``, ``host_growth_bytes``,
-the ``pinned_*`` and ``gpu_*`` fields, ``device_moved_bytes``, ``node_*``), ``phases``,
+``raised``, ``error``, ``host_before_bytes``, ``host_after_bytes`` (RSS), ``rss_peak_bytes``
+(the call's peak RSS less its starting RSS), ``host_peak_method``, ``group_before_bytes``,
+``group_after_bytes``, ``group_peak_bytes`` (the process's own cgroup, read by attach),
+``host_peak_bytes`` and ``host_growth_bytes`` (the larger of the two views: what
+budgets judge), ``host_peak_by``, the ``pinned_*`` and ``gpu_*`` fields,
+``device_moved_bytes``, ``node_*``), ``phases``,
 ``growth`` (per phase and rank: ``host_growth_bytes`` and ``pinned_growth_bytes``, after
 the last call less after the first), ``ranks``, ``nodes``, ``processes``,
-``not_instrumented``, ``never_called``, ``not_measured``, ``breaches``, ``not_judged``,
-``notes``. Bytes are integers; null is "not measured". Schema:
+``not_instrumented`` (each with ``after_exec``), ``escaped``, ``peak_resets``,
+``never_called``, ``not_measured``, ``breaches``, ``not_judged``, ``notes``. Bytes are
+integers; null is "not measured". Schema:
 ``offloadprobe/schemas/attach.schema.json``.
 """
 
@@ -25,6 +29,7 @@ from offloadprobe.attach.collect import summarise_growth
 from offloadprobe.attach.records import (
     Breach,
     Call,
+    Escaped,
     JobRecord,
     NodeSummary,
     PhaseGrowth,
@@ -78,6 +83,8 @@ def attach_json(record: JobRecord) -> dict[str, Any]:
         "nodes": [_plain(n) for n in record.nodes],
         "processes": [_plain(p) for p in record.processes],
         "not_instrumented": [_plain(u) for u in record.uninstrumented],
+        "escaped": [_plain(e) for e in record.escaped],
+        "peak_resets": list(record.peak_resets),
         "never_called": [p.name for p in record.never_called],
         "not_measured": [p.name for p in record.unmeasured],
         "breaches": [_plain(b) for b in record.breaches],
@@ -94,6 +101,13 @@ def is_attach_json(doc: dict[str, Any]) -> bool:
     return any(k in doc for k in SCHEMA_KEYS) and {"job_exit_code", "calls", "phases"} <= set(doc)
 
 
+def _older_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A call written before the cgroup view: its ``host_peak_bytes`` was the RSS view."""
+    if "rss_peak_bytes" in call or "host_peak_bytes" not in call:
+        return call
+    return {**call, "rss_peak_bytes": call["host_peak_bytes"]}
+
+
 def record_from_json(doc: dict[str, Any]) -> JobRecord:
     """The record ``attach_json`` was made from (what the report is rendered from)."""
     signal = doc.get("job_signal")
@@ -101,7 +115,7 @@ def record_from_json(doc: dict[str, Any]) -> JobRecord:
     def each(cls: type, key: str) -> tuple[Any, ...]:
         return tuple(rebuild(cls, item) for item in doc.get(key) or ())
 
-    calls = each(Call, "calls")
+    calls = tuple(rebuild(Call, _older_call(c)) for c in doc.get("calls") or ())
     growth = each(PhaseGrowth, "growth") if "growth" in doc else tuple(summarise_growth(calls))
     return JobRecord(
         command=tuple(doc["command"]),
@@ -119,4 +133,6 @@ def record_from_json(doc: dict[str, Any]) -> JobRecord:
         breaches=each(Breach, "breaches"),
         unjudged=tuple(doc.get("not_judged") or ()),
         require_calls=bool(doc.get("require_calls", False)),
+        escaped=each(Escaped, "escaped"),
+        peak_resets=tuple(doc.get("peak_resets") or ()),
     )

@@ -40,8 +40,7 @@ def render_attach(record: JobRecord, console: Console) -> None:
                 cells.CALL_COLUMNS,
                 record.calls,
                 title="calls",
-                caption="peak: the call's highest RSS less its RSS at entry; growth: RSS "
-                "after less before",
+                caption=cells.call_caption(record),
             )
         )
     elif record.calls:

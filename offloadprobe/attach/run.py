@@ -7,9 +7,11 @@ runs in a process group of its own; SIGINT, SIGTERM and SIGHUP sent to ``attach`
 forwarded to that group, so ``torchrun`` and its ranks get them as they would.
 
 The whole job runs in a memory cgroup of its own where one can be made (the node's
-exact peak for the whole run, and at each call's exit); where none can, the parent's
-sampled sum of the process tree's RSS stands in, and the output says so. Everything
-this verb does with cgroups is in :func:`_job_group` and :func:`_close_group`.
+exact peak for the whole run), and each process that loads the bootstrap in one of its
+own inside it (``groups.py``), read around each of its calls by the parent's meter
+(``meter.py``) and watched by the parent's tree watcher (``tree.py``: a process found
+outside its group has escaped). Where no cgroup can be made, the parent's sampled sum of
+the process tree's RSS stands in, and the output says so.
 """
 
 from __future__ import annotations
@@ -24,13 +26,17 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from offloadprobe.attach import protocol
 from offloadprobe.attach.collect import NodeMemory, collect
+from offloadprobe.attach.groups import JobGroups, inside
+from offloadprobe.attach.meter import Meter
 from offloadprobe.attach.records import JobRecord
 from offloadprobe.attach.spec import PhaseSpec
 from offloadprobe.attach.tree import TreeWatcher
@@ -81,72 +87,24 @@ def job_environment(job_file: Path, env: dict[str, str] | None = None) -> dict[s
     return env
 
 
-def write_job_file(job: AttachJob, job_id: str, node_files: dict[str, str] | None) -> Path:
+def meter_name(job_id: str) -> str:
+    """The meter's socket name (abstract namespace) for job ``job_id``."""
+    return f"offloadprobe-attach-{job_id}"
+
+
+def write_job_file(job: AttachJob, job_id: str, meter: str | None) -> Path:
     job.out_dir.mkdir(parents=True, exist_ok=True)
     doc = {
         "version": protocol.VERSION,
         "job_id": job_id,
         "out_dir": str(job.out_dir.resolve()),
         "phases": [spec.to_json() for spec in job.specs],
-        "node_cgroup": node_files,
+        "meter": meter,
         "reset_gpu_peak": job.reset_gpu_peak,
     }
     path = job.out_dir / "job.json"
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path
-
-
-@dataclass(kw_only=True, slots=True)
-class _Group:
-    group: Any
-    files: dict[str, str]
-    method: str
-
-
-def _job_group(job_id: str) -> tuple[_Group | None, str | None]:
-    """A memory cgroup for the job, or None and why not (said in the output)."""
-    from offloadprobe.measure.cgroup import CgroupUnavailable, create_group
-
-    try:
-        group = create_group(f"offloadprobe-attach-{job_id}")
-    except CgroupUnavailable as exc:
-        return None, f"no memory cgroup for the job ({exc}): {TREE_FALLBACK}"
-    names = (
-        ("memory.usage_in_bytes", "memory.max_usage_in_bytes")
-        if group.version == 1
-        else ("memory.current", "memory.peak")
-    )
-    files = {"usage": str(group.path / names[0]), "peak": str(group.path / names[1])}
-    method = f"cgroup v{group.version} {names[1]}"
-    return _Group(group=group, files=files, method=method), group.note
-
-
-def _close_group(group: _Group, notes: list[str]) -> int | None:
-    """The group's peak, then the group removed (processes left in it are moved out first,
-    and said in the notes)."""
-    from offloadprobe.measure.cgroup import home_procs
-
-    peak = group.group.peak()
-    deadline = time.monotonic() + 5.0
-    while True:
-        try:
-            left = group.group.procs.read_text().split()
-        except OSError:
-            left = []
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    if left:
-        notes.append(
-            f"{len(left)} process(es) of the job outlived it (pid {', '.join(left[:8])}): "
-            "moved out of its cgroup, still running"
-        )
-        for pid in left:
-            with contextlib.suppress(OSError):
-                home_procs(group.group).write_text(pid)
-    with contextlib.suppress(OSError):
-        group.group.remove()
-    return peak
 
 
 def _joiner(procs: Path | None):
@@ -157,6 +115,23 @@ def _joiner(procs: Path | None):
         procs.write_text(str(os.getpid()))
 
     return join
+
+
+def _member(root: int, groups: JobGroups | None) -> Callable[[int], bool]:
+    """Whether a process that connects to the meter is one of the job's: inside the job's
+    cgroup, or (without one) the job's process or a descendant of it."""
+
+    def member(pid: int) -> bool:
+        if groups is not None:
+            where = groups.where(pid)
+            return where is not None and inside(where, groups.job.path)
+        try:
+            proc = psutil.Process(pid)
+            return pid == root or any(p.pid == root for p in proc.parents())
+        except psutil.Error:
+            return False
+
+    return member
 
 
 @contextlib.contextmanager
@@ -185,22 +160,35 @@ def run_attached(job: AttachJob) -> JobRecord:
     argv = resolve_command(job.command)
     notes: list[str] = []
     job_id = uuid.uuid4().hex[:12]
+    groups: JobGroups | None = None
     if job.use_cgroup:
-        group, note = _job_group(job_id)
+        groups, note = JobGroups.make(job_id)
+        if groups is None:
+            note = f"no memory cgroup for the job ({note}): {TREE_FALLBACK}"
     else:
-        group, note = None, f"no memory cgroup (--no-cgroup): {TREE_FALLBACK}"
+        note = f"no memory cgroup (--no-cgroup): {TREE_FALLBACK}"
     if note:
         notes.append(note)
-    job_file = write_job_file(job, job_id, group.files if group else None)
+    meter = Meter(meter_name(job_id), groups=groups, member=lambda pid: False)
+    job_file = write_job_file(job, job_id, meter_name(job_id))
     env = job_environment(job_file)
     start = time.monotonic()
-    proc = subprocess.Popen(
-        argv,
-        env=env,
-        process_group=0,
-        preexec_fn=_joiner(group.group.procs if group else None),
-    )
-    watcher = TreeWatcher(proc.pid, procs_file=group.group.procs if group else None)
+    try:
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            process_group=0,
+            preexec_fn=_joiner(groups.entry if groups else None),
+        )
+    except BaseException:
+        meter.stop()
+        if groups is not None:
+            groups.close([])
+        raise
+    meter.member = _member(proc.pid, groups)
+    watcher = TreeWatcher(proc.pid, groups=groups)
+    meter.on_lost = watcher.look_at
+    meter.start()
     watcher.start()
     with _forwarding(proc.pid):
         while True:
@@ -211,12 +199,15 @@ def run_attached(job: AttachJob) -> JobRecord:
                 continue
     seconds = time.monotonic() - start
     watcher.stop()
+    ledger = meter.stop()
     host = socket.gethostname()
-    peak = _close_group(group, notes) if group is not None else None
-    if peak is not None:
-        memory = NodeMemory(host=host, peak_bytes=peak, method=group.method)
+    peak = groups.close(notes) if groups is not None else None
+    if groups is not None and peak is not None:
+        memory = NodeMemory(host=host, peak_bytes=peak, method=groups.method)
     else:
         memory = NodeMemory(host=host, peak_bytes=watcher.rss_peak or None, method=TREE_METHOD)
+    if ledger.refused:
+        notes.append(f"{ledger.refused} connection(s) to attach from outside the job refused")
     return collect(
         command=job.command,
         exit_code=returncode,
@@ -228,4 +219,8 @@ def run_attached(job: AttachJob) -> JobRecord:
         memory=memory,
         notes=notes,
         require_calls=job.require_calls,
+        ledger=ledger,
+        grouped=groups is not None,
+        escaped=list(watcher.escaped.values()),
+        peak_resets=groups.foreign_resets if groups is not None else (),
     )

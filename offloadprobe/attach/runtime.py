@@ -2,7 +2,9 @@
 
 ``activate`` is called by the bootstrap (``sitecustomize``, or verl's ``verl.plugins``
 entry point) in every Python process of the job. It reads the one environment variable
-``OFFLOADPROBE_JOB``, writes the ``started`` record, installs the import hook, and
+``OFFLOADPROBE_JOB``, says hello to the parent (``meter_client``: the parent reads
+which image this is and moves the process into a cgroup of its own), writes the
+``started`` record, installs the import hook, and
 registers an ``exit`` record at interpreter exit and a fresh stream in forked children.
 Without that variable it does nothing and returns None. stdlib only.
 """
@@ -17,6 +19,7 @@ import threading
 from typing import Any
 
 from offloadprobe.attach import hook, protocol
+from offloadprobe.attach.meter_client import MeterClient
 from offloadprobe.attach.probe import CallProbe, ranks
 from offloadprobe.attach.stream import Stream
 
@@ -30,9 +33,8 @@ class Session:
     def __init__(self, job: dict[str, Any], how: str) -> None:
         self.job = job
         self.how = how
-        self.probe = CallProbe(
-            node_cgroup=job.get("node_cgroup"), reset_gpu_peak=job.get("reset_gpu_peak", True)
-        )
+        self.meter = MeterClient(job.get("meter"))
+        self.probe = CallProbe(meter=self.meter, reset_gpu_peak=job.get("reset_gpu_peak", True))
         self.stream = Stream(job["out_dir"], self.probe.host)
         self.counts: dict[str, int] = {}
         self.lock = threading.Lock()
@@ -86,6 +88,7 @@ def _at_exit() -> None:
     session = SESSION
     if session is not None and session.stream.pid == os.getpid():
         session.write_exit()
+        session.meter.bye()
 
 
 def _after_fork_in_child() -> None:
@@ -95,9 +98,11 @@ def _after_fork_in_child() -> None:
     session.lock = threading.Lock()
     session.counts = {}
     session.probe.after_fork()
+    session.meter.after_fork()
     session.stream.reopen_after_fork()
     if session.hook is not None:
         session.hook.lock = threading.RLock()
+    session.meter.hello()
     session.write_started("fork")
 
 
@@ -112,9 +117,12 @@ def activate(how: str) -> Session | None:
     with open(path) as f:
         job = json.load(f)
     if job.get("version") != protocol.VERSION:
-        raise RuntimeError(f"job file {path} is version {job.get('version')}, not 1")
+        raise RuntimeError(
+            f"job file {path} is version {job.get('version')}, not {protocol.VERSION}"
+        )
     session = Session(job, how)
     SESSION = session
+    session.meter.hello()  # before anything of the job's runs: the parent places us
     session.write_started(how)
     session.hook = hook.install(job.get("phases", []), session.stream.write)
     atexit.register(_at_exit)

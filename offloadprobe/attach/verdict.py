@@ -1,19 +1,23 @@
 """Budgets for a job whose payload is unknown, and the exit code.
 
-* ``--max-host-peak 40GiB``: every call's host peak over its start; or ``1.1x``: that
-  peak over the device bytes the call freed (an offload) or took (a load), where those
-  are measured (CUDA initialised in the process) and not zero; other calls are listed
-  as not judged, never passed silently.
-* ``--max-host-growth 1GiB`` (or ``x``): every call's RSS after less RSS before.
+* ``--max-host-peak 40GiB``: every call's host peak over its start (the larger of its
+  RSS view and its cgroup view, ``Call.host_peak_bytes``); or ``1.1x``: that peak over
+  the device bytes the call freed (an offload) or took (a load), where those are
+  measured (CUDA initialised in the process) and not zero; other calls are listed as not
+  judged, never passed silently.
+* ``--max-host-growth 1GiB`` (or ``x``): every call's after less before (the larger of
+  the two views, ``Call.host_growth_bytes``).
 * ``--max-node-peak 1700GiB``: the job cgroup's peak over the whole run (or, without a
   cgroup, the process tree's sampled RSS, as the report says).
 
 Exit code: the job's own status when it failed (its code, or 128+N for signal N: never
-0); else 1 for a breach, for a named phase that could not be measured at all (its
+0); else 1 for a process that escaped its memory cgroup, for a cgroup peak reset inside
+the job, for a breach, for a named phase that could not be measured at all (its
 function not found in its module, or not wrapped; its module never imported by any
 process of the job), for a job with nothing to measure (no phase named, no
 ``offloadprobe.phase`` block recorded) or, with ``--require-calls``, for a named phase
-never called; else 0. Bad input is 2, raised as ``UsageError`` before the job starts.
+never called or a Python process (or a new image in one) that ran uninstrumented; else
+0. Bad input is 2, raised as ``UsageError`` before the job starts.
 """
 
 from __future__ import annotations
@@ -160,8 +164,10 @@ def exit_code(record: JobRecord) -> int:
     """See the module's text."""
     if record.exit_code != 0:
         return exit_status(record.exit_code)
+    if record.escaped or record.peak_resets:
+        return 1
     if record.breaches or record.unmeasured or record.nothing_named:
         return 1
-    if record.require_calls and record.never_called:
+    if record.require_calls and (record.never_called or record.uninstrumented):
         return 1
     return 0

@@ -16,12 +16,14 @@ from offloadprobe.cli.progress import PROGRESS_FLAGS, quiet_verb_help
 
 HELP = """Run COMMAND (a script, python -m ..., torchrun ...) unchanged and measure every call
 of the named functions (--phase, --preset) and every offloadprobe.phase block of the
-job's own code, in every Python process of its tree: host peak over the call's start,
-RSS before and after, pinned and GPU bytes, duration, rank. The job's output, exit code
-and signals pass through; the report goes to stderr after it ends.
-Exit: 0 ok; 1 over budget, a named function not found or its module never imported,
-nothing measured at all, or a --require-calls phase never called; the job's own status
-when it failed; 2 bad input (before the job starts)."""
+job's own code, in every Python process of its tree: host peak over the call's start
+and growth (the larger of its RSS and its process's own memory cgroup, which attach
+reads), pinned and GPU bytes, duration, rank. The job's output, exit code and signals
+pass through; the report goes to stderr after it ends.
+Exit: 0 ok; 1 a process escaped its cgroup or reset its peak, over budget, a named
+function not found or its module never imported, nothing measured at all, or with
+--require-calls a phase never called or a Python process not instrumented; the job's
+own status when it failed; 2 bad input (before the job starts)."""
 
 
 @app.command(
@@ -53,14 +55,16 @@ def attach_command(
         str | None,
         typer.Option(
             "--max-host-peak",
-            help="Per call: peak RSS over the call's start, e.g. 40GiB, or 1.1x the device "
-            "bytes the call moved (where measured).",
+            help="Per call: host peak over the call's start (the larger of RSS and its "
+            "cgroup), e.g. 40GiB, or 1.1x the device bytes the call moved (where measured).",
         ),
     ] = None,
     max_host_growth: Annotated[
         str | None,
         typer.Option(
-            "--max-host-growth", help="Per call: RSS after less RSS before, e.g. 1GiB or 1.0x."
+            "--max-host-growth",
+            help="Per call: host after less before (the larger of RSS and its cgroup), "
+            "e.g. 1GiB or 1.0x.",
         ),
     ] = None,
     max_node_peak: Annotated[
@@ -69,7 +73,11 @@ def attach_command(
     ] = None,
     require_calls: Annotated[
         bool,
-        typer.Option("--require-calls", help="Exit 1 when a named phase was never called."),
+        typer.Option(
+            "--require-calls",
+            help="Exit 1 when a named phase was never called, or a Python process (or a "
+            "new image exec'd in one) ran without the bootstrap.",
+        ),
     ] = False,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write every call and summary as JSON.")

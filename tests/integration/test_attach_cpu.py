@@ -11,6 +11,7 @@ must reach attach itself.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -24,8 +25,11 @@ from pathlib import Path
 import pytest
 
 from offloadprobe.attach import collect, protocol
+from offloadprobe.attach.report_json import record_from_json
 from offloadprobe.attach.run import AttachJob, job_environment, write_job_file
 from offloadprobe.attach.spec import parse_phase
+from offloadprobe.attach.verdict import exit_code
+from offloadprobe.measure.cgroup import own_group
 from offloadprobe.schemas import validate
 from tests.conftest import ROOT, CliResult, invoke_cli
 
@@ -34,6 +38,7 @@ pytestmark = pytest.mark.processes(4)  # the example: 1 process, then torchrun +
 # and megatron-core ~6.5 of it; a cycle ~0.25), torchrun's agent ~3 (torch) and two ranks
 # ~8 each (gloo's waits do not spin), the small jobs ~3.
 
+MIB = 1024**2
 PY = sys.executable
 EXAMPLE = ROOT / "examples" / "attach" / "train_offload.py"
 JOBS = Path(__file__).resolve().parent / "attach_jobs"
@@ -170,7 +175,7 @@ def test_pre_fix_offload_peaks_at_two_buffers_over_its_start(single):
     # calls grew the process by 0.09x once here)
     (growth,) = (g for g in doc["growth"] if g["phase"] == "offload")
     assert growth["calls"] == 2 and growth["pinned_growth_bytes"] is None  # CPU: no pinned
-    span = offloads[-1]["host_after_bytes"] - offloads[0]["host_after_bytes"]
+    span = _span(offloads[0], offloads[-1], grouped=_grouped(doc))
     assert growth["host_growth_bytes"] == span
     assert abs(span) <= 0.5 * buffer, span
 
@@ -199,11 +204,14 @@ def test_two_torchrun_ranks_post_fix_copies_into_the_buffer_it_kept(ranks):
         assert offloads[0]["host_peak_bytes"] >= 0.9 * buffer[rank]  # the kept buffer, made
         for call in offloads[1:]:
             assert call["host_peak_bytes"] <= 0.05 * buffer[rank], call
+        if _grouped(doc):  # each rank in a cgroup of its own: its own buffer, not both
+            assert 0.9 * buffer[rank] <= offloads[0]["group_peak_bytes"] <= 1.5 * buffer[rank]
         (growth,) = (g for g in doc["growth"] if g["phase"] == "offload" and g["rank"] == rank)
         assert growth["calls"] == 2 and abs(growth["host_growth_bytes"]) <= 0.5 * buffer[rank]
     assert sorted(r["rank"] for r in doc["ranks"]) == [0, 1]
     # torchrun's agent loaded the bootstrap too (it is Python): three processes, none missed
     assert len(doc["processes"]) >= 3 and doc["not_instrumented"] == []
+    assert doc["escaped"] == [] and doc["peak_resets"] == []
 
 
 # ------------------------------------------------------------------ small jobs
@@ -277,16 +285,24 @@ def test_in_code_phases_alone_start_attach_and_show_reprints_its_report(tmp_path
     n = 40 * 1024**2
     result, doc = _small(tmp_path, "torch", "block:41943040", "block:41943040", phases=())
     assert result.exit_code == 0, result.stderr
-    assert "small_job: torch imported: False" in capfd.readouterr().out
+    out = capfd.readouterr().out
+    assert "small_job: torch imported: False" in out
+    # what attach's half in the job imports: the standard library and offloadprobe's
+    # attach runtime, nothing else of offloadprobe (checked against the job run plain)
+    plain = subprocess.run([PY, str(SMALL), "torch"], capture_output=True, text=True, cwd=JOBS)
+    added = set(_job_says(out, "modules").split()) - set(_job_says(plain.stdout, "modules").split())
+    assert {"offloadprobe.attach.runtime", "offloadprobe.attach.meter_client"} <= added
+    others = {m for m in added if m.partition(".")[0] not in sys.stdlib_module_names}
+    assert all(
+        m.startswith("offloadprobe.attach") for m in others - {"offloadprobe", "sitecustomize"}
+    ), others
     calls = _calls(doc, "block")
     assert [c["index"] for c in calls] == [1, 2]
     assert all(c["target"] == "offloadprobe.phase" for c in calls)
     assert all(c["host_peak_bytes"] >= 0.9 * n for c in calls)
     (growth,) = doc["growth"]
     assert growth["phase"] == "block" and growth["calls"] == 2
-    assert (
-        growth["host_growth_bytes"] == calls[1]["host_after_bytes"] - calls[0]["host_after_bytes"]
-    )
+    assert growth["host_growth_bytes"] == _span(calls[0], calls[1], grouped=_grouped(doc))
     assert abs(growth["host_growth_bytes"]) <= 0.05 * n  # the spike is freed inside each call
     shown = invoke_cli("show", str(tmp_path / "small.json"), columns=80)
     report = result.stderr.rpartition("wrote JSON ")[0]  # then where it wrote it
@@ -322,15 +338,103 @@ def test_spawned_forked_and_env_only_children_record_their_calls(tmp_path):
 
 
 def test_a_class_method_and_a_nested_call(tmp_path):
+    phases = ("spike=attach_target:spike", "mover=attach_target:Mover.offload")
     _, doc = _small(
-        tmp_path,
-        "mover:41943040",
-        phases=("spike=attach_target:spike", "mover=attach_target:Mover.offload"),
+        tmp_path, "mover:41943040", "outer:20971520", phases=(*phases, "outer=attach_target:outer")
     )
     (mover,) = _calls(doc, "mover")
-    (spike,) = _calls(doc, "spike")
-    assert spike["depth"] == 1 and spike["parent"] == ["mover", 1]
-    assert mover["host_peak_bytes"] >= spike["host_peak_bytes"] >= 0.9 * 40 * 1024**2
+    inner, after = _calls(doc, "spike")
+    assert inner["depth"] == 1 and inner["parent"] == ["mover", 1]
+    assert mover["host_peak_bytes"] >= inner["host_peak_bytes"] >= 0.9 * 40 * 1024**2
+    if _grouped(doc):  # outer's 40 MiB came before its inner call reset the group's peak:
+        (outer,) = _calls(doc, "outer")  # the parent folded it into outer first
+        assert after["parent"] == ["outer", 1]
+        assert outer["group_peak_bytes"] >= 0.9 * 40 * MIB
+        assert 0.9 * 20 * MIB <= after["group_peak_bytes"] <= 30 * MIB
+
+
+def _span(first: dict, last: dict, *, grouped: bool) -> int:
+    """Host after ``last`` less after ``first``: RSS, and the process's cgroup where there
+    is one (the larger governs)."""
+    rss = last["host_after_bytes"] - first["host_after_bytes"]
+    return max(rss, last["group_after_bytes"] - first["group_after_bytes"]) if grouped else rss
+
+
+def _grouped(doc: dict) -> bool:
+    """Whether attach could make the job's memory cgroups here (root, or delegated)."""
+    return doc["nodes"][0]["node_peak_method"].startswith("cgroup")
+
+
+def _job_says(out: str, what: str) -> str:
+    (line,) = [x for x in out.splitlines() if x.startswith(f"small_job: {what} ")]
+    return line.removeprefix(f"small_job: {what} ")
+
+
+def test_a_copy_written_into_a_memfd_is_the_calls_host_figure_and_breaches(tmp_path, capfd):
+    """An offload that writes its copy into a memfd (``write``, never mapped): no RSS
+    shows it; the call's own cgroup, read by attach, does, and both budgets hold it."""
+    n = 32 * MIB
+    budgets = ("--max-host-peak", "16MiB", "--max-host-growth", "16MiB")
+    result, doc = _small(
+        tmp_path, f"memfd:{n}", phases=("memfd=attach_target:to_memfd",), extra=budgets
+    )
+    truth = int(_job_says(capfd.readouterr().out, "memfd bytes"))  # its blocks, by fstat
+    if not _grouped(doc):
+        pytest.skip("no memory cgroup for the job on this host")
+    assert result.exit_code == 1 and doc["exit_code"] == 1 and doc["job_exit_code"] == 0
+    assert truth == n
+    (call,) = _calls(doc, "memfd")
+    assert sorted(b["budget"].split()[0] for b in doc["breaches"]) == [
+        "--max-host-growth",
+        "--max-host-peak",
+    ]
+    assert {b["where"] for b in doc["breaches"]} == {f"memfd #1 (pid {call['pid']})"}
+    assert call["rss_peak_bytes"] < truth / 4  # RSS alone misses it: the attack is real
+    # the memfd plus the 1 MiB buffer it was written from, and page tables: a margin
+    assert truth <= call["host_peak_bytes"] <= truth + 4 * MIB
+    assert truth <= call["host_growth_bytes"] <= truth + 4 * MIB  # kept after the call
+    assert call["host_peak_by"] == "cgroup"
+    assert "over budget: memfd #1" in result.stderr
+
+
+def test_a_job_that_execs_itself_without_the_bootstrap_is_listed(tmp_path):
+    """The same pid and the same command line, a new image without the bootstrap's two
+    variables: listed as not instrumented; exit 1 under --require-calls, a note without."""
+    result, doc = _small(tmp_path, "spike:1000", "reexec:0.3", extra=("--require-calls",))
+    assert result.exit_code == 1 and doc["exit_code"] == 1 and doc["job_exit_code"] == 0
+    (job,) = [p for p in doc["processes"] if p["argv"][:1] == [str(SMALL)]]
+    (missing,) = doc["not_instrumented"]
+    assert missing["pid"] == job["pid"] and missing["after_exec"] is True
+    assert missing["command"].endswith(f"{SMALL} sleep:0.3")
+    assert doc["never_called"] == [] and len(_calls(doc, "spike")) == 1
+    stderr = " ".join(result.stderr.split())
+    assert f"not instrumented: pid {job['pid']} (parent " in stderr
+    assert "a new image exec'd without the bootstrap" in stderr
+    assert "verdict: not instrumented with --require-calls" in stderr
+    lenient = dataclasses.replace(record_from_json(doc), require_calls=False)
+    assert exit_code(lenient) == 0 and lenient.uninstrumented  # still listed, and a note
+    assert any("executed a new image without the bootstrap" in n for n in doc["notes"])
+
+
+def test_a_job_that_moves_itself_into_the_parent_cgroup_has_escaped(tmp_path, capfd):
+    """The job's process writes its own pid into the cgroup above the job's (this test's
+    own, where attach runs): attach finds it outside and fails the job."""
+    home = own_group()
+    if home is None:
+        pytest.skip("no readable memory cgroup here")
+    with open("/proc/self/cgroup") as mine:  # this process's group, as the kernel says
+        line = next(x for x in mine if ":memory:" in x or x.startswith("0::"))
+    result, doc = _small(tmp_path, "spike:1000", f"escape:{home.procs}", "sleep:0.3")
+    now = _job_says(capfd.readouterr().out, "cgroup now")  # the job's own /proc view
+    if not _grouped(doc):
+        pytest.skip("no memory cgroup for the job on this host")
+    assert now == line.strip().split(":", 2)[2]  # it did leave, for this test's group
+    assert result.exit_code == 1 and doc["exit_code"] == 1 and doc["job_exit_code"] == 0
+    (job,) = [p for p in doc["processes"] if p["argv"][:1] == [str(SMALL)]]
+    (escaped,) = doc["escaped"]
+    assert escaped["pid"] == job["pid"] and escaped["found_in"] == now
+    assert escaped["left"].endswith(f"/p{job['pid']}")
+    assert f"verdict: escaped: pid {job['pid']}" in result.stderr
 
 
 def test_an_existing_sitecustomize_still_runs(tmp_path, capfd):

@@ -11,7 +11,7 @@ from offloadprobe.attach.collect import (
     summarise_phase,
     summarise_ranks,
 )
-from offloadprobe.attach.records import Call, JobRecord, Process, Uninstrumented
+from offloadprobe.attach.records import Call, Escaped, JobRecord, Process, Uninstrumented
 
 MIB = 1024**2
 GIB = 1024**3
@@ -50,7 +50,7 @@ def call(
         error=None,
         host_before_bytes=before,
         host_after_bytes=before + growth,
-        host_peak_bytes=peak,
+        rss_peak_bytes=peak,
         host_peak_method="vmhwm",
         pinned_source="torch.cuda.host_memory_stats" if gpu else None,
         pinned_before_bytes=32 * MIB if gpu else None,
@@ -92,6 +92,47 @@ def calls(gpu: bool = True) -> list[Call]:
     return out
 
 
+def _grouped(c: Call) -> Call:
+    """The call with its process's cgroup read by the parent: 1 MiB more than RSS
+    throughout, and offload #2 wrote a 32 MiB copy into a memfd that no RSS shows."""
+    memfd = 32 * MIB if (c.phase, c.index) == ("offload", 2) else 0
+    return replace(
+        c,
+        group_before_bytes=c.host_before_bytes + MIB,
+        group_after_bytes=c.host_after_bytes + MIB + memfd,
+        group_peak_bytes=c.rss_peak_bytes + memfd,
+    )
+
+
+def tricked() -> JobRecord:
+    """A job that hid from its RSS three ways: a copy in a memfd (its cgroup saw it), a
+    re-exec without the bootstrap, and a process that left its cgroup (the peak of the
+    job's group reset inside it, too)."""
+    record = job(gpu=False, grouped=True, require_calls=True)
+    return replace(
+        record,
+        uninstrumented=(
+            Uninstrumented(
+                pid=4100,
+                ppid=4000,
+                command="python train_offload.py",
+                seen_by="process tree",
+                after_exec=True,
+            ),
+        ),
+        escaped=(
+            Escaped(
+                pid=4300,
+                command="python helper.py",
+                left="/job/offloadprobe-attach-0/p4100",
+                found_in="/job",
+                rss_bytes=GIB,
+            ),
+        ),
+        peak_resets=("offloadprobe-attach-0",),
+    )
+
+
 def job(
     *,
     exit_code: int = 0,
@@ -100,11 +141,14 @@ def job(
     never_status: str = "module never imported",
     gpu: bool = True,
     ranks: int = 1,
+    grouped: bool = False,
 ) -> JobRecord:
     all_calls = calls(gpu)
+    if grouped:
+        all_calls = [_grouped(c) for c in all_calls]
     for rank in range(1, ranks):
         all_calls += [
-            replace(c, rank=rank, pid=4100 + rank, host_peak_bytes=c.host_peak_bytes // 2)
+            replace(c, rank=rank, pid=4100 + rank, rss_peak_bytes=c.rss_peak_bytes // 2)
             for c in calls(gpu)
         ]
     all_calls.sort(key=lambda c: (c.start_time, c.rank))

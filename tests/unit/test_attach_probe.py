@@ -22,7 +22,7 @@ def _transient(nbytes: int) -> None:
 
 @pytest.fixture
 def calls():
-    return probe.CallProbe(node_cgroup=None, reset_gpu_peak=True)
+    return probe.CallProbe(reset_gpu_peak=True)
 
 
 def test_a_transient_freed_inside_the_call_is_its_peak(calls):
@@ -30,7 +30,7 @@ def test_a_transient_freed_inside_the_call_is_its_peak(calls):
     _transient(48 * MIB)
     record = calls.exit(frame, None)
     assert record["host_peak_method"] == "vmhwm"
-    assert 0.95 * 48 * MIB <= record["host_peak_bytes"] <= 1.2 * 48 * MIB
+    assert 0.95 * 48 * MIB <= record["rss_peak_bytes"] <= 1.2 * 48 * MIB
     assert abs(record["host_after_bytes"] - record["host_before_bytes"]) < 8 * MIB
     assert record["raised"] is False and record["index"] == 1 and record["depth"] == 0
 
@@ -43,8 +43,8 @@ def test_an_inner_call_does_not_hide_the_outer_calls_earlier_peak(calls):
     inner_record = calls.exit(inner, None)
     outer_record = calls.exit(outer, RuntimeError("x"))
     assert inner_record["depth"] == 1 and inner_record["parent"] == ["outer", 1]
-    assert 0.95 * 40 * MIB <= inner_record["host_peak_bytes"] <= 1.2 * 40 * MIB
-    assert outer_record["host_peak_bytes"] >= 0.95 * 64 * MIB
+    assert 0.95 * 40 * MIB <= inner_record["rss_peak_bytes"] <= 1.2 * 40 * MIB
+    assert outer_record["rss_peak_bytes"] >= 0.95 * 64 * MIB
     assert outer_record["raised"] is True and outer_record["error"] == "RuntimeError"
 
 
@@ -58,7 +58,7 @@ def test_where_the_reset_is_refused_the_peak_is_sampled_and_said(calls, monkeypa
     del block
     record = calls.exit(frame, None)
     assert record["host_peak_method"] == "sampled"
-    assert record["host_peak_bytes"] >= 0.9 * 40 * MIB
+    assert record["rss_peak_bytes"] >= 0.9 * 40 * MIB
 
 
 def test_without_cuda_initialised_the_gpu_and_pinned_fields_are_not_measured(calls):

@@ -33,6 +33,7 @@ RECORDS = {
     "attach-cpu": lambda: fake.job(gpu=False, never=True),
     "attach-gpu-ranks": _over_budget,
     "attach-failed": lambda: fake.job(exit_code=-9, gpu=False),
+    "attach-tricked": fake.tricked,
 }
 
 

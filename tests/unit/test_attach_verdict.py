@@ -80,3 +80,49 @@ def test_a_job_with_nothing_named_and_no_block_recorded_is_not_ok():
     record = replace(fake.job(), calls=(), phases=(), ranks=(), growth=())
     assert record.nothing_named and verdict.exit_code(record) == 1
     assert cells.verdict_line(record).startswith("verdict: nothing measured: name a function")
+
+
+def test_an_escape_or_a_peak_reset_fails_and_an_exec_fails_under_require_calls():
+    """The three ways a job hides from its figures (``attach_fakes.tricked``): escaped
+    and peak reset exit 1 whatever the flags; a process left uninstrumented (a re-exec
+    without the bootstrap) exits 1 under --require-calls, and is listed without it."""
+    tricked = fake.tricked()
+    assert verdict.exit_code(tricked) == 1
+    assert cells.verdict_line(tricked).startswith("verdict: escaped: pid 4300")
+    reset = replace(tricked, escaped=())
+    assert verdict.exit_code(reset) == 1 and "peak reset" in cells.verdict_line(reset)
+    execd = replace(reset, peak_resets=())
+    assert verdict.exit_code(execd) == 1
+    assert cells.verdict_line(execd) == (
+        "verdict: not instrumented with --require-calls: pid 4100 (see above)"
+    )
+    lenient = replace(execd, require_calls=False)
+    assert verdict.exit_code(lenient) == 0 and cells.verdict_line(lenient) == "verdict: ok"
+    lines = " ".join(cells.status_lines(lenient))
+    assert "not instrumented: pid 4100 (parent 4000, seen in process tree, a new image" in lines
+
+
+def test_budgets_judge_the_larger_of_the_rss_and_cgroup_views():
+    """offload #2 of ``tricked`` peaked at 64 MiB of RSS and wrote 32 MiB more into a
+    memfd its cgroup held: 96 MiB peak, 32 MiB growth, judged by both budgets."""
+    record = replace(fake.tricked(), escaped=(), peak_resets=(), uninstrumented=())
+    budgets = Budgets.parse(host_peak="80MiB", host_growth="16MiB", node_peak=None)
+    judged = verdict.judge(record, budgets)
+    assert sorted((b.budget, b.where, b.value) for b in judged.breaches) == [
+        ("--max-host-growth 16MiB", "offload #1 (rank 0)", "32.00 MiB"),
+        ("--max-host-growth 16MiB", "offload #2 (rank 0)", "32.00 MiB"),
+        ("--max-host-peak 80MiB", "offload #2 (rank 0)", "96.00 MiB"),
+    ]
+    rss_only = verdict.judge(fake.job(gpu=False), budgets)
+    assert [b.where for b in rss_only.breaches] == ["offload #1 (rank 0)"]
+
+
+def test_a_stream_cannot_write_the_figures_only_the_parent_reads():
+    from offloadprobe.attach.records import PARENT_KEYS, Call
+
+    call = fake.call("offload", 1, peak=MIB, growth=0, moved=None, start=0.0, gpu=False)
+    doc = {**call.to_json(), **dict.fromkeys(PARENT_KEYS, 10**15)}
+    doc["parent"] = None
+    read = Call.from_stream(doc)
+    assert all(getattr(read, key) is None for key in PARENT_KEYS)
+    assert read.host_peak_bytes == MIB  # the RSS view alone: nothing came from the parent

@@ -50,6 +50,9 @@ class Streamed:
 
     connected: bool = False
     """The worker reported to its parent at all (a stand-in worker of a test may not)."""
+    expected: bool = False
+    """The worker is a real one, which reports before any strategy code runs: one that
+    never did and left a record has a record that was written otherwise."""
     marks: list[PhasePeak] = field(default_factory=list)
     """Every phase the worker marked as ended, in order, with the parent's reading."""
     problems: list[str] = field(default_factory=list)
@@ -62,6 +65,8 @@ class Streamed:
     """A record file exists, but the worker never sent its result to its parent."""
     peaks_by_parent: bool = False
     """The parent reset and read the group's peak at every mark (the worker did not)."""
+    garbled: int = 0
+    """Lines from the worker the parent could not read (an honest worker sends none)."""
 
 
 def merge(run: RunRecord, facts: Streamed) -> RunRecord:
@@ -81,11 +86,13 @@ def merge(run: RunRecord, facts: Streamed) -> RunRecord:
 
 def contradictions(run: RunRecord | None, facts: Streamed) -> list[str]:
     """Where the record contradicts what the worker told its parent, one line each."""
-    if not facts.connected:
+    if not (facts.connected or facts.expected):
         return []
     lines = []
     if facts.unsent:
         lines.append("the worker never sent its record to its parent: it was written otherwise")
+    if facts.garbled:
+        lines.append(f"the worker sent its parent {facts.garbled} line(s) it could not read")
     if facts.rewritten:
         lines.append("the record file is not the record the worker sent: it was rewritten")
     if run is not None and run.place is None and run.world is None and facts.result is not None:

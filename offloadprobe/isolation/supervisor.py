@@ -314,6 +314,8 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
                 phases=recorded_phases(job.phase_log(0)),
                 streamed=streamed,
             )
+        if streamed is not None and getattr(SPAWNER[0], "isolates", False):
+            streamed = replace(streamed, expected=True)  # a real worker: it must report
         result, streamed = _result(job, streamed)
         ended_as: Failure | None
         oom = (oom_before, spec.cgroup.oom_kills() if spec.cgroup is not None else None)
@@ -375,7 +377,7 @@ def _result(job: Job, streamed: Streamed | None) -> tuple[WorkerResult | None, S
         written: Any = json.loads(path.read_text())
     except (OSError, ValueError):
         written = None
-    if streamed is None or not streamed.connected:
+    if streamed is None or not (streamed.connected or streamed.expected):
         return WorkerResult.from_dict(written) if written is not None else None, streamed
     if streamed.result is None:
         unsent = written is not None

@@ -37,6 +37,8 @@ from offloadprobe.isolation.escapes import Escaped, describe
 from offloadprobe.measure.parent_peaks import ParentPeaks
 
 POLL_S = 0.01
+LONGEST = 1 << 28
+"""Bytes of one line at most (a record is some kilobytes to a few megabytes)."""
 """How often the worker's cgroup membership is read between two of its lines."""
 ACK = b"\n"
 
@@ -65,6 +67,7 @@ class Warden:
         self._problems: list[str] = []
         self._result: dict[str, Any] | None = None
         self._done = False
+        self._garbled = 0
         self._thread = threading.Thread(target=self._serve, name="offloadprobe-warden")
         self._thread.daemon = True
         self._thread.start()
@@ -117,10 +120,14 @@ class Warden:
                 return
             pending += data
             *lines, pending = pending.split(b"\n")
+            if len(pending) > LONGEST:  # no line of the worker's is this long
+                pending, self._garbled = b"", self._garbled + 1
             for line in lines:
                 self._watch()
-                with contextlib.suppress(ValueError, TypeError, KeyError):
+                try:
                     self._take(json.loads(line))
+                except Exception:  # whatever it sent, the parent keeps listening
+                    self._garbled += 1
                 with contextlib.suppress(OSError):
                     conn.sendall(ACK)
 
@@ -183,6 +190,7 @@ class Warden:
             problems=list(self._problems),
             result=self._result,
             peaks_by_parent=self.owns_peaks and self._inside,
+            garbled=self._garbled,
         )
 
     def escape_message(self) -> str | None:

@@ -50,8 +50,11 @@ class MovesItselfOut:
         self.fds = {}
 
     def offload(self, models):
+        from offloadprobe.measure.cgroup import MemoryGroup, home_procs
+
         _, group = own_group()
-        (group.parent / "cgroup.procs").write_text(str(os.getpid()))
+        # the group above (on v2 its leaf for processes, where it delegates the controller)
+        home_procs(MemoryGroup.at(group)).write_text(str(os.getpid()))
         type(self).moved_from = str(group)
         for i, buffer in enumerate(_buffers(models)):
             fd = self.fds.setdefault(i, os.memfd_create(f"outside-{i}"))

@@ -176,13 +176,16 @@ def test_the_channel_tells_the_parent_line_by_line_and_each_is_acknowledged():
     found += ["cycle 0: param_data differs"]
     found.append("cycle 0: grad_data differs")
     channel.result({"exit_code": 1})
+    channel.send({"mark": "end", "cycle": [0]})  # unreadable: counted, still acknowledged
     channel.done()
+    channel.send({"problems": ["after its last word"]})  # closed: goes nowhere
     facts = warden.stop()
     assert warden.pid == os.getpid()  # the kernel's word for who connected
     assert facts.connected and facts.result == {"exit_code": 1}
     assert facts.problems == ["cycle 0: param_data differs", "cycle 0: grad_data differs"]
     assert [(m.cycle, m.phase, m.peak_bytes) for m in facts.marks] == [(0, "offload", None)]
     assert list(found) == facts.problems
+    assert facts.garbled == 1
 
 
 class _Leaves:
@@ -272,6 +275,7 @@ def test_an_honest_record_keeps_its_own_verdict():
         (dict(rewritten=True), "record file is not the record the worker sent"),
         (dict(unsent=True, result=None), "never sent its record"),
         (dict(marks=[]), "never marked to its parent (first: cycle 0, phase train)"),
+        (dict(garbled=2), "sent its parent 2 line(s) it could not read"),
     ],
 )
 def test_a_record_that_contradicts_the_stream_is_inconsistent(change, words):
@@ -336,6 +340,13 @@ def test_the_sent_result_is_the_record_and_the_file_is_checked_against_it(tmp_pa
     assert facts is not None and not facts.rewritten
     result, facts = _result(job, Streamed(connected=True))
     assert result is not None and facts is not None and facts.unsent
+    # a real worker that never reported, beside a record: written otherwise
+    result, facts = _result(job, Streamed(expected=True))
+    assert facts is not None and facts.unsent
+    assert ending(None, facts, None) is not None
+    # a test's stand-in that never reported: its record alone
+    result, facts = _result(job, Streamed())
+    assert result is not None and facts is not None and not facts.unsent
 
 
 def test_the_escape_watch_names_the_worker_itself_when_it_left():

@@ -120,11 +120,8 @@ def ending(run: RunRecord | None, facts: Streamed, failure: Failure | None) -> F
             return None  # the record says it too: its own verdict, with every reason
         tail = "; ".join([*lines, *told])
         message = facts.problems[0] + more + (f"; {tail}" if tail else "")
-        return Failure(kind="corrupted", message=message, exit_code=failure_code(failure))
+        code = failure.exit_code if failure is not None else None
+        return Failure(kind="corrupted", message=message, exit_code=code)
     if lines and failure is None and (run is None or run.failure is None):
         return Failure(kind="inconsistent", message="; ".join(lines))
     return failure
-
-
-def failure_code(failure: Failure | None) -> int | None:
-    return failure.exit_code if failure is not None else None

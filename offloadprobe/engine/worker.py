@@ -12,7 +12,10 @@ The job says which of three things it is:
 
 The worker's exit code is the one its result records: 0 when the run's facts pass every
 rule but budgets (those are the parent's), 1 when they do not, 2 for bad input. The parent
-checks the two agree.
+checks the two agree. Where the job names a channel (one process), the worker connects to
+its parent before any strategy code is imported and tells it, as they happen, each phase's
+start and end, each integrity problem and its result (``engine.channel``): what the
+parent judges, whatever the record file or the exit status say later.
 """
 
 from __future__ import annotations

@@ -3,11 +3,13 @@
 ``run_worker`` makes a work folder, writes the job, starts ``python -m
 offloadprobe.engine.worker JOB`` in a session of its own (so its whole process group can
 be ended) with ``PR_SET_PDEATHSIG`` (it dies with the parent), optionally inside a memory
-cgroup, and waits: with a timeout, feeding the phase log to a progress callback. However
-the worker ends, the outcome says how (``core.verdicts.ended``): a record to judge, or
-killed, exited early, timed out, inconsistent. Afterwards nothing it started is left:
-not a process, not a file, not a cgroup. A reaper process (``reaper.py``) does the same if
-this process is itself SIGKILLed.
+cgroup, and waits: with a timeout, feeding the phase log to a progress callback, while a
+warden (``isolation.warden``) takes what the worker tells it as it runs and watches its
+cgroup membership. However the worker ends, the outcome says how
+(``core.verdicts.ended``): a record to judge (the one the worker sent, the file checked
+against it), or killed, exited early, timed out, inconsistent, escaped. Afterwards nothing
+it started is left: not a process, not a file, not a cgroup. A reaper process
+(``reaper.py``) does the same if this process is itself SIGKILLed.
 
 This module imports no torch.
 """
@@ -283,10 +285,9 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
     signals.install()
     with work_folder() as folder, own_group(spec) as spec:
         job = replace(spec.job, workdir=str(folder))
-        warden = None
+        warden = None  # a launcher's ranks report through it, each in its own way
         if job.launch is None:
             warden = Warden(spec.cgroup, scale=payload_of(job.config))
-        if warden is not None:
             job = replace(job, channel=warden.path, peaks_by_parent=warden.owns_peaks)
         job.write()
         if job.gate:

@@ -27,6 +27,14 @@ class Escaped:
     """Its RSS when it was found outside the group."""
 
 
+def left(group: Any, pid: int) -> bool:
+    """Whether process ``pid`` is out of ``group``: its ``/proc/PID/cgroup`` names no group
+    at or below it, and the group's own ``cgroup.procs`` does not list it either (two
+    readings of the kernel's that must agree: a cgroup namespace can make the first name
+    paths the mount does not have)."""
+    return group.holds(pid) is False and pid not in group.pids()
+
+
 def describe(pid: int) -> Escaped:
     """Process ``pid`` as found outside its group: its command line and RSS now."""
     import psutil
@@ -55,7 +63,7 @@ class EscapeWatch:
     def look(self) -> None:
         import psutil
 
-        if self.root not in self.found and self.group.holds(self.root) is False:
+        if self.root not in self.found and left(self.group, self.root):
             self.found[self.root] = describe(self.root)
         try:
             descendants = psutil.Process(self.root).children(recursive=True)

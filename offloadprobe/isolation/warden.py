@@ -33,7 +33,7 @@ import uuid
 from typing import Any
 
 from offloadprobe.core.streamed import PhasePeak, Streamed
-from offloadprobe.isolation.escapes import Escaped, describe
+from offloadprobe.isolation.escapes import Escaped, describe, left
 from offloadprobe.measure.parent_peaks import ParentPeaks
 
 POLL_S = 0.01
@@ -167,7 +167,7 @@ class Warden:
         """The worker in its group? Read from the kernel, not asked of the worker."""
         if not self._inside or self.pid is None or self._done or self.escaped is not None:
             return
-        if self.group.holds(self.pid) is not False:
+        if not left(self.group, self.pid):
             return
         self.escaped = describe(self.pid)
         if self.pid != os.getpid():  # a worker in this process (tests) is not killed

@@ -201,6 +201,9 @@ class _Leaves:
         self.reads += 1
         return self.reads == 1
 
+    def pids(self) -> list[int]:
+        return []
+
 
 def test_a_worker_found_outside_its_group_is_escaped_where_it_was(monkeypatch):
     monkeypatch.setattr("offloadprobe.isolation.warden.ParentPeaks", lambda *a, **k: None)
@@ -365,3 +368,22 @@ def test_the_escape_watch_names_the_worker_itself_when_it_left():
     watch.look()
     assert os.getpid() in watch.found
     assert (watch.message() or "").startswith(f"the measured process (pid {os.getpid()}")
+
+
+def test_an_escape_needs_both_readings_of_the_kernel_to_agree():
+    """``/proc/PID/cgroup`` says outside, but the group still lists the process (a cgroup
+    namespace naming paths the mount does not have): no escape."""
+    from offloadprobe.isolation.escapes import left
+
+    class Group:
+        def __init__(self, listed: list[int]) -> None:
+            self.listed = listed
+
+        def holds(self, pid: int) -> bool:
+            return False
+
+        def pids(self) -> list[int]:
+            return self.listed
+
+    assert not left(Group([42]), 42)
+    assert left(Group([]), 42)

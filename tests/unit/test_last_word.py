@@ -189,27 +189,27 @@ def test_the_channel_tells_the_parent_line_by_line_and_each_is_acknowledged():
 
 
 class _Leaves:
-    """A group the worker is in when it connects, and has left after (its ``/proc`` file
-    says so)."""
+    """A group the worker is in until ``gone`` is set (its ``/proc`` file says so)."""
 
     version = 1
 
     def __init__(self) -> None:
-        self.reads = 0
+        self.gone = False
 
     def holds(self, pid: int) -> bool:
-        self.reads += 1
-        return self.reads == 1
+        return not self.gone
 
     def pids(self) -> list[int]:
-        return []
+        return [] if self.gone else [os.getpid()]
 
 
 def test_a_worker_found_outside_its_group_is_escaped_where_it_was(monkeypatch):
     monkeypatch.setattr("offloadprobe.isolation.warden.ParentPeaks", lambda *a, **k: None)
-    warden = Warden(_Leaves())
+    group = _Leaves()
+    warden = Warden(group)
     channel = ParentChannel.connect(warden.path)
-    channel.mark("start", 1, "offload")
+    channel.mark("start", 1, "offload")  # acknowledged: the parent holds it
+    group.gone = True  # it wrote its pid into another group's cgroup.procs
     channel.done()
     warden.stop()
     assert warden.escaped is not None and warden.escaped.pid == os.getpid()
@@ -225,6 +225,9 @@ def test_a_worker_never_in_the_group_cannot_leave_it(monkeypatch):
     class Never(_Leaves):
         def holds(self, pid: int) -> bool:
             return False
+
+        def pids(self) -> list[int]:
+            return []
 
     class NoPeaks:
         def __init__(self, *args, **kwargs) -> None: ...

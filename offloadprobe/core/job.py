@@ -68,6 +68,12 @@ class Job:
     each rank; every rank waits until the launcher has moved it into its own."""
     rank_cgroups_missing: str | None = None
     """Ranks our launcher starts: why it could not make them a group each."""
+    channel: str | None = None
+    """The UNIX socket the parent listens on (``isolation.warden``): marks, integrity
+    problems and the result go there as they happen (``engine.channel``)."""
+    peaks_by_parent: bool = False
+    """The parent resets and reads the group's peak at every phase mark: the worker
+    leaves the group's peak counter alone."""
     version: int = JOB_VERSION
 
     @property
@@ -149,13 +155,21 @@ class WorkerResult:
     def read(cls, path: Path) -> WorkerResult | None:
         """The result, or None where the worker wrote none (or something unreadable)."""
         try:
-            data = json.loads(path.read_text())
+            return cls.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> WorkerResult | None:
+        """The result from its JSON form (as written, or as sent to the parent), or None
+        where it is not one."""
+        try:
             fields = dict(data)
             fields["failure"] = Failure(**data["failure"]) if data.get("failure") else None
             if fields.get("version") != RESULT_VERSION:
                 return None
             return cls(**fields)
-        except (OSError, ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
 

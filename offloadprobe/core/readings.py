@@ -149,3 +149,10 @@ class CgroupReading:
     shmem_after: int | None = None
     """Shared memory charged to the group: tmpfs and /dev/shm files, memfd, SysV."""
     anon_after: int | None = None
+    peak_read_by: str | None = None
+    """``parent``: the peak was reset and read by the worker's parent at the phase's
+    marks, out of the measured code's reach (``measure.parent_peaks``); None: by the
+    measured process itself."""
+    peak_floor: int | None = None
+    """cgroup v1, read by the parent: the highest usage threshold the kernel signalled
+    in the phase, a floor under the peak that no write to the group's files lowers."""

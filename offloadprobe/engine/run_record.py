@@ -61,7 +61,7 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
         gpu_baseline_bytes=state.gpu_baseline,
         phases=phases,
         summary=summary,
-        integrity=state.problems,
+        integrity=list(state.problems),
         notes=notes,
         failure=state.failure,
         optimizer_strategy=cfg.optimizer_strategy,

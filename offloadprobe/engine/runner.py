@@ -19,6 +19,7 @@ from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.records import PhaseRecord, Report, ResidencyFact, RunRecord
 from offloadprobe.core.units import format_bytes
 from offloadprobe.core.verdicts import cycle_residency_problems
+from offloadprobe.engine.channel import Findings
 from offloadprobe.engine.descriptors import close, registered_bytes
 from offloadprobe.engine.model import audit
 from offloadprobe.engine.model.builder import ProbeModel, build_probe_model
@@ -70,6 +71,8 @@ class Hooks:
     group: str | None = None
     """Where host figures come from besides the process: ``cgroup`` (the worker's or
     rank's own), ``tree``/``rank tree`` (its process tree), None (the process alone)."""
+    channel: Any = None
+    """The worker's channel to its parent (``engine.channel``): problems go there too."""
 
 
 def moves_optimizer(cfg: RunConfig) -> bool:
@@ -123,7 +126,8 @@ class _Cycles:
             if memory is not None
             else None,
             sampler=hooks.sampler,
-            cgroup_reset=hooks.fence is None or hooks.group == "cgroup",  # its own group
+            cgroup_reset=(hooks.fence is None or hooks.group == "cgroup")
+            and not getattr(hooks.channel, "owns_peaks", 0),
             group=hooks.group,
         )
         self.construction, built = self.meter.measure(0, "construction", self.construct)
@@ -139,7 +143,7 @@ class _Cycles:
         self.grads_freed = False
         self.moved_nothing: set[str] = set()
         self.phases: list[PhaseRecord] = []
-        self.problems: list[str] = []
+        self.problems: list[str] = Findings(hooks.channel)  # each told to the parent
         self.failure: Failure | None = None
         self.residency: list[ResidencyFact] = []
         self.residents: list[audit.ResidentTensor] = []

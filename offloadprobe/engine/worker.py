@@ -12,7 +12,10 @@ The job says which of three things it is:
 
 The worker's exit code is the one its result records: 0 when the run's facts pass every
 rule but budgets (those are the parent's), 1 when they do not, 2 for bad input. The parent
-checks the two agree.
+checks the two agree. Where the job names a channel (one process), the worker connects to
+its parent before any strategy code is imported and tells it, as they happen, each phase's
+start and end, each integrity problem and its result (``engine.channel``): what the
+parent judges, whatever the record file or the exit status say later.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.records import Report, report_from_dict
 from offloadprobe.core.verdicts import judge
 from offloadprobe.core.world import under_torchrun
+from offloadprobe.engine.channel import ParentChannel
 from offloadprobe.measure.phase_log import PhaseLog
 
 
@@ -48,7 +52,7 @@ def _rank() -> int | None:
     return int(os.environ.get("RANK", "0")) if under_torchrun() else None
 
 
-def _single(job: Job) -> Report:
+def _single(job: Job, channel: ParentChannel | None = None) -> Report:
     from offloadprobe.engine.runner import Hooks, run
     from offloadprobe.measure.sampler import sampler_for
 
@@ -58,14 +62,26 @@ def _single(job: Job) -> Report:
         cuda = job.config.device != "cpu" and _has_cuda()
         sampler = sampler_for(cuda=cuda, folder=job.workdir).start()
     group = "cgroup" if job.own_cgroup else "tree" if job.cgroup_missing else None
+
+    def on_start(cycle: int, phase: str) -> None:
+        log.start(cycle, phase)  # a gated worker waits here first (repro drops the cache)
+        if channel is not None:
+            channel.mark("start", cycle, phase)  # the parent resets the group's peak
+
+    def on_phase(rec: Any) -> None:
+        if channel is not None:
+            channel.mark("end", rec.cycle, rec.phase)  # the parent reads the peak
+        log.end(rec.cycle, rec.phase, asdict(rec))
+
     try:
         report = run(
             job.config,
             Hooks(
-                on_start=log.start,
-                on_phase=lambda rec: log.end(rec.cycle, rec.phase, asdict(rec)),
+                on_start=on_start,
+                on_phase=on_phase,
                 sampler=sampler,
                 group=group,
+                channel=channel,
             ),
         )
     finally:
@@ -134,18 +150,29 @@ def _launch(job: Job) -> tuple[Report | None, Failure | None]:
     return report, outcome.failure
 
 
-def _write(job: Job, rank: int | None, report: Report | None, failure: Failure | None) -> int:
+def _write(
+    job: Job,
+    rank: int | None,
+    report: Report | None,
+    failure: Failure | None,
+    channel: ParentChannel | None = None,
+) -> int:
     code = _exit_code(report, failure)
     result = WorkerResult(
         exit_code=code, report=report.to_dict() if report is not None else None, failure=failure
     )
     result.write(job.result_path(rank))
+    if channel is not None and rank is None:
+        channel.result(asdict(result))  # what the parent judges, whatever the file says later
     return code
 
 
 def serve(job: Job) -> int:
     """Run ``job`` in this process and write its result; the exit code it records."""
     ranked = job.rank_of_launch or under_torchrun()
+    channel = None
+    if job.channel and job.launch is None:  # before any strategy code is imported
+        channel = ParentChannel.connect(job.channel, owns_peaks=job.peaks_by_parent)
     report: Report | None = None
     failure: Failure | None = None
     if job.rank_of_launch and job.rank_cgroups:  # a fresh rank: moved before torch's import
@@ -162,7 +189,7 @@ def serve(job: Job) -> int:
         elif ranked:
             report = _ranked(job)
         else:
-            report = _single(job)
+            report = _single(job, channel)
     except UsageError as exc:
         failure = Failure(kind="bad input", message=str(exc))
     except OffloadProbeError as exc:
@@ -170,7 +197,11 @@ def serve(job: Job) -> int:
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
         failure = Failure(kind="crashed", message=f"{type(exc).__name__}: {exc}".splitlines()[0])
-    return _write(job, _result_rank(job), report, failure)
+    try:
+        return _write(job, _result_rank(job), report, failure, channel)
+    finally:
+        if channel is not None:
+            channel.done()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,8 +18,10 @@ from offloadprobe.core.config import RunConfig
 from offloadprobe.core.job import Job, LaunchSpec
 from offloadprobe.core.outcomes import Failure, Verdict
 from offloadprobe.core.records import Report, RunRecord, report_from_dict
+from offloadprobe.core.streamed import ending
 from offloadprobe.core.verdicts import judge
 from offloadprobe.isolation.supervisor import WorkerOutcome, WorkerSpec, run_worker
+from offloadprobe.isolation.warden import held_against
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -170,6 +172,12 @@ def judge_outcome(
         except (KeyError, TypeError, ValueError) as exc:
             failure = Failure(kind="inconsistent", message=f"unreadable record ({exc})")
             outcome = replace(outcome, failure=failure)
+    if outcome.streamed is not None:  # what the parent was told and read: the last word
+        run = report.runs[0] if report is not None and report.runs else None
+        if report is not None and run is not None:
+            run = held_against(run, outcome.streamed)
+            report = replace(report, runs=[run, *report.runs[1:]])
+        outcome = replace(outcome, failure=ending(run, outcome.streamed, outcome.failure))
     if report is None or not report.runs:
         failure = outcome.failure or Failure(kind="crashed", message="no record was produced")
         report = failed_report(cfg, failure, device=device, phases=outcome.phases)

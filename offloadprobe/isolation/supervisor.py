@@ -3,11 +3,13 @@
 ``run_worker`` makes a work folder, writes the job, starts ``python -m
 offloadprobe.engine.worker JOB`` in a session of its own (so its whole process group can
 be ended) with ``PR_SET_PDEATHSIG`` (it dies with the parent), optionally inside a memory
-cgroup, and waits: with a timeout, feeding the phase log to a progress callback. However
-the worker ends, the outcome says how (``core.verdicts.ended``): a record to judge, or
-killed, exited early, timed out, inconsistent. Afterwards nothing it started is left:
-not a process, not a file, not a cgroup. A reaper process (``reaper.py``) does the same if
-this process is itself SIGKILLed.
+cgroup, and waits: with a timeout, feeding the phase log to a progress callback, while a
+warden (``isolation.warden``) takes what the worker tells it as it runs and watches its
+cgroup membership. However the worker ends, the outcome says how
+(``core.verdicts.ended``): a record to judge (the one the worker sent, the file checked
+against it), or killed, exited early, timed out, inconsistent, escaped. Afterwards nothing
+it started is left: not a process, not a file, not a cgroup. A reaper process
+(``reaper.py``) does the same if this process is itself SIGKILLed.
 
 This module imports no torch.
 """
@@ -30,10 +32,12 @@ from typing import Any, Protocol
 from offloadprobe.core import collector
 from offloadprobe.core.job import Job, WorkerResult
 from offloadprobe.core.outcomes import Failure
+from offloadprobe.core.streamed import Streamed
 from offloadprobe.core.verdicts import ended
 from offloadprobe.engine.forking import die_with_parent
 from offloadprobe.isolation import signals, zygote
 from offloadprobe.isolation.escapes import EscapeWatch
+from offloadprobe.isolation.warden import Warden, payload_of
 from offloadprobe.measure.phase_log import last_started, recorded_phases
 
 OUTPUT_LINES = 30
@@ -72,6 +76,9 @@ class WorkerOutcome:
     phases: list[dict[str, Any]] = field(default_factory=list)
     """Every phase record the worker's phase log holds: what it measured even if it never
     wrote its result (rank 0's, over several ranks)."""
+    streamed: Streamed | None = None
+    """What the worker told its parent as it ran, and the parent's own readings beside it
+    (``core.streamed``); None for a launcher of ranks (its ranks have no channel)."""
 
     @property
     def report(self) -> dict[str, Any] | None:
@@ -278,12 +285,20 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
     signals.install()
     with work_folder() as folder, own_group(spec) as spec:
         job = replace(spec.job, workdir=str(folder))
+        warden = None  # a launcher's ranks report through it, each in its own way
+        if job.launch is None:
+            warden = Warden(spec.cgroup, scale=payload_of(job.config))
+            job = replace(job, channel=warden.path, peaks_by_parent=warden.owns_peaks)
         job.write()
         if job.gate:
             job.gate_dir.mkdir(exist_ok=True)
         oom_before = spec.cgroup.oom_kills() if spec.cgroup is not None else None
+        streamed = None
         try:
-            code, output = SPAWNER[0](job, replace(spec, job=job))
+            try:
+                code, output = SPAWNER[0](job, replace(spec, job=job))
+            finally:
+                streamed = warden.stop() if warden is not None else None
         except WorkerTimedOut as exc:
             where = last_started(job.phase_log(0))
             failure = Failure(
@@ -298,8 +313,11 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
                 result=None,
                 failure=failure,
                 phases=recorded_phases(job.phase_log(0)),
+                streamed=streamed,
             )
-        result = WorkerResult.read(job.result_path(None))
+        if streamed is not None and getattr(SPAWNER[0], "isolates", False):
+            streamed = replace(streamed, expected=True)  # a real worker: it must report
+        result, streamed = _result(job, streamed)
         ended_as: Failure | None
         oom = (oom_before, spec.cgroup.oom_kills() if spec.cgroup is not None else None)
         ended_as = ended(
@@ -310,9 +328,16 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
             last_phase=last_started(job.phase_log(0)),
             oom_kills=oom,
         )
-        escaped = folder / ESCAPED
-        if escaped.exists():  # its figures miss what the escaped process held
-            ended_as = Failure(kind="escaped", message=escaped.read_text(), exit_code=1)
+        escaped = [m for m in (_escape_file(folder), warden and warden.escape_message()) if m]
+        if escaped:  # its figures miss what the escaped process held
+            where = warden.where if warden is not None and warden.escaped else None
+            ended_as = Failure(
+                kind="escaped",
+                message="; ".join(escaped),
+                cycle=where[0] if where else None,
+                phase=where[1] if where else None,
+                exit_code=1,
+            )
         if (folder / ORPHANED).exists() and result is None:
             where = last_started(job.phase_log(0))
             ended_as = Failure(
@@ -335,7 +360,38 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
             timeline=timeline,
             pid=result.pid if result is not None else 0,
             phases=recorded_phases(job.phase_log(0)),
+            streamed=streamed,
         )
+
+
+def _escape_file(folder: Path) -> str | None:
+    path = folder / ESCAPED
+    return path.read_text() if path.exists() else None
+
+
+def _result(job: Job, streamed: Streamed | None) -> tuple[WorkerResult | None, Streamed | None]:
+    """The worker's result: the one it sent its parent where it sent one (the file is then
+    only checked against it: ``rewritten``), else its record file (``unsent`` where the
+    worker was connected and should have sent it)."""
+    path = job.result_path(None)
+    try:
+        written: Any = json.loads(path.read_text())
+    except (OSError, ValueError):
+        written = None
+    if streamed is None or not (streamed.connected or streamed.expected):
+        return WorkerResult.from_dict(written) if written is not None else None, streamed
+    if streamed.result is None:
+        unsent = written is not None
+        kept = WorkerResult.from_dict(written) if written is not None else None
+        return kept, replace(streamed, unsent=unsent)
+    sent = WorkerResult.from_dict(streamed.result)
+    same = written is not None and _canonical(written) == _canonical(streamed.result)
+    return sent, replace(streamed, rewritten=not same)
+
+
+def _canonical(data: Any) -> str:
+    """One text per JSON value (a NaN equals itself here)."""
+    return json.dumps(data, sort_keys=True)
 
 
 def framed_output(outcome: WorkerOutcome, limit: int = OUTPUT_LINES) -> str:

@@ -30,6 +30,9 @@ from pathlib import Path
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
+PF_EXITING = 0x4
+"""The kernel's flag of a process that has begun to exit (``/proc/PID/stat`` field 9)."""
+
 NO_LIMIT = 1 << 60
 """v1 reports no limit as a huge number near 2**63."""
 
@@ -66,6 +69,37 @@ class MemoryGroup:
     def join(self, pid: int | None = None) -> None:
         """Move ``pid`` (this process by default) into the group."""
         self.procs.write_text(str(pid if pid is not None else os.getpid()))
+
+    def holds(
+        self, pid: int, *, proc: Path = Path("/proc"), root: Path = CGROUP_ROOT
+    ) -> bool | None:
+        """Whether process ``pid`` is in this group or a group below it, read from its
+        ``/proc/PID/cgroup`` (the kernel's, out of the process's reach); None where that
+        cannot be told (the process is gone or has exited, or the group is not under
+        ``root``)."""
+        try:
+            text = (proc / str(pid) / "cgroup").read_text()
+            fields = (proc / str(pid) / "stat").read_text().rpartition(")")[2].split()
+            exiting = fields[0] in ("Z", "X") or int(fields[6]) & PF_EXITING
+        except (OSError, IndexError, ValueError):
+            return None
+        if exiting:  # v1 names the root group for a process on its way out: it is gone
+            return None
+        mine = self.relative(root)
+        member = member_path(text, self.version)
+        if mine is None or member is None:
+            return None
+        return member == mine or member.startswith(mine.rstrip("/") + "/")
+
+    def relative(self, root: Path = CGROUP_ROOT) -> str | None:
+        """The group's path as ``/proc/PID/cgroup`` names it (v1: under the memory
+        hierarchy; v2: under the unified one, ``unified/`` on a hybrid host)."""
+        mounts = [root / "memory"] if self.version == 1 else [root / "unified", root]
+        for mount in mounts:
+            with contextlib.suppress(ValueError):
+                inside = self.path.relative_to(mount).as_posix()
+                return "/" if inside == "." else "/" + inside
+        return None
 
     def pids(self) -> list[int]:
         """The processes in the group now, and in every group below it (a rank's group
@@ -250,6 +284,19 @@ class MemoryGroup:
             )
             return f"cgroup v1 memory.limit_in_bytes{swap}, a new group under {self.path.parent}"
         return f"cgroup v2 memory.max + memory.swap.max=0, a new group under {self.path.parent}"
+
+
+def member_path(text: str, version: int) -> str | None:
+    """A process's memory cgroup path in one hierarchy, from its ``/proc/PID/cgroup``
+    text: v1 the line whose controllers list ``memory``, v2 the ``0::`` line."""
+    for line in text.splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if version == 1 and "memory" in controllers.split(","):
+            return path
+        if version == 2 and hierarchy == "0" and not controllers:
+            return path
+    return None
 
 
 def _own_paths(proc_cgroup: Path) -> tuple[str | None, str | None]:

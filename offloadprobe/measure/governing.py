@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from offloadprobe.core.records import CgroupReading, HostReading
+from offloadprobe.core.records import CgroupReading, HostReading, PhaseRecord
+from offloadprobe.core.streamed import PhasePeak
 
 
 def govern(host: HostReading, group: CgroupReading | None) -> HostReading:
@@ -85,3 +86,27 @@ def tree(
         group_peak=None,
         group_source=source,
     )
+
+
+def parent_peak(phase: PhaseRecord, mark: PhasePeak) -> PhaseRecord:
+    """``phase`` with the group peak its parent read between the worker's marks: the
+    cgroup reading's peak becomes the parent's where that is larger (or the record had
+    none phase-local), and the host figures' group peak with it (held bytes: less the page
+    cache the parent read at the end, less the emulated device)."""
+    group, host = phase.cgroup, phase.host
+    if mark.peak_bytes is None or group is None or host.group_before is None:
+        return phase
+    own = group.peak if group.peak_is_phase_local else None
+    if own is not None and own >= mark.peak_bytes:
+        return phase
+    cache = mark.file_after_bytes if mark.file_after_bytes is not None else group.file_after
+    held = mark.peak_bytes - (cache or 0) - host.device_in_host_after
+    group = replace(
+        group,
+        peak=mark.peak_bytes,
+        peak_is_phase_local=True,
+        peak_read_by="parent",
+        peak_floor=mark.floor_bytes,
+    )
+    host = replace(host, group_peak=max(held, host.group_peak or held))
+    return replace(phase, cgroup=group, host=host)

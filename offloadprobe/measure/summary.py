@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from statistics import median
 
 from offloadprobe.core.records import PartSummary, PhaseRecord, RunSummary
@@ -167,4 +168,30 @@ def summarise(
             else None
         ),
         moved_bytes=moved,
+    )
+
+
+def repeaked(summary: RunSummary, phases: list[PhaseRecord], baseline: int) -> RunSummary:
+    """``summary`` with its peak figures derived again from ``phases`` (after the parent's
+    group peaks went into them: ``measure.governing.parent_peak``); every other figure
+    is kept. A peak only ever grows here."""
+    moving = [p for p in phases if p.phase in PARAM_PHASES + OPTIMIZER_PHASES]
+    if not moving:
+        return summary
+    peak = max(summary.host_peak_bytes, max(p.host.host_peak for p in moving) - baseline)
+    moved = summary.moved_bytes or 0
+    ledger = _ledger(phases)
+
+    def part(old: PartSummary | None, key: str) -> PartSummary | None:
+        if old is None:
+            return None
+        grown = max(old.host_peak_bytes, ledger[key][0])
+        return replace(old, host_peak_bytes=grown, host_peak_x=_ratio(grown, old.moved_bytes))
+
+    return replace(
+        summary,
+        host_peak_bytes=peak,
+        host_peak_x=_ratio(peak, moved) if moved else summary.host_peak_x,
+        params=part(summary.params, "params"),
+        optimizer=part(summary.optimizer, "optimizer"),
     )

@@ -24,6 +24,7 @@ from typing import Any
 from offloadprobe.core.limits import HostLimitRecord, LimitSpan
 from offloadprobe.core.records import PhaseRecord
 from offloadprobe.core.verdicts import LIMITED
+from offloadprobe.isolation.escapes import left
 from offloadprobe.measure.cgroup import MemoryGroup
 from offloadprobe.measure.reclaim import ReclaimCount, count, drop_unmapped, reclaimed
 
@@ -78,8 +79,9 @@ class LimitWindow:
         self.written = self.group.set_limit(self.limit)
 
     def _outside(self) -> bool:
-        """The gated worker is not in the group (it moved itself out)."""
-        return self._pid is not None and self._pid not in self.group.pids()
+        """The gated worker is not in the group (it moved itself out): the one rule the
+        parent's watch of every worker holds too (``isolation.escapes.left``)."""
+        return self._pid is not None and left(self.group, self._pid)
 
     def close(self, *, ended: bool = True) -> None:
         """The worker waits at a load's end (or has ended): what the kernel reclaimed

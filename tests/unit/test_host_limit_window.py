@@ -94,6 +94,9 @@ class FakeGroup:
     def pids(self) -> list[int]:
         return list(self.members)
 
+    def holds(self, pid: int) -> bool:
+        return pid in self.members
+
     def stat(self) -> dict[str, int]:
         return {"file": self.cache, "file_mapped": 0, "pgsteal": self.stolen // 4096}
 

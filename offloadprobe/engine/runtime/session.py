@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from offloadprobe.core import collector
+from offloadprobe.core import collector, pinned_stats
 from offloadprobe.core.config import ParallelConfig
 from offloadprobe.core.devices import NO_CUDA
 from offloadprobe.core.errors import DeviceUnavailable
@@ -198,6 +198,7 @@ def open_runtime(
             stack.enter_context(cuda_on_host())
         else:
             notes.append(cupti_memory.start())  # before CUDA makes anything
+            notes.append(pinned_stats.in_use_note(torch.__version__))
             torch.cuda.set_device(world.local_rank)
         control = _join(world, emulated, stack)
         if emulated and world.distributed:

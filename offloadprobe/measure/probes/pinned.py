@@ -31,20 +31,20 @@ class PinnedProbe:
     def begin(self) -> None:
         if self.enabled and hasattr(torch.cuda, "reset_peak_host_memory_stats"):
             torch.cuda.reset_peak_host_memory_stats()
-        recorder = cupti_memory.active()
-        if recorder is not None:
-            self._since = recorder.now()
+        source = cupti_memory.pinned()
+        if source is not None:
+            self._since = source.now()
 
     def end(self) -> PinnedReading | None:
         if not self.enabled:
             return None
         reserved, in_use, peak, schema = normalise(torch.cuda.host_memory_stats())
         locked = locked_peak = None
-        recorder = cupti_memory.active()
-        if recorder is not None:
-            recorder.flush()
-            locked = recorder.log.live(cupti_memory.PINNED)
-            locked_peak = recorder.log.peak(cupti_memory.PINNED, self._since)
+        source = cupti_memory.pinned()
+        if source is not None:  # by fact: every allocator, page-locking from any thread
+            source.flush()
+            locked = source.log.live(cupti_memory.LOCKED)
+            locked_peak = source.log.peak(cupti_memory.LOCKED, self._since)
         return PinnedReading(
             reserved_after=reserved,
             in_use_after=in_use,

@@ -119,6 +119,7 @@ def settings(cfg: RunConfig) -> dict[str, Any]:
         "reference_check": cfg.reference_check,
         "optimizer_first": cfg.optimizer_first,
         "sequence": list(cfg.sequence),
+        "emulation_malloc": cfg.emulation_malloc,
     }
 
 

@@ -14,6 +14,10 @@ import torch
 
 from offloadprobe.plugin import ddp_buffers, free_storage, restore_storage
 
+DROPPED: list[tuple[int, int]] = []
+"""``(address, bytes)`` of every host copy the last load dropped: where a test looks for
+the pages glibc kept resident (``mincore``)."""
+
 
 class PerTensorPageable:
     """``p.detach().cpu()`` per parameter (a fresh pageable copy of its slice of the DDP
@@ -38,6 +42,7 @@ class PerTensorPageable:
             for (start, end), host in zip(_slices(buffer), pairs, strict=True):
                 buffer.param_data[start:end].copy_(host)
             buffer.grad_data.zero_()
+        DROPPED[:] = [(h.data_ptr(), h.nbytes) for pairs in self.copies for h in pairs]
         self.copies = []  # every host copy freed here
 
 

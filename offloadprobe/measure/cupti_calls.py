@@ -23,6 +23,7 @@ range once with it (``cupti_memory._pinned_union``).
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import glob
 import os
@@ -211,6 +212,9 @@ def start(log: MemoryLog, path: str | None = None) -> tuple[PageLockingCalls | N
         if lib.cuptiEnableCallback(1, subscriber, domain, cbid):
             lib.cuptiUnsubscribe(subscriber)
             return None, f"CUPTI refused the callback on {CALLS_BY_ID[domain, cbid].name}"
+    # before the interpreter finalises: a page-locking call C++ makes at exit (a static
+    # allocator's destructor) must not call back into a Python that is gone
+    atexit.register(lib.cuptiUnsubscribe, subscriber)
     return route, None
 
 

@@ -2,8 +2,8 @@
 
 GIVEN a pageable per-tensor offload (a fresh host copy per parameter each offload, all
 dropped at the load: ``tests/integration/malloc_strategies.py``) on a 16 MiB model,
-WHEN the real runner measures three cycles in CPU emulation, by default (in this
-process: no train step, no reference run),
+WHEN the real runner measures three cycles in CPU emulation, by default (in a fresh
+interpreter: no train step, no reference run),
 THEN after each load the host figure holds at least what glibc kept resident of the
 dropped copies, found page by page with ``mincore`` over their addresses (the truth, not
 read from the record), and glibc did keep some: on the H200, 0.63x and 0.82x after the
@@ -14,11 +14,14 @@ loads of cycles 1 and 2. With the threshold fixed (the emulation before, and
 from __future__ import annotations
 
 import ctypes
+import json
 import mmap
+import subprocess
+import sys
 
-from offloadprobe.core.options import build_config
-from offloadprobe.engine import runner
-from tests.integration import malloc_strategies
+import pytest
+
+pytestmark = pytest.mark.processes(1)
 
 PAGE = mmap.PAGESIZE
 MIB = 1 << 20
@@ -42,7 +45,12 @@ def resident_bytes(ranges: list[tuple[int, int]]) -> int:
     return len(pages) * PAGE
 
 
-def test_glibcs_retention_after_the_loads_is_in_the_host_figure():
+def measure() -> dict:
+    """The run, in this process (a fresh one: see the test), and the truth beside it."""
+    from offloadprobe.core.options import build_config
+    from offloadprobe.engine import runner
+    from tests.integration import malloc_strategies
+
     cfg = build_config(
         {
             "device": "cpu",
@@ -62,12 +70,35 @@ def test_glibcs_retention_after_the_loads_is_in_the_host_figure():
         if rec.phase == "load":  # before the round-trip check gives the free heap back
             truth.append(resident_bytes(malloc_strategies.DROPPED))
 
-    report = runner.run(cfg, runner.Hooks(on_phase=on_phase))
-    run = report.runs[0]
-    assert run.failure is None and not run.integrity, (run.failure, run.integrity)
-    payload = run.payload_bytes
+    run = runner.run(cfg, runner.Hooks(on_phase=on_phase)).runs[0]
     loads = [p for p in run.phases if p.phase == "load"]
-    held = [p.host.host_rss_after - run.baseline_host_bytes for p in loads]
+    return {
+        "failure": None if run.failure is None else run.failure.text,
+        "integrity": run.integrity,
+        "payload": run.payload_bytes,
+        "held": [p.host.host_rss_after - run.baseline_host_bytes for p in loads],
+        "held_while_training": run.summary.held_while_training_bytes,
+        "truth": truth,
+        "notes": run.notes,
+    }
+
+
+def test_glibcs_retention_after_the_loads_is_in_the_host_figure():
+    """In a fresh interpreter without glibc's threshold variable (``conftest`` fixes the
+    threshold for the session's own runs): one real-process run, the only one here."""
+    from tests.conftest import ROOT
+    from tests.unit.test_glibc_malloc import clean_env
+
+    code = "import json; from tests.integration.test_emulation_malloc_cpu import measure; "
+    code += "print('MEASURED', json.dumps(measure()))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=clean_env()
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("MEASURED ")), None)
+    assert line is not None, proc.stderr[-2000:]
+    found = json.loads(line.removeprefix("MEASURED "))
+    assert found["failure"] is None and not found["integrity"], found
+    payload, held, truth = found["payload"], found["held"], found["truth"]
     assert len(truth) == len(held) == 3
     # never low: what glibc kept of the dropped copies is in the figure, cycle by cycle
     assert all(h >= t - MIB for h, t in zip(held, truth, strict=True)), (held, truth)
@@ -75,5 +106,5 @@ def test_glibcs_retention_after_the_loads_is_in_the_host_figure():
     assert all(h <= t + 0.1 * payload + 2 * MIB for h, t in zip(held, truth, strict=True))
     # glibc's own behaviour, not a fixed threshold's: it kept pages in some cycle
     assert max(truth) >= 0.3 * payload, [t / payload for t in truth]
-    assert run.summary.held_while_training_bytes >= max(truth) - MIB
-    assert any("keeps glibc's own malloc" in n for n in run.notes), run.notes
+    assert found["held_while_training"] >= max(truth) - MIB
+    assert any("keeps glibc's own malloc" in n for n in found["notes"]), found["notes"]

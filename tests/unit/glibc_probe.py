@@ -44,6 +44,5 @@ if __name__ == "__main__":  # python -m tests.unit.glibc_probe [fixed]
 
     from offloadprobe.engine.runtime import glibc_malloc
 
-    if sys.argv[1:] == ["fixed"]:
-        glibc_malloc.enter("fixed")  # "real": the process as it is
+    glibc_malloc.enter(sys.argv[1])  # what the emulated device does first
     print(threshold_moves(libc()))

@@ -1,12 +1,14 @@
 """CPU emulation and glibc's malloc (issue 35, point 10): glibc's own behaviour by default,
-the fixed threshold only when asked, and a device allocation never takes free host heap
-pages out of the host figure where it can tell.
+the fixed threshold only when asked (each in a fresh interpreter: this session fixes the
+threshold for its own runs, ``conftest``), and a device allocation never takes free host
+heap pages out of the host figure where it can tell.
 
 The truths are glibc's and the kernel's own: ``mallinfo2``'s count of mapped blocks (is
 a block a mapping of its own, or from the heap?) and ``mincore`` residency."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -15,22 +17,22 @@ import torch
 
 from offloadprobe.engine.runtime import emulation
 from offloadprobe.engine.runtime.device_memory import rss
-from tests.unit import glibc_probe
 
 KIB, MIB = 1 << 10, 1 << 20
 
 
-def test_the_emulated_device_keeps_glibcs_dynamic_threshold_by_default():
-    lib = glibc_probe.libc()
-    if lib is None:
-        pytest.skip("glibc before 2.33 (no mallinfo2)")
-    with emulation.emulated_device():
-        assert glibc_probe.threshold_moves(lib)  # fixed at 128 KiB, the block is mapped
+def clean_env() -> dict[str, str]:
+    """This session's environment without glibc's threshold variables (``conftest`` fixes
+    the threshold for the session's own runs)."""
+    from offloadprobe.engine.runtime.glibc_malloc import FIXING_VARIABLES
+
+    return {k: v for k, v in os.environ.items() if k not in FIXING_VARIABLES}
 
 
 @pytest.mark.parametrize(("mode", "moves"), [("real", "True"), ("fixed", "False")])
-def test_fixed_is_glibcs_threshold_fixed_at_128_kib(mode, moves):
-    """In a fresh interpreter each (glibc cannot undo a fixed threshold), without torch."""
+def test_the_emulation_keeps_glibcs_dynamic_threshold_unless_asked(mode, moves):
+    """In a fresh interpreter each (glibc cannot undo a fixed threshold), without torch:
+    the emulated device's own call (``glibc_malloc.enter``), then glibc's counters."""
     from tests.conftest import ROOT
 
     out = subprocess.run(
@@ -39,8 +41,31 @@ def test_fixed_is_glibcs_threshold_fixed_at_128_kib(mode, moves):
         text=True,
         check=True,
         cwd=ROOT,
+        env=clean_env(),
     )
     assert out.stdout.split() == [moves], out.stderr
+
+
+def test_the_emulated_device_leaves_the_threshold_alone_by_default(monkeypatch):
+    from offloadprobe.engine.runtime import glibc_malloc
+
+    def refuse() -> bool:
+        raise AssertionError("the default mode fixed glibc's threshold")
+
+    monkeypatch.setattr(glibc_malloc, "fix_malloc_threshold", refuse)
+    with emulation.emulated_device():
+        pass
+
+
+def test_a_threshold_fixed_before_the_run_is_said_so():
+    from offloadprobe.engine.runtime import glibc_malloc
+
+    # (this session fixes it: conftest; and so would a user's variable or tunable)
+    assert "MALLOC_MMAP_THRESHOLD_" in glibc_malloc.note("real")
+    tunable = {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1"}
+    assert "GLIBC_TUNABLES" in glibc_malloc.note("real", tunable)
+    assert glibc_malloc.fixed_before({}) is not None  # this process called mallopt itself
+    assert glibc_malloc.note("fixed") == glibc_malloc.NOTES["fixed"]
 
 
 def test_an_unwritten_device_allocation_leaves_free_host_heap_pages_host_memory():

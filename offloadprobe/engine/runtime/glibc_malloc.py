@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import ParamSpec, TypeVar
 
 from offloadprobe.engine.runtime.host_pages import _libc
@@ -63,14 +64,51 @@ NOTES = {
 
 _MODE: str | None = None
 """The active emulated device's mode; None while none is active."""
+_FIXED_HERE = [False]
+"""Whether this process fixed the threshold itself (glibc has no way back)."""
+FIXING_VARIABLES = (
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TRIM_THRESHOLD_",
+    "MALLOC_TOP_PAD_",
+    "MALLOC_MMAP_MAX_",
+)
+"""glibc's environment variables any of which turns the dynamic threshold off."""
+FIXING_TUNABLES = ("mmap_threshold", "trim_threshold", "top_pad", "mmap_max")
 
 
 def fix_malloc_threshold() -> bool:
     """Pin glibc's mmap threshold so large host allocations are mappings of their own."""
+    _FIXED_HERE[0] = True
     try:
         return bool(_libc().mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     except (OSError, AttributeError):
         return False
+
+
+def fixed_before(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why glibc's threshold was fixed before the emulation could keep it (the process's
+    environment at its start, or this process earlier); None where it was not."""
+    env = os.environ if environ is None else environ
+    for name in FIXING_VARIABLES:
+        if name in env:
+            return f"{name} in the environment"
+    tunables = env.get("GLIBC_TUNABLES", "")
+    for name in FIXING_TUNABLES:
+        if f"glibc.malloc.{name}" in tunables:
+            return f"glibc.malloc.{name} in GLIBC_TUNABLES"
+    return "--emulation-malloc fixed earlier in this process" if _FIXED_HERE[0] else None
+
+
+def note(mode: str, environ: Mapping[str, str] | None = None) -> str:
+    """The line ``mode`` puts in a run's notes, saying where glibc's own behaviour could
+    not be kept."""
+    why = fixed_before(environ) if mode == "real" else None
+    if why is None:
+        return NOTES[mode]
+    return (
+        f"CPU emulation: glibc's mmap threshold was fixed before this run ({why}): host "
+        "figures are a fixed 128 KiB threshold's, not glibc's own dynamic one's"
+    )
 
 
 def trim_host_heap() -> None:

@@ -181,7 +181,7 @@ def open_runtime(
     ``emulation_malloc`` says what it does to glibc's malloc (``--emulation-malloc``)."""
     device = resolve_device(requested)
     emulated = device == "cpu"
-    notes = [emulation.NOTE, glibc_malloc.NOTES[emulation_malloc]] if emulated else []
+    notes = [emulation.NOTE, glibc_malloc.note(emulation_malloc)] if emulated else []
     if emulated and eager_fusions():
         notes.append(EAGER_NOTE)
     import_run_modules()  # after eager_fusions: megatron-core is imported uncompiled

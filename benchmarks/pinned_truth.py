@@ -63,7 +63,7 @@ def kernel_locked() -> dict[str, int | None]:
 
 def probe(out: Path) -> int:
     """Parts 1 and 2, in this (child) process."""
-    faulthandler.dump_traceback_later(120, exit=True)  # a hang prints every stack, exits
+    faulthandler.dump_traceback_later(55, exit=True)  # a hang prints every stack, exits
     from offloadprobe.measure import cupti_memory
 
     note = cupti_memory.start()  # before CUDA is first used
@@ -73,6 +73,9 @@ def probe(out: Path) -> int:
     from offloadprobe.engine.hostmem import Cudart
     from offloadprobe.measure.cupti_memory import CALLS, LOCKED, PINNED
 
+    if not torch.cuda.is_available():
+        print("pinned_truth: needs a CUDA GPU", file=sys.stderr)
+        return 2
     torch.cuda.init()
     torch.cuda.set_device(0)
     source = cupti_memory.pinned()
@@ -234,20 +237,27 @@ def main() -> int:
     if args.probe:
         return probe(args.out)
     started = time.perf_counter()
-    child = subprocess.run(
-        [sys.executable, __file__, "--probe", "--out", str(args.out)], timeout=150, check=False
-    )
-    tests = subprocess.run(
-        [sys.executable, "-W", "ignore", "-m", "pytest", "tests/gpu/test_pinned_truth_cuda.py",
-         "-v", "-o", "addopts=-ra", "-p", "no:cacheprovider", "--basetemp",
-         str(args.out / "runs"), "--durations=0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=170, check=False,
-    )  # fmt: skip
-    (args.out / "pytest.log").write_text(tests.stdout + tests.stderr)
-    print(tests.stdout[-3000:])
-    print(f"probe exit {child.returncode}, tests exit {tests.returncode}, "
-          f"{time.perf_counter() - started:.0f} s; logs in {args.out}")  # fmt: skip
-    return 0 if child.returncode == 0 and tests.returncode == 0 else 1
+    try:
+        probe_code = subprocess.run(
+            [sys.executable, __file__, "--probe", "--out", str(args.out)], timeout=60, check=False
+        ).returncode
+    except subprocess.TimeoutExpired:
+        probe_code = 124
+    test = "tests/gpu/test_pinned_truth_cuda.py"
+    command = [sys.executable, "-W", "ignore", "-m", "pytest", test]
+    command += ["-v", "-o", "addopts=-ra", "-p", "no:cacheprovider", "--durations=0"]
+    command += ["--basetemp", str(args.out / "runs")]
+    try:
+        tests = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=115)
+        log, tests_code = tests.stdout + tests.stderr, tests.returncode
+    except subprocess.TimeoutExpired as late:
+        log, tests_code = f"{late.stdout or ''}{late.stderr or ''}\nTIMED OUT after 115 s", 124
+    log = log if isinstance(log, str) else log.decode(errors="replace")
+    (args.out / "pytest.log").write_text(log)
+    print(log[-3000:])
+    seconds = time.perf_counter() - started
+    print(f"probe exit {probe_code}, tests exit {tests_code}, {seconds:.0f} s; logs in {args.out}")
+    return 0 if probe_code == 0 and tests_code == 0 else 1
 
 
 if __name__ == "__main__":

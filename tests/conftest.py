@@ -39,8 +39,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # threshold for the process's life). CPU emulation's default keeps glibc's own behaviour and
 # says so in its notes, or that it found the threshold fixed ("fixed before this run");
 # tests/unit/test_glibc_malloc.py and tests/integration/test_emulation_malloc_cpu.py test the
-# default in interpreters started without the variable.
-os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")
+# default in interpreters started without the variable. Not where a GPU is: no emulation
+# runs there, and the GPU tests measure glibc as the user's process has it.
+if not Path("/dev/nvidiactl").exists():
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")
 
 # Every worker this session starts imports the test strategies (tests.integration...): the
 # checkout is on every process's path from the start, the zygote's too (a job with a path
@@ -197,7 +199,8 @@ def pytest_configure(config: pytest.Config) -> None:
     collector.pause_for_imports()
     from offloadprobe.engine.runtime import glibc_malloc
 
-    glibc_malloc.fix_malloc_threshold()  # as the variable above does for the children
+    if not Path("/dev/nvidiactl").exists():
+        glibc_malloc.fix_malloc_threshold()  # as the variable above does for the children
     _workers_in_this_process()
     import torch
 

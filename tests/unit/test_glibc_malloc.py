@@ -24,9 +24,8 @@ KIB, MIB = 1 << 10, 1 << 20
 def clean_env() -> dict[str, str]:
     """This session's environment without glibc's threshold variables (``conftest`` fixes
     the threshold for the session's own runs)."""
-    from offloadprobe.engine.runtime.glibc_malloc import FIXING_VARIABLES
-
-    return {k: v for k, v in os.environ.items() if k not in FIXING_VARIABLES}
+    fixing = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+    return {k: v for k, v in os.environ.items() if k not in (*fixing, "MALLOC_MMAP_MAX_")}
 
 
 @pytest.mark.parametrize(("mode", "moves"), [("real", "True"), ("fixed", "False")])

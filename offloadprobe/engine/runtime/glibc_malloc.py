@@ -124,6 +124,8 @@ def enter(mode: str) -> None:
         raise ValueError(f"--emulation-malloc must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "fixed":
         fix_malloc_threshold()
+    elif fixed_before() is not None:
+        mode = "fixed"  # glibc behaves as fixed: nothing of its own to keep, no trimming
     else:  # what earlier work in this process left in the free lists (a test, a zygote)
         trim_host_heap()
     _MODE = mode

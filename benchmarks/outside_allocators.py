@@ -53,6 +53,7 @@ def main() -> int:
             recorder.flush()
             row["cupti_device_live"] = recorder.log.live(cupti_memory.DEVICE)
             row["cupti_pinned_live"] = recorder.log.live(cupti_memory.PINNED)
+            row["cupti_locked_live"] = recorder.log.live(cupti_memory.LOCKED)  # with callbacks
         rows.append(row)
         print(json.dumps(row))
 

@@ -1,5 +1,5 @@
-"""One measured call, in the process that makes it. Stdlib only; torch is read, never
-imported.
+"""One measured call, in the process that makes it. Stdlib only (and the torch-free
+``core.pinned_stats``); torch is read, never imported.
 
 Host: the call's exact peak over its start. At entry the kernel's high-water mark is
 reset (``5`` into ``/proc/self/clear_refs`` sets VmHWM to the current RSS); at exit VmHWM
@@ -36,6 +36,8 @@ import sys
 import threading
 import time
 from typing import Any
+
+from offloadprobe.core import pinned_stats
 
 STATUS = "/proc/self/status"
 STATM = "/proc/self/statm"
@@ -151,12 +153,11 @@ class TorchHostStats:
         stats_fn = getattr(cuda, "host_memory_stats", None) if cuda is not None else None
         if stats_fn is None:
             return None
-        stats = stats_fn()
-        if "reserved_bytes.current" in stats:  # older torch: reserved = owned
-            owned, used = stats.get("reserved_bytes.current"), stats.get("allocated_bytes.current")
-        else:  # newer torch: allocated = owned, active = in use
-            owned, used = stats.get("allocated_bytes.current"), stats.get("active_bytes.current")
-        return {"reserved": int(owned or 0), "in_use": int(used or 0), "source": self.source}
+        # both key schemas; in use None on a torch whose counters miss frees (up to 2.11
+        # its active_bytes only climb while blocks go back to the cache)
+        version = getattr(sys.modules.get("torch"), "__version__", None)
+        figures = pinned_stats.read(stats_fn(), version)
+        return {"reserved": figures.reserved, "in_use": figures.in_use, "source": self.source}
 
 
 PINNED: Any = TorchHostStats()

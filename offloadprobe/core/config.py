@@ -9,6 +9,8 @@ from typing import Any
 from offloadprobe.core.errors import UsageError
 
 BF16_BYTES = 2
+EMULATION_MALLOC = ("real", "fixed")
+"""CPU emulation's glibc malloc modes (``RunConfig.emulation_malloc``)."""
 STATE_DTYPE_NAMES = ("fp32", "bf16", "fp16", "uint8")
 """Adam moment dtypes the precision-aware optimizer stores (uint8 holds FP8 E4M3 + a scale)."""
 
@@ -298,6 +300,9 @@ class RunConfig:
     sequence: tuple[str, ...] = ()
     """The steps to run instead of ``cycles`` fixed cycles (``core.sequences``); empty:
     the fixed cycle, train -> offload -> load."""
+    emulation_malloc: str = "real"
+    """CPU emulation's glibc malloc: ``real`` (the process's own, glibc's dynamic mmap
+    threshold, as on a GPU host) or ``fixed`` (the threshold fixed at 128 KiB)."""
 
     def __post_init__(self) -> None:
         if self.cycles <= 0:
@@ -310,6 +315,10 @@ class RunConfig:
             raise UsageError(f"--train-steps must be 0 or more, got {self.train_steps}")
         if self.device not in ("auto", "cuda", "cpu"):
             raise UsageError(f"--device must be auto, cuda or cpu, got {self.device!r}")
+        if self.emulation_malloc not in EMULATION_MALLOC:
+            raise UsageError(
+                f"--emulation-malloc must be real or fixed, got {self.emulation_malloc!r}"
+            )
         self.parallel.check_model(self.model)
 
     def to_dict(self) -> dict[str, Any]:

@@ -225,6 +225,14 @@ OPTIONS: tuple[Option, ...] = (
         target="gpu_limit_bytes",
     ),
     _o(
+        "emulation_malloc",
+        "CPU emulation's glibc malloc: real (glibc's own dynamic mmap threshold, as on a GPU "
+        "host) or fixed (a 128 KiB threshold: each host copy a mapping, given back at its free).",
+        "real",
+        target="emulation_malloc",
+        verbs=EVERYWHERE | {SCENARIO},
+    ),
+    _o(
         "reference_check",
         "Compare each train step after a load bit for bit with a run that never offloaded.",
         True,

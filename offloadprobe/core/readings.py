@@ -105,8 +105,9 @@ class PinnedReading:
 
     reserved_after: int
     """Bytes of pinned blocks the allocator owns, in use or cached (rounded sizes)."""
-    in_use_after: int
-    """Bytes of pinned blocks handed out to tensors."""
+    in_use_after: int | None
+    """Bytes of pinned blocks handed out to tensors; None on a torch whose counters do not
+    count frees (``core.pinned_stats``: up to 2.11 they only climb)."""
     reserved_peak: int
     key_schema: str
     """Which key names this torch version uses: ``reserved_bytes`` or ``active_bytes``."""

@@ -49,6 +49,13 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
             f"the strategies held {format_bytes(held)} of host memory from their construction "
             "on: counted in every host figure (the zero is the host before they were built)"
         )
+    unseen = _unseen_recycling(runtime)
+    if unseen:
+        notes.append(
+            f"CPU emulation: {format_bytes(unseen)} of device memory the strategy's ops wrote "
+            "as they made it (copies to the device) lay in glibc's heap, where free host pages "
+            "may have served it unseen: host figures may read low by up to that"
+        )
     notes.append(f"optimizer: {state.model.optimizer_name}")
     if cfg.reference_check:
         notes.append("every train step after a load compared bit for bit with a no-offload run")
@@ -73,6 +80,13 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
         sequence=list(cfg.sequence),
         part_bytes=part_bytes(state.model),
     )
+
+
+def _unseen_recycling(runtime: Any) -> int:
+    """CPU emulation: heap bytes of device storages the strategy's ops wrote as they made
+    them, whose pages may have been free host pages (``device_memory.Recycling``)."""
+    memory = getattr(runtime, "device_memory", None)
+    return int(memory.recycling.unmeasured_bytes) if memory is not None else 0
 
 
 def construction_held(rec: Any) -> int:
@@ -119,6 +133,7 @@ def settings(cfg: RunConfig) -> dict[str, Any]:
         "reference_check": cfg.reference_check,
         "optimizer_first": cfg.optimizer_first,
         "sequence": list(cfg.sequence),
+        "emulation_malloc": cfg.emulation_malloc,
     }
 
 

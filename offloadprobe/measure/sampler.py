@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from offloadprobe.core import pinned_stats
 from offloadprobe.measure.cgroup import locate
 from offloadprobe.measure.page_changes import CHANGES
 from offloadprobe.measure.sidecar import DROPPED, PRIORITIES, RECORD
@@ -135,12 +136,14 @@ def cgroup_source() -> FileSource | None:
         return None
 
 
-def nested_pinned(stats: dict) -> tuple[int, int]:
-    """``(reserved, in_use)`` from ``host_memory_stats_as_nested_dict``, both key schemas
-    (see ``measure.probes.pinned``)."""
-    if "reserved_bytes" in stats:
-        return int(stats["reserved_bytes"]["current"]), int(stats["allocated_bytes"]["current"])
-    return int(stats["allocated_bytes"]["current"]), int(stats["active_bytes"]["current"])
+def nested_pinned(stats: dict, version: str | None) -> tuple[int, ...] | None:
+    """``(reserved, in_use)`` from ``host_memory_stats_as_nested_dict`` under torch
+    ``version``, both key schemas; ``(reserved,)`` alone on a torch whose in-use counter
+    misses frees (``core.pinned_stats``); None for a read that contradicts itself there."""
+    figures = pinned_stats.read(pinned_stats.flatten(stats), version)
+    if not pinned_stats.counts_frees(version):
+        return (figures.reserved,)
+    return None if figures.in_use is None else (figures.reserved, figures.in_use)
 
 
 def cuda_sources(device: int = 0) -> list[CallSource]:
@@ -168,7 +171,7 @@ def cuda_sources(device: int = 0) -> list[CallSource]:
         if not cuda.is_initialized():
             return None
         stats = cuda.host_memory_stats_as_nested_dict()
-        return nested_pinned(stats) if stats else None
+        return nested_pinned(stats, torch.__version__) if stats else None
 
     def used() -> Sequence[int] | None:
         if not cuda.is_initialized():
@@ -177,7 +180,9 @@ def cuda_sources(device: int = 0) -> list[CallSource]:
         return (total - free,)
 
     gpu_series = (("gpu.allocated", "GPU allocated"), ("gpu.reserved", "GPU reserved"))
-    pinned_series = (("pinned.reserved", "pinned reserved"), ("pinned.in_use", "pinned in use"))
+    pinned_series: tuple[tuple[str, str], ...] = (("pinned.reserved", "pinned reserved"),)
+    if pinned_stats.counts_frees(torch.__version__):
+        pinned_series += (("pinned.in_use", "pinned in use"),)
     sources = [CallSource(gpu_series, allocator)]
     if hasattr(cuda, "host_memory_stats_as_nested_dict"):
         sources.append(CallSource(pinned_series, pinned))

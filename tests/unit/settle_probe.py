@@ -10,7 +10,8 @@ def measure() -> dict:
     import torch
 
     from offloadprobe.engine.runtime import emulation
-    from offloadprobe.engine.runtime.device_memory import MMAP_THRESHOLD, rss
+    from offloadprobe.engine.runtime.device_memory import rss
+    from offloadprobe.engine.runtime.glibc_malloc import MMAP_THRESHOLD
     from offloadprobe.engine.runtime.session import Runtime
 
     # GIVEN 32 MiB of device tensors below glibc's mmap threshold (heap memory)

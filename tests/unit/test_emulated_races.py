@@ -45,7 +45,15 @@ def resident_pages(address: int, nbytes: int, *, may_be_unmapped: bool = False) 
 
 
 def device_and_ballast_pages(memory) -> int:
+    """Resident pages the device storages own, less those the registry keeps as host pages
+    (a free heap block's pages that were resident when a device allocation got it: each
+    must still be resident), plus the resident ballast pages."""
     device = sum(resident_pages(s.data_ptr(), s.nbytes()) for s in memory.storages())
+    for held in memory._held.values():
+        if held.host is not None:
+            kept = held.host.count(1)
+            assert held.total == held.pages + kept  # every kept page is one of its own
+            device -= kept  # (a kept page gone from RSS would show as a constant too high)
     ballast = memory.ballast
     return device + resident_pages(ballast.address, ballast.high * PAGE)
 

@@ -70,3 +70,29 @@ def test_owned_pages_lie_wholly_inside_the_range():
     assert owned_pages(10 * PAGE + 64, 3 * PAGE) == (11 * PAGE, 2)
     assert owned_pages(10 * PAGE + 64, 2 * PAGE - 128) == (11 * PAGE, 0)
     assert owned_pages(10 * PAGE + 64, 0) == (11 * PAGE, 0)
+
+
+def test_residency_page_by_page_and_a_drop_that_keeps_marked_pages(mapping):
+    from offloadprobe.engine.runtime.host_pages import drop_except, residency
+
+    populate(mapping, PAGES)
+    assert residency(mapping, PAGES) == b"\1" * PAGES
+    keep = b"\0\1\1\0" * (PAGES // 4)  # every page marked 1 stays
+    assert drop_except(mapping + PAGE, PAGES - 2, keep, 1) == keep[1 : PAGES - 1].count(0)
+    assert residency(mapping, PAGES) == b"\1" + keep[1 : PAGES - 1] + b"\1"
+    assert drop_except(mapping, PAGES, None) == PAGES and resident(mapping, PAGES) == 0
+
+
+def test_a_glibc_block_says_whether_it_is_a_mapping_of_its_own():
+    from offloadprobe.engine.runtime.host_pages import _libc, glibc_mapped
+
+    libc = _libc()
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    small, large = libc.malloc(4096), libc.malloc(64 << 20)  # heap; over every threshold
+    try:
+        assert glibc_mapped(small) is False and glibc_mapped(large) is True
+        assert glibc_mapped(large - large % PAGE) is None  # a page start: not read
+    finally:
+        libc.free(small)
+        libc.free(large)

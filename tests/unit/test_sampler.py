@@ -107,14 +107,6 @@ def test_sidecar_process_draws_a_64_mib_allocation_or_declares_a_gap_over_it():
         assert any("gaps over 10 ms" in n for n in timeline.notes)
 
 
-def test_nested_pinned_stats_read_both_torch_key_schemas():
-    from offloadprobe.measure.sampler import nested_pinned
-
-    old = {"reserved_bytes": {"current": 8}, "allocated_bytes": {"current": 3}}
-    new = {"allocated_bytes": {"current": 8}, "active_bytes": {"current": 3}}
-    assert nested_pinned(old) == nested_pinned(new) == (8, 3)
-
-
 def test_sidecar_exits_and_removes_its_file_when_the_measured_process_dies(tmp_path):
     import subprocess
     import sys

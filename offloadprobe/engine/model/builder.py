@@ -21,7 +21,7 @@ from offloadprobe.core.config import ModelConfig, OptimizerChoice
 from offloadprobe.core.world import check_layout
 from offloadprobe.engine.model import workspace
 from offloadprobe.engine.optimizer.build import build_optimizer
-from offloadprobe.engine.runtime import Runtime
+from offloadprobe.engine.runtime import Runtime, glibc_malloc
 
 
 @dataclass(kw_only=True, slots=True)
@@ -255,6 +255,7 @@ def build_probe_model(
     workspace.install(chunks, cfg.workspace_cache_bytes)
     choice = optimizer or OptimizerChoice()
     megatron_optimizer, optimizer_name = build_optimizer(choice, chunks)
+    glibc_malloc.device_work_done()  # CPU emulation: the build's host temporaries go
     return ProbeModel(
         config=cfg,
         chunks=chunks,

@@ -53,6 +53,7 @@ from offloadprobe.engine.optimizer.holdings import (
     megatron_optimizers,
     storage_key,
 )
+from offloadprobe.engine.runtime import glibc_malloc
 
 __all__ = [
     "FingerprintKey",
@@ -159,6 +160,7 @@ def _group_values(model: Any) -> list[tuple[str, Any]]:
     return found
 
 
+@glibc_malloc.device_work  # CPU emulation: its temporaries are device memory on a GPU
 def fingerprint_state(model: Any) -> Fingerprints:
     """Fingerprint every DDP buffer and every optimizer tensor of ``model`` (before offload)."""
     tensors = _optimizer_tensors(model)
@@ -179,6 +181,7 @@ def _storage_ok(tensor: torch.Tensor) -> bool:
     return tensor.untyped_storage().size() >= nbytes(tensor)
 
 
+@glibc_malloc.device_work
 def verify_round_trip(
     model: Any, before: Fingerprints, cycle: int, *, grads_zeroed: bool = True
 ) -> list[str]:

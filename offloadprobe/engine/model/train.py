@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from offloadprobe.engine.model.builder import ProbeModel
+from offloadprobe.engine.runtime import glibc_malloc
 
 REF_WEIGHT = 0.01
 """With ``--ref-model``: the weight of the squared difference between the policy's and the
@@ -85,4 +86,5 @@ def train_step(model: ProbeModel) -> float:
     losses = [float(item["loss"]) for item in stored] if stored else []
     loss = losses[-1] if losses else None
     model.optimizer.step()
+    glibc_malloc.device_work_done()  # CPU emulation: the step's host memory is no GPU's
     return _pipeline_loss(loss, batch["input_ids"].device.type)

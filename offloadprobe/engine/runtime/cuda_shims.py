@@ -79,8 +79,9 @@ def long_lived_objects_frozen() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def cuda_on_host() -> Iterator[None]:
-    """Install the shims for the duration of the block, then restore everything."""
+def cuda_on_host(malloc: str = "real") -> Iterator[None]:
+    """Install the shims for the duration of the block, then restore everything
+    (``malloc``: ``emulation.emulated_device``'s)."""
     import megatron.core.tensor_parallel.random as mrandom
 
     host_rng = lambda *a, **k: torch.get_rng_state()  # noqa: E731
@@ -102,5 +103,5 @@ def cuda_on_host() -> Iterator[None]:
         for patch in patches:
             stack.enter_context(patch)
         stack.enter_context(long_lived_objects_frozen())
-        stack.enter_context(emulated_device())
+        stack.enter_context(emulated_device(malloc))
         yield

@@ -59,9 +59,14 @@ behind the meter's back; a storage nobody else references any more is freed (wit
 compensation) at :meth:`DeviceMemory.reclaim`, which the runtime calls at phase boundaries,
 as a GPU allocator frees a tensor nobody references.
 
-glibc's mmap threshold is fixed at 128 KiB so that a host copy of that size or more is a
-mapping of its own and RSS moves by its exact size (glibc otherwise raises the threshold
-after the first large free and serves later allocations from its heap).
+glibc's malloc serves device storages and host copies alike (``glibc_malloc``: its own
+dynamic mmap threshold by default). A device allocation can get a heap block a host free
+left with its pages resident: on a GPU those pages would still be host memory. Where the
+block is not yet written when it is registered (a factory such as ``torch.empty``, a
+``resize_`` that grows), pages found resident (``mincore``) stay host pages: left out of
+the constant, never dropped (``Held.host``). Where the op wrote the block as it made it
+(a copy to the device), that cannot be told: its pages count as device pages and
+:class:`Recycling` tallies the bytes; a block that is a mapping of its own is fresh.
 """
 
 from __future__ import annotations
@@ -79,16 +84,14 @@ import torch
 from offloadprobe.engine.runtime.host_pages import (
     PAGE,
     Ballast,
-    _libc,
-    drop,
+    drop_except,
+    glibc_mapped,
     owned_pages,
     populate,
+    residency,
     resident,
 )
 from offloadprobe.measure.page_changes import CHANGES
-
-_M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 128 * 1024
 
 _ORIGINAL_RESIZE = torch.UntypedStorage.resize_
 
@@ -99,39 +102,76 @@ def rss() -> int:
         return int(f.read().split()[1]) * PAGE
 
 
-def fix_malloc_threshold() -> bool:
-    """Pin glibc's mmap threshold so large host allocations are mappings of their own."""
-    try:
-        return bool(_libc().mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
-    except (OSError, AttributeError):
-        return False
-
-
 _NONE: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Held:
     """A device storage as the registry last changed it: its bytes, where they were, and
-    the pages they own (all resident, all counted in the constant)."""
+    the pages they own (all resident; counted in the constant but for ``host``'s)."""
 
     size: int
     address: int
     start: int
     """First owned page."""
     pages: int
+    """Owned pages counted in the constant (device pages)."""
+    total: int = -1
+    """Every owned page; -1: ``pages``."""
+    host: bytes | None = None
+    """Per owned page, 1 for one that was already resident when the storage got it: a free
+    glibc heap page a host free left (on a GPU it would still be resident host memory).
+    Left out of the constant and never dropped, it stays a host page throughout."""
+
+    @property
+    def owned(self) -> int:
+        return self.pages if self.total < 0 else self.total
 
 
-def _take(storage: torch.UntypedStorage, *, touch: bool, start: int = 0) -> Held:
+@dataclass(kw_only=True, slots=True)
+class Recycling:
+    """Free host heap pages device allocations took (glibc's own malloc serves both)."""
+
+    kept_bytes: int = 0
+    """Found already resident and kept as host pages (measured: the allocation was not yet
+    written, ``mincore``)."""
+    unmeasured_bytes: int = 0
+    """Heap pages an op wrote as it made them (a copy to the device): whether they were
+    resident before cannot be told; counted as device pages (host figures may read low by
+    up to these). Mapped blocks (``glibc_mapped``) are fresh and never counted here."""
+    by_strategy: bool = False
+    """True while strategy code runs: only then is ``unmeasured_bytes`` tallied."""
+
+
+def _take(
+    storage: torch.UntypedStorage, *, touch: bool, start: int = 0, seen: Recycling | None = None
+) -> Held:
     """Make ``storage``'s owned pages resident (``touch``: zero its bytes from ``start``, as
-    cudaMalloc'd memory is resident with undefined contents) and say what it holds."""
+    cudaMalloc'd memory is resident with undefined contents) and say what it holds. Pages
+    of an unwritten heap block (from ``start`` where ``touch``) that were resident already
+    stay host pages (``Held.host``)."""
     address, size = storage.data_ptr(), storage.nbytes()
     first, pages = owned_pages(address, size)
+    host = None
+    if seen is not None and pages and glibc_mapped(address) is not True:
+        written = min(pages, max(0, -(-(address + start) // PAGE) * PAGE - first) // PAGE)
+        if not touch:
+            written = pages
+        if touch and written < pages:
+            host = bytes(written) + residency(first + written * PAGE, pages - written)
+            kept = host.count(1)
+            host = host if kept else None
+            seen.kept_bytes += kept * PAGE
+        if written and seen.by_strategy:
+            seen.unmeasured_bytes += written * PAGE
     if touch and size > start:
         ctypes.memset(address + start, 0, size - start)
     if not (touch and start == 0):
         populate(first, pages)
-    return Held(size=size, address=address, start=first, pages=pages)
+    if host is None:
+        return Held(size=size, address=address, start=first, pages=pages)
+    counted = pages - host.count(1)
+    return Held(size=size, address=address, start=first, pages=counted, total=pages, host=host)
 
 
 class _Changing:
@@ -171,6 +211,8 @@ class DeviceMemory:
         """Called right after the constant grew."""
         self.bypassed_bytes = 0
         """Cumulative device bytes changed behind the registry (:meth:`reconcile`)."""
+        self.recycling = Recycling()
+        """Free host heap pages device allocations took (see :class:`Recycling`)."""
         self.lock = threading.RLock()
         """Held by every registry operation (a strategy's threads may allocate and free at
         once); hold it to see the two counts at rest."""
@@ -265,7 +307,7 @@ class DeviceMemory:
 
     def _register(self, storage: torch.UntypedStorage, *, touch: bool) -> Held:
         self._storages[storage._cdata] = storage
-        held = _take(storage, touch=touch)
+        held = _take(storage, touch=touch, seen=self.recycling)
         self._hold(storage._cdata, held)
         self.allocated_bytes += storage.nbytes()
         return held
@@ -294,12 +336,14 @@ class DeviceMemory:
                 return _ORIGINAL_RESIZE(storage, size)  # a no-op, or torch's own error
             held = self._held[key]
             if size < old:  # the pages past the new end are discarded: drop them, still owned
-                drop(*owned_pages(held.address + size, old - size))
+                cut, count = owned_pages(held.address + size, old - size)
+                drop_except(cut, count, held.host, (cut - held.start) // PAGE)
             released, grew = self._release_for(size // PAGE)  # torch allocates anew
             try:
                 result = _ORIGINAL_RESIZE(storage, size)
             finally:  # (where torch failed, the storage is as it was, its pages resident again)
-                now = _take(storage, touch=storage.nbytes() > old, start=old)
+                grown = storage.nbytes() > old
+                now = _take(storage, touch=grown, start=old, seen=self.recycling if grown else None)
                 self._hold(key, now)
                 self._settle(released + held.pages - now.pages, grew)
             if size < old:
@@ -333,9 +377,9 @@ class DeviceMemory:
         with self.changing:
             changed = sum(self._reconcile(k, s) for k, s in self._storages.items())
             for key, held in self._held.items():
-                missing = held.pages - resident(held.start, held.pages)
+                missing = held.owned - resident(held.start, held.owned)
                 if missing:
-                    populate(held.start, held.pages)  # as counted again
+                    populate(held.start, held.owned)  # as counted again
                     changed += self._storages[key].nbytes()
             self.bypassed_bytes += changed
             return changed

@@ -19,13 +19,8 @@ from unittest import mock
 import torch
 from torch.overrides import TorchFunctionMode
 
-from offloadprobe.engine.runtime import host_gemm
-from offloadprobe.engine.runtime.device_memory import (
-    _ORIGINAL_RESIZE,
-    DeviceMemory,
-    _libc,
-    fix_malloc_threshold,
-)
+from offloadprobe.engine.runtime import glibc_malloc, host_gemm
+from offloadprobe.engine.runtime.device_memory import _ORIGINAL_RESIZE, DeviceMemory
 from offloadprobe.engine.runtime.emulated_ops import (
     LIKE,
     RESIZES,
@@ -41,18 +36,12 @@ from offloadprobe.engine.runtime.emulated_ops import (
     tensor_args,
     tensor_nbytes,
 )
+from offloadprobe.engine.runtime.glibc_malloc import trim_host_heap  # noqa: F401 (callers)
 
 NOTE = (
     "CPU emulation: no pinned memory, no GPU readings; emulated device memory is a "
     "constant part of RSS (device storages + ballast), taken out of every host figure"
 )
-
-
-def trim_host_heap() -> None:
-    """Return free glibc heap pages to the kernel (``malloc_trim(0)``), where glibc exists.
-    Between builds only (``Runtime.release``), never between phases: see ``Runtime.settle``."""
-    with contextlib.suppress(OSError, AttributeError):
-        _libc().malloc_trim(0)
 
 
 ACTIVE: DeviceMemory | None = None
@@ -176,10 +165,15 @@ def strategy_code() -> Iterator[None]:
     (their activations stay plain host tensors: train rows count in no figure)."""
     global _STRATEGY_CODE
     previous, _STRATEGY_CODE = _STRATEGY_CODE, True
+    memory = ACTIVE
+    if memory is not None:
+        memory.recycling.by_strategy = True
     try:
         yield
     finally:
         _STRATEGY_CODE = previous
+        if memory is not None:
+            memory.recycling.by_strategy = previous
 
 
 def _resize_tensor(func: object, args: tuple, kwargs: dict) -> object:
@@ -431,14 +425,17 @@ def _backward_apply(self: object, *args: object) -> object:
 
 
 @contextlib.contextmanager
-def emulated_device() -> Iterator[DeviceMemory]:
+def emulated_device(malloc: str = "real") -> Iterator[DeviceMemory]:
     """The emulated device alone (no megatron shims): its memory, the CUDA-to-host mode,
-    ``resize_`` of device storages through it, and ``Tensor.device`` reporting ``cuda:0``."""
+    ``resize_`` of device storages through it, and ``Tensor.device`` reporting ``cuda:0``.
+    ``malloc``: ``real`` leaves glibc's malloc as the process has it; ``fixed`` fixes its
+    mmap threshold (for the rest of the process: glibc cannot undo it)."""
     global ACTIVE
     if ACTIVE is not None:
         raise RuntimeError("an emulated device is already active in this process")
-    fix_malloc_threshold()
     with contextlib.ExitStack() as stack:
+        glibc_malloc.enter(malloc)
+        stack.callback(glibc_malloc.leave)
         memory = DeviceMemory()
         stack.callback(memory.close)
         ACTIVE = memory

@@ -60,6 +60,49 @@ def resident(start: int, count: int) -> int:
     return count - vector.raw.count(0)
 
 
+_RESIDENT = bytes(b & 1 for b in range(256))
+
+
+def residency(start: int, count: int) -> bytes:
+    """``mincore(2)``'s answer page by page: byte ``i`` is 1 where page ``i`` from ``start``
+    is resident, else 0."""
+    if count <= 0:
+        return b""
+    vector = ctypes.create_string_buffer(count)
+    if _libc().mincore(start, count * PAGE, vector) != 0:
+        raise OSError(ctypes.get_errno(), "mincore failed")
+    return vector.raw.translate(_RESIDENT)
+
+
+def drop_except(start: int, count: int, keep: bytes | None, offset: int = 0) -> int:
+    """Drop ``count`` pages from ``start`` (``MADV_DONTNEED``) except those whose byte in
+    ``keep`` (indexed from ``offset``) is 1; the pages dropped."""
+    if keep is None:
+        drop(start, count)
+        return max(count, 0)
+    dropped, i = 0, 0
+    while i < count:
+        j = keep.find(b"\0", offset + i, offset + count)
+        if j < 0:
+            break
+        end = keep.find(b"\1", j, offset + count)
+        end = offset + count if end < 0 else end
+        drop(start + (j - offset) * PAGE, end - j)
+        dropped += end - j
+        i = end - offset
+    return dropped
+
+
+def glibc_mapped(address: int) -> bool | None:
+    """Whether the glibc block starting at ``address`` is a mapping of its own (its chunk
+    header's ``IS_MMAPPED`` bit, in the size word just below it): a fresh mapping has no
+    page anyone used before. None where the word may lie on another page (``address``
+    within 8 bytes of a page start), so it is not read."""
+    if address % PAGE < 8:
+        return None
+    return bool(ctypes.c_size_t.from_address(address - 8).value & 2)
+
+
 _POPULATE = [True]
 """Whether ``MADV_POPULATE_WRITE`` is known to work here (until the kernel refuses it)."""
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import torch
 
-from offloadprobe.core import collector
+from offloadprobe.core import collector, pinned_stats
 from offloadprobe.core.config import ParallelConfig
 from offloadprobe.core.devices import NO_CUDA
 from offloadprobe.core.errors import DeviceUnavailable
 from offloadprobe.core.world import World
-from offloadprobe.engine.runtime import collectives, emulation
+from offloadprobe.engine.runtime import collectives, emulation, glibc_malloc
 from offloadprobe.engine.runtime.cuda_shims import cuda_on_host
 from offloadprobe.engine.runtime.eager import EAGER_NOTE, eager_fusions
 from offloadprobe.engine.runtime.imports import import_run_modules
@@ -71,10 +71,9 @@ class Runtime:
         """Around a phase, in CPU emulation: collect cyclic garbage, then free device storages
         nothing references any more (as a GPU allocator does), through the device so the
         ballast compensates.
-        No ``malloc_trim`` here: a device storage below glibc's mmap threshold is freed into
-        the heap without RSS falling (so without ballast in its place); giving those pages
-        back between phases would take them out of RSS but not out of the constant device
-        part, and hide as much of the strategy's host memory.
+        No ``malloc_trim`` here: free heap pages the strategy's own frees left resident are
+        host memory a GPU host's process keeps too (glibc's dynamic threshold); only a train
+        step's are given back (``glibc_malloc.device_work_done``).
         On CUDA this does nothing: the strategy's own caching behaviour is measured."""
         memory = self.device_memory
         if memory is not None:
@@ -175,12 +174,14 @@ def open_runtime(
     parallel: ParallelConfig | None = None,
     *,
     strategy_options: dict[str, str] | None = None,
+    emulation_malloc: str = "real",
 ) -> Iterator[Runtime]:
     """Join the ranks torchrun started (or make a one-rank process group) and initialise
-    megatron's parallel state at ``parallel``'s layout; undo on exit."""
+    megatron's parallel state at ``parallel``'s layout; undo on exit. In CPU emulation
+    ``emulation_malloc`` says what it does to glibc's malloc (``--emulation-malloc``)."""
     device = resolve_device(requested)
     emulated = device == "cpu"
-    notes = [emulation.NOTE] if emulated else []
+    notes = [emulation.NOTE, glibc_malloc.note(emulation_malloc)] if emulated else []
     if emulated and eager_fusions():
         notes.append(EAGER_NOTE)
     import_run_modules()  # after eager_fusions: megatron-core is imported uncompiled
@@ -195,9 +196,10 @@ def open_runtime(
     world = World.from_env(os.environ, parallel)
     with contextlib.ExitStack() as stack:
         if emulated:
-            stack.enter_context(cuda_on_host())
+            stack.enter_context(cuda_on_host(emulation_malloc))
         else:
             notes.append(cupti_memory.start())  # before CUDA makes anything
+            notes.append(pinned_stats.in_use_note(torch.__version__))
             torch.cuda.set_device(world.local_rank)
         control = _join(world, emulated, stack)
         if emulated and world.distributed:

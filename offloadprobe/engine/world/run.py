@@ -75,7 +75,10 @@ def run_rank(job: Job, log: PhaseLog, *, on_abort: Callable[[Failure], None]) ->
     """This rank's share of the run; rank 0 returns the world's report, others None."""
     cfg = job.config
     options = cfg.strategy_options
-    with open_runtime(cfg.device, cfg.seed, cfg.parallel, strategy_options=options) as runtime:
+    malloc = cfg.emulation_malloc
+    with open_runtime(
+        cfg.device, cfg.seed, cfg.parallel, strategy_options=options, emulation_malloc=malloc
+    ) as runtime:
         world = runtime.world
         group = runtime.control_group()
         own = rank_group(job, world.local_rank)

@@ -1,10 +1,5 @@
-"""PyTorch's pinned host allocator statistics, across torch versions' key names.
-
-Older torch reports ``reserved_bytes`` (blocks owned, in use or cached) next to
-``allocated_bytes`` (in use). Newer torch (see ``torch.cuda.host_memory_stats``'s
-docstring) reports ``allocated_bytes`` for blocks owned and ``active_bytes`` for
-those in use. Both are normalised to "reserved" and "in use" here.
-"""
+"""PyTorch's pinned host allocator statistics, read through ``core.pinned_stats`` (both
+key schemas; the in-use figure only where this torch's counters count frees)."""
 
 from __future__ import annotations
 
@@ -12,29 +7,16 @@ from typing import Any
 
 import torch
 
+from offloadprobe.core import pinned_stats
 from offloadprobe.core.records import PinnedReading
 from offloadprobe.measure import cupti_memory
 
 
-def normalise(stats: dict[str, Any]) -> tuple[int, int, int, str]:
-    """``(reserved, in_use, reserved_peak, schema)`` from flat host_memory_stats keys."""
-
-    def get(key: str) -> int:
-        return int(stats.get(key, 0) or 0)
-
-    if "reserved_bytes.current" in stats:
-        return (
-            get("reserved_bytes.current"),
-            get("allocated_bytes.current"),
-            get("reserved_bytes.peak"),
-            "reserved_bytes",
-        )
-    return (
-        get("allocated_bytes.current"),
-        get("active_bytes.current"),
-        get("allocated_bytes.peak"),
-        "active_bytes",
-    )
+def normalise(stats: dict[str, Any]) -> tuple[int, int | None, int, str]:
+    """``(reserved, in_use, reserved_peak, schema)`` from flat host_memory_stats keys under
+    the torch imported here (in use None where its counters miss frees)."""
+    figures = pinned_stats.read(stats, torch.__version__)
+    return figures.reserved, figures.in_use, figures.reserved_peak, figures.schema
 
 
 class PinnedProbe:
@@ -49,20 +31,20 @@ class PinnedProbe:
     def begin(self) -> None:
         if self.enabled and hasattr(torch.cuda, "reset_peak_host_memory_stats"):
             torch.cuda.reset_peak_host_memory_stats()
-        recorder = cupti_memory.active()
-        if recorder is not None:
-            self._since = recorder.now()
+        source = cupti_memory.pinned()
+        if source is not None:
+            self._since = source.now()
 
     def end(self) -> PinnedReading | None:
         if not self.enabled:
             return None
         reserved, in_use, peak, schema = normalise(torch.cuda.host_memory_stats())
         locked = locked_peak = None
-        recorder = cupti_memory.active()
-        if recorder is not None:
-            recorder.flush()
-            locked = recorder.log.live(cupti_memory.PINNED)
-            locked_peak = recorder.log.peak(cupti_memory.PINNED, self._since)
+        source = cupti_memory.pinned()
+        if source is not None:  # by fact: every allocator, page-locking from any thread
+            source.flush()
+            locked = source.log.live(cupti_memory.LOCKED)
+            locked_peak = source.log.peak(cupti_memory.LOCKED, self._since)
         return PinnedReading(
             reserved_after=reserved,
             in_use_after=in_use,

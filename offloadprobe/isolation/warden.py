@@ -215,7 +215,7 @@ def _mib(nbytes: int) -> str:
 
 PEAKS_NOTE = (
     "host peaks: the worker's cgroup peak, reset and read by its parent at each phase "
-    "(v1: with usage thresholds the kernel signals to it), out of the measured code's reach"
+    "(v1: with the kernel's usage thresholds)"
 )
 
 

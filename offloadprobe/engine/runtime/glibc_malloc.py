@@ -47,12 +47,9 @@ MMAP_THRESHOLD = 128 * 1024
 
 NOTES = {
     "real": (
-        "CPU emulation keeps glibc's own malloc (dynamic mmap threshold); it changes: device "
-        "storages are glibc allocations too (their frees move the threshold as a GPU's would "
-        "not), and the free heap is trimmed at the start, after the model build, each train "
-        "step, the round-trip checks and the reference run (their host memory is a GPU's "
-        "device memory) "
-        "(--emulation-malloc fixed: a 128 KiB threshold)"
+        "CPU emulation keeps glibc's own malloc; it trims the free heap where a GPU's memory "
+        "would be the device's (build, train steps, checks; --emulation-malloc fixed: a "
+        "128 KiB mmap threshold)"
     ),
     "fixed": (
         "CPU emulation fixes glibc's mmap threshold at 128 KiB (--emulation-malloc fixed): "

@@ -287,14 +287,17 @@ def test_in_code_phases_alone_start_attach_and_show_reprints_its_report(tmp_path
     assert result.exit_code == 0, result.stderr
     out = capfd.readouterr().out
     assert "small_job: torch imported: False" in out
-    # what attach's half in the job imports: the standard library and offloadprobe's
-    # attach runtime, nothing else of offloadprobe (checked against the job run plain)
+    # what attach's half in the job imports: the standard library, offloadprobe's attach
+    # runtime and the torch-free reading of torch's pinned statistics it shares with the
+    # run probes, nothing else of offloadprobe (checked against the job run plain)
     plain = subprocess.run([PY, str(SMALL), "torch"], capture_output=True, text=True, cwd=JOBS)
     added = set(_job_says(out, "modules").split()) - set(_job_says(plain.stdout, "modules").split())
     assert {"offloadprobe.attach.runtime", "offloadprobe.attach.meter_client"} <= added
     others = {m for m in added if m.partition(".")[0] not in sys.stdlib_module_names}
     assert all(
-        m.startswith("offloadprobe.attach") for m in others - {"offloadprobe", "sitecustomize"}
+        m.startswith("offloadprobe.attach")
+        for m in others
+        - {"offloadprobe", "sitecustomize", "offloadprobe.core", "offloadprobe.core.pinned_stats"}
     ), others
     calls = _calls(doc, "block")
     assert [c["index"] for c in calls] == [1, 2]

@@ -252,14 +252,14 @@ class _Cycles:
 
     def check_step(self, label: str, index: int, got: Checkpoint) -> None:
         if self.reference:
-            self.problems += differences(label, got, self.reference[index])
+            self.problems += differences(label, got, self.reference[index], self.model)
 
     def cycle(self, cycle: int) -> bool:
         """One cycle; True when the facts say the run cannot go on (not offloaded)."""
         cfg, model = self.cfg, self.model
         loss = self.phase(cycle, "train", lambda: _train(model, cfg.train_steps))
         before = fingerprint_state(model)
-        self.check_step(f"cycle {cycle} train step", cycle, Checkpoint(loss, before.buffers))
+        self.check_step(f"cycle {cycle} train step", cycle, Checkpoint.of(loss, before))
         self.ledger.at_offload_start(model)
         self.snapshot = audit.snapshot_device_storage(model)
         self.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model).values())
@@ -302,7 +302,8 @@ class _Cycles:
                 if self.reference:
                     after = checkpoint(self.model, self.cfg.train_steps)
                     label = "train step after the last load"
-                    self.problems += differences(label, after, self.reference[self.cfg.cycles])
+                    want = self.reference[self.cfg.cycles]
+                    self.problems += differences(label, after, want, self.model)
         except _Stopped:
             pass
         finally:

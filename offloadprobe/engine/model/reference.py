@@ -9,10 +9,15 @@ half-moved shows up as a different update; state that diverged where the batch d
 reach yet (a moment set to +inf in an unread embedding row changes no parameter: Adam's
 update there is ``0 / inf``) shows up here, by its bytes, and a tensor that holds
 non-finite values is said to.
+
+The same run measures the framework's own host growth in its first train phases
+(:class:`Trajectory`): the offloaded run's host figures leave out no more than that
+(``engine.zero``).
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,16 +68,48 @@ def checkpoint(model: Any, steps: int) -> Checkpoint:
     return Checkpoint.of(train_phase(model, steps), fingerprint_state(model))
 
 
+Measure = Callable[[Callable[[], Any]], tuple[int, Any]]
+"""Runs an action as a measured phase: (its host growth in bytes, the action's result)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Trajectory:
+    """A run without strategies: its checkpoints (the reference) and its measured growth."""
+
+    points: list[Checkpoint]
+    """One per train phase, when the reference check is on (empty otherwise)."""
+    growth: list[int]
+    """Host growth of its first train phases, as many as were asked for."""
+
+
 def reference_trajectory(
-    build: Callable[[], Any], steps: int, phases: int, release: Callable[[], None]
-) -> list[Checkpoint]:
-    """Build a model, run ``phases`` train phases of ``steps`` steps, free it again."""
+    build: Callable[[], Any],
+    steps: int,
+    phases: int,
+    release: Callable[[], None],
+    *,
+    measure: Measure | None = None,
+    growth_phases: int = 0,
+    checkpoints: bool = True,
+) -> Trajectory:
+    """Build a model, run train phases of ``steps`` steps, free it again: ``phases``
+    checkpoints when ``checkpoints``, and with ``measure`` the host growth of the first
+    ``growth_phases`` train phases (as many run at least)."""
     model = build()
-    points = [checkpoint(model, steps) for _ in range(phases)]
+    points: list[Checkpoint] = []
+    growth: list[int] = []
+    for index in range(max(phases if checkpoints else 0, growth_phases)):
+        if measure is not None and index < growth_phases:
+            grew, loss = measure(functools.partial(train_phase, model, steps))
+            growth.append(grew)
+        else:
+            loss = train_phase(model, steps)
+        if checkpoints and index < phases:
+            points.append(Checkpoint.of(loss, fingerprint_state(model)))
     del model
     gc.collect()
     release()
-    return points
+    return Trajectory(points=points, growth=growth)
 
 
 def differences(label: str, got: Checkpoint, want: Checkpoint, model: Any = None) -> list[str]:

@@ -21,7 +21,7 @@ ever runs grows the host by much more (lazy imports and inits, first kernels: ab
 optimizer's state, a step's activations regrowing the heap: 2 to 5 MiB at 130 MB of
 parameters in CPU emulation). So the measured model is a fresh one too, in a process
 that is warm for its configuration: where none of that configuration trained in this
-process yet, a model is built, trained one phase and freed first (``warm_up``). The
+process yet, a model is built, trained one step and freed first (``warm_up``). The
 judgement of the two figures is ``core.host_zero``'s.
 """
 
@@ -76,13 +76,13 @@ def _key(cfg: RunConfig) -> str:
 
 
 def warm_up(cfg: RunConfig, build: Callable[[], Any], release: Callable[[], None]) -> bool:
-    """Make the process warm for ``cfg``'s model: build one, train it one phase, free it,
+    """Make the process warm for ``cfg``'s model: build one, train it one step, free it,
     unless one of that configuration trained here before; True when it had to."""
     key = _key(cfg)
     if key in _WARM:
         return False
     model = build()
-    train_phase(model, cfg.train_steps)
+    train_phase(model, 1)
     del model
     gc.collect()
     release()

@@ -25,7 +25,10 @@ What this module decides:
   nothing on the host) read at most 0.08 MiB below their true footprint, never below 0
   (the one that keeps nothing: +0.38 MiB at least); 256 KiB is three times that, and 1%
   of what moves lets the allocator's slack grow with the payload. A steady -0.02x is an
-  inconsistency from 12.8 MiB moved on.
+  inconsistency from 12.8 MiB moved on. Where the process's own figures govern (no
+  cgroup of its own: a rank of several), RSS counts mapped file pages, which the kernel
+  may drop under pressure: what RssFile fell by over the moves is allowed besides (a
+  strategy that frees anonymous memory held before it ran is caught all the same).
 """
 
 from __future__ import annotations
@@ -55,13 +58,26 @@ def negative_margin(moved: int) -> int:
     return max(NEGATIVE_FLOOR, moved // NEGATIVE_FRACTION)
 
 
+MOVES = ("offload", "load", "offload optimizer", "load optimizer")
+
+
+def file_pages_dropped(run: RunRecord) -> int:
+    """How far RssFile fell from the first move's start to its lowest at a move's end,
+    where the process's own figures govern (0 where a group's do: they count no page
+    cache)."""
+    moving = [p for p in run.phases if p.phase in MOVES]
+    if not moving or moving[0].host.group_before is not None:
+        return 0
+    return max(0, moving[0].host.file_before - min(p.host.file_after for p in moving))
+
+
 def negative_figures(run: RunRecord) -> tuple[str, ...]:
     """Each host figure below the zero by more than the noise, in words."""
     summary = run.summary
     if summary is None:
         return ()
     moved = summary.moved_bytes or run.payload_bytes
-    margin = negative_margin(moved)
+    margin = negative_margin(moved) + file_pages_dropped(run)
     figures = {
         "host peak": summary.host_peak_bytes,
         "steady host": summary.steady_host_bytes,
@@ -82,6 +98,7 @@ def negative_figures(run: RunRecord) -> tuple[str, ...]:
 __all__ = [
     "GROWTH_NOISE",
     "counted_growth",
+    "file_pages_dropped",
     "negative_figures",
     "negative_margin",
 ]

@@ -3,6 +3,7 @@
 import dataclasses
 
 from offloadprobe.core.host_zero import counted_growth, negative_figures, negative_margin
+from offloadprobe.core.records import HostReading, PhaseRecord
 from offloadprobe.core.verdicts import exit_code, judge
 from tests.unit.test_budgets import run
 
@@ -47,3 +48,41 @@ def test_noise_below_the_zero_passes():
     assert negative_margin(4 * 2**30) == 4 * 2**30 // 100
     assert judge(_below(-100 * KiB))[0].ok
     assert judge(_below(-40 * MiB, moved=8 * 2**30))[0].ok  # 1% of what moves
+
+
+def _move(name: str, *, file_before: int, file_after: int, group: int | None = None):
+    host = HostReading(
+        rss_before=0,
+        rss_after=0,
+        peak=0,
+        shmem_after=0,
+        method="vmhwm",
+        file_before=file_before,
+        file_after=file_after,
+        group_before=group,
+        group_after=group,
+    )
+    return PhaseRecord(
+        cycle=0,
+        phase=name,
+        seconds=1.0,
+        bytes_moved=0,
+        gbps=None,
+        host=host,
+        pinned=None,
+        gpu=None,
+        cgroup=None,
+    )
+
+
+def test_mapped_file_pages_the_kernel_dropped_are_no_inconsistency():
+    """Process figures count RssFile: what it fell by over the moves is allowed besides."""
+    dropped = [_move("offload", file_before=300 * MiB, file_after=297 * MiB)]
+    dropped.append(_move("load", file_before=297 * MiB, file_after=298 * MiB))
+    record = dataclasses.replace(_below(-2 * MiB), phases=dropped)
+    assert judge(record)[0].ok
+    kept = [_move("offload", file_before=300 * MiB, file_after=300 * MiB)]
+    assert judge(dataclasses.replace(record, phases=kept))[0].kind == "inconsistent"
+    # a group's figures count no page cache: nothing to allow
+    grouped = [_move("offload", file_before=300 * MiB, file_after=290 * MiB, group=0)]
+    assert judge(dataclasses.replace(record, phases=grouped))[0].kind == "inconsistent"

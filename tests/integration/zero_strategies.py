@@ -29,6 +29,8 @@ class GrabsInFirstTrain(Pageable):
     bytes of host memory at the first forward of cycle 0's train phase (every page
     written) and keeps them: true steady P + GRAB, true peak at least that."""
 
+    size = GRAB
+
     def __init__(self):
         super().__init__()
         self.grabbed = None
@@ -36,11 +38,17 @@ class GrabsInFirstTrain(Pageable):
 
     def _grab(self, module, args, output):
         if self.grabbed is None:
-            self.grabbed = written(GRAB)
+            self.grabbed = written(self.size)
             self.hook.remove()
 
     def close(self):
         self.hook.remove()
+
+
+class GrabsMoreInFirstTrain(GrabsInFirstTrain):
+    """The same with 256 MiB (a GPU run's first train phase grows the host by more)."""
+
+    size = 256 * 2**20
 
 
 BEFORE_THE_RUN = []

@@ -51,3 +51,10 @@ def test_a_param_group_value_is_compared_with_the_reference():
 )
 def test_non_finite_values_are_counted(values, count):
     assert nonfinite_counts([torch.tensor(values), torch.arange(3)]) == [count, 0]
+
+
+def test_a_param_group_object_shown_by_its_address_is_no_difference():
+    label = "optimizer 0 param group 0 'hook'"
+    want = Checkpoint(loss=1.0, fingerprints=[], groups=[(label, "<F object at 0x7f01>")])
+    got = dataclasses.replace(want, groups=[(label, "<F object at 0x7f02>")])
+    assert differences("x", got, want) == []

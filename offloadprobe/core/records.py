@@ -162,7 +162,9 @@ class RunRecord:
     payload_bytes: int
     grad_bytes: int
     baseline_host_bytes: int
-    """Host RSS just before the first offload: the zero of every ``_x`` figure."""
+    """The zero of every host figure, in the first offload's terms: the host just before
+    the first offload, less what the strategies held from their construction on and less
+    ``pre_offload_counted_bytes`` (``core.host_zero``)."""
     gpu_baseline_bytes: int | None
     """GPU bytes allocated before the model existed."""
     phases: list[PhaseRecord]
@@ -199,6 +201,16 @@ class RunRecord:
     number, from 1); empty for fixed cycles."""
     host_limit: HostLimitRecord | None = None
     """The host limit the worker ran under, as its parent measured it (None: no limit)."""
+    pre_offload_growth_bytes: int | None = None
+    """Host growth over the train phases before the first offload, measured as any phase
+    (strategy code can run in them: a hook); None where the run never offloaded."""
+    framework_growth_bytes: int | None = None
+    """The same train phases' host growth on the model trained without strategies in the
+    same process (the no-offload reference, or a run of its own without it), measured;
+    None where none ran (no train step before the first offload)."""
+    pre_offload_counted_bytes: int = 0
+    """The part of ``pre_offload_growth_bytes`` beyond the framework's and beyond noise:
+    counted in every host figure (``core.host_zero``)."""
 
     @property
     def label(self) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from offloadprobe.core.budgets import Breach, Budget, node_breaches
+from offloadprobe.core.host_zero import negative_figures
 from offloadprobe.core.limits import reclaim_words
 from offloadprobe.core.outcomes import Failure, Verdict
 from offloadprobe.core.records import ResidencyFact, RunRecord
@@ -73,6 +74,9 @@ def judge(
             return Verdict(kind="partly offloaded", detail="; ".join(partly), reasons=partly), []
     if run.summary is None:
         return Verdict(kind="crashed", detail="no offload/load pair completed"), []
+    below = negative_figures(run)
+    if below:
+        return Verdict(kind="inconsistent", detail="; ".join(below), reasons=below), []
     limited = limit_verdict(run)
     if limited is not None:
         return limited, []

@@ -7,6 +7,7 @@ from typing import Any
 
 from offloadprobe.core import environment
 from offloadprobe.core.config import RunConfig
+from offloadprobe.core.host_zero import counted_growth
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.records import Report, RunRecord
 from offloadprobe.core.units import format_bytes
@@ -20,7 +21,11 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
     cfg, phases = state.cfg, state.phases
     offloads = [p for p in phases if p.phase in OFFLOADS]
     held = construction_held(state.construction)
-    baseline = offloads[0].host.host_rss_before - held if offloads else 0
+    growth = pre_offload_growth(phases)
+    measured = state.no_strategy.growth
+    framework = sum(measured) if measured else None
+    counted = counted_growth(growth, framework) if growth is not None else 0
+    baseline = offloads[0].host.host_rss_before - held - counted if offloads else 0
     summary = None
     moved_parts = sum(part_bytes(state.model).values()) if state.info.moves_params else 0
     if offloads and any(p.phase in LOADS for p in phases):
@@ -47,7 +52,13 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
     if held >= 2**20:
         notes.append(
             f"the strategies held {format_bytes(held)} of host memory from their construction "
-            "on: counted in every host figure (the zero is the host before they were built)"
+            "on: counted in every host figure (the zero is the host before any of their code ran)"
+        )
+    if counted:
+        notes.append(
+            f"the train phases before the first offload grew the host by {format_bytes(growth)}"
+            f", {format_bytes(counted)} more than without the strategies: counted in every "
+            "host figure (their code ran in them: a hook?)"
         )
     unseen = _unseen_recycling(runtime)
     if unseen:
@@ -79,6 +90,9 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
         construction=state.construction,
         sequence=list(cfg.sequence),
         part_bytes=part_bytes(state.model),
+        pre_offload_growth_bytes=growth,
+        framework_growth_bytes=framework,
+        pre_offload_counted_bytes=counted,
     )
 
 
@@ -87,6 +101,15 @@ def _unseen_recycling(runtime: Any) -> int:
     them, whose pages may have been free host pages (``device_memory.Recycling``)."""
     memory = getattr(runtime, "device_memory", None)
     return int(memory.recycling.unmeasured_bytes) if memory is not None else 0
+
+
+def pre_offload_growth(phases: list[Any]) -> int | None:
+    """Host growth over the train phases before the first offload (None: no offload)."""
+    first = next((i for i, p in enumerate(phases) if p.phase in OFFLOADS), None)
+    if first is None:
+        return None
+    trains = [p for p in phases[:first] if p.phase == "train"]
+    return sum(p.host.host_rss_after - p.host.host_rss_before for p in trains)
 
 
 def construction_held(rec: Any) -> int:

@@ -25,12 +25,7 @@ from offloadprobe.engine.model import audit
 from offloadprobe.engine.model.builder import ProbeModel, build_probe_model
 from offloadprobe.engine.model.integrity import fingerprint_state, verify_round_trip
 from offloadprobe.engine.model.ledger import DeviceLedger, fact_fields
-from offloadprobe.engine.model.reference import (
-    Checkpoint,
-    checkpoint,
-    differences,
-    reference_trajectory,
-)
+from offloadprobe.engine.model.reference import Checkpoint, checkpoint, differences
 from offloadprobe.engine.model.residency import device_bytes
 from offloadprobe.engine.model.train import train_step
 from offloadprobe.engine.optimizer.strategies import optimizer_strategy
@@ -38,7 +33,7 @@ from offloadprobe.engine.phase_errors import EmulationBypassed, phase_failure, s
 from offloadprobe.engine.rollout import claim, limit_device_memory
 from offloadprobe.engine.run_record import failed_record, record_of, report_of
 from offloadprobe.engine.runtime import Runtime, open_runtime
-from offloadprobe.engine.sequence import parts_to_move, reference_phases, run_sequence
+from offloadprobe.engine.sequence import parts_to_move, run_sequence
 from offloadprobe.engine.strategies import model_strategy
 from offloadprobe.engine.transfers import (
     confirmed_released,
@@ -47,6 +42,7 @@ from offloadprobe.engine.transfers import (
     measured_transfer,
 )
 from offloadprobe.engine.world.fence import PhaseFence
+from offloadprobe.engine.zero import import_builtins, no_strategy_run
 from offloadprobe.measure.meter import PhaseMeter
 from offloadprobe.measure.sampler import Sampler
 from offloadprobe.measure.summary import LOADS, OFFLOADS
@@ -108,16 +104,6 @@ class _Cycles:
 
     def __init__(self, cfg: RunConfig, runtime: Runtime, hooks: Hooks) -> None:
         self.cfg, self.runtime, self.hooks = cfg, runtime, hooks
-        self.reference: list[Checkpoint] = []
-        if cfg.reference_check:
-            n = reference_phases(cfg)
-            self.reference = reference_trajectory(self.build, cfg.train_steps, n, runtime.release)
-        self.gpu_baseline = None if runtime.emulated else torch.cuda.memory_allocated()
-        limit_device_memory(runtime, cfg.gpu_limit_bytes)
-        self.ledger = DeviceLedger(runtime)
-        self.model = self.build()
-        before = self.ledger.before(self.model)  # before a strategy module is imported
-        self.info = model_strategy(cfg.strategy)
         memory = runtime.device_memory
         self.meter = PhaseMeter(
             runtime,
@@ -130,9 +116,18 @@ class _Cycles:
             and not getattr(hooks.channel, "owns_peaks", 0),
             group=hooks.group,
         )
+        self.no_strategy = no_strategy_run(cfg, self.build, runtime.release, self.meter)
+        self.reference: list[Checkpoint] = self.no_strategy.points
+        self.gpu_baseline = None if runtime.emulated else torch.cuda.memory_allocated()
+        limit_device_memory(runtime, cfg.gpu_limit_bytes)
+        self.ledger = DeviceLedger(runtime)
+        self.model = self.build()
+        import_builtins(cfg)  # offloadprobe's own modules, before the zero
+        before = self.ledger.before(self.model)  # before a user's strategy module is imported
         self.construction, built = self.meter.measure(0, "construction", self.construct)
-        """Measured: what they hold from then on counts in every host figure."""
-        self.strategy, self.optimizer_strategy = built
+        """Measured from before the strategies' modules are imported: what they hold from
+        then on counts in every host figure (the zero: ``engine.zero``)."""
+        self.info, self.strategy, self.optimizer_strategy = built
         self.built_on_device = self.ledger.after_construction(self.model, before)
         """Device bytes (by totals) they hold from construction (a copy could sit there)."""
         self.payload = self.model.payload_bytes
@@ -154,12 +149,14 @@ class _Cycles:
         cfg = self.cfg
         return build_probe_model(cfg.model, self.runtime, seed=cfg.seed, optimizer=cfg.optimizer)
 
-    def construct(self) -> tuple[Any, Any]:
-        """Both strategies, built as the user's code runs (the runtime's strategy context)."""
+    def construct(self) -> tuple[Any, Any, Any]:
+        """Both strategies, their modules imported and built as the user's code runs (the
+        runtime's strategy context): the model strategy's descriptor and both objects."""
         with self.runtime.strategy_code():
-            params = self.info.build(self.runtime)
+            info = model_strategy(self.cfg.strategy)
+            params = info.build(self.runtime)
             optimizer = optimizer_strategy(self.cfg.optimizer_strategy).build(self.runtime)
-        return params, optimizer
+        return info, params, optimizer
 
     def phase(self, cycle: int, name: str, action: Callable[[], Any]) -> Any:
         if self.hooks.on_start is not None:
@@ -256,14 +253,14 @@ class _Cycles:
 
     def check_step(self, label: str, index: int, got: Checkpoint) -> None:
         if self.reference:
-            self.problems += differences(label, got, self.reference[index])
+            self.problems += differences(label, got, self.reference[index], self.model)
 
     def cycle(self, cycle: int) -> bool:
         """One cycle; True when the facts say the run cannot go on (not offloaded)."""
         cfg, model = self.cfg, self.model
         loss = self.phase(cycle, "train", lambda: _train(model, cfg.train_steps))
         before = fingerprint_state(model)
-        self.check_step(f"cycle {cycle} train step", cycle, Checkpoint(loss, before.buffers))
+        self.check_step(f"cycle {cycle} train step", cycle, Checkpoint.of(loss, before))
         self.ledger.at_offload_start(model)
         self.snapshot = audit.snapshot_device_storage(model)
         self.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model).values())
@@ -306,7 +303,8 @@ class _Cycles:
                 if self.reference:
                     after = checkpoint(self.model, self.cfg.train_steps)
                     label = "train step after the last load"
-                    self.problems += differences(label, after, self.reference[self.cfg.cycles])
+                    want = self.reference[self.cfg.cycles]
+                    self.problems += differences(label, after, want, self.model)
         except _Stopped:
             pass
         finally:

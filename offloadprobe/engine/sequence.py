@@ -3,8 +3,8 @@
 Each step is one phase or a part's moves, measured as any phase is (``PhaseRecord.cycle``
 is the step's number). The checks, each naming the step it blames:
 
-- every ``train`` step against the no-offload reference (loss and parameter bytes), and a
-  train step after the last step where every part ends on the device;
+- every ``train`` step against the no-offload reference (loss, parameter and optimizer
+  state bytes), and a train step after the last step where every part ends on the device;
 - a load that brings every part back: the keyed fingerprints of every DDP buffer and
   optimizer tensor against the state the model had when it was last on the device;
 - a load of what is already on the device, anywhere: the fingerprints just before it
@@ -112,7 +112,7 @@ class Steps:
         if step.name == "train":
             loss = self.train(step)
             self.expected = fingerprint_state(self.host.model)
-            self.on_train(step, self.trains, Checkpoint(loss, self.expected.buffers))
+            self.on_train(step, self.trains, Checkpoint.of(loss, self.expected))
             self.trains += 1
             return False
         if step.verb is None:
@@ -241,7 +241,7 @@ def run_sequence(state: Any) -> None:
     if completed and steps.on_device and state.reference:
         after = checkpoint(model, cfg.train_steps)
         label = "train step after the last step"
-        state.problems += differences(label, after, state.reference[steps.trains])
+        state.problems += differences(label, after, state.reference[steps.trains], model)
     elif completed and not steps.on_device:
         state.notes.append("the sequence ends with a part offloaded: no train step after it")
     # a move that repeats its part's state moves nothing by design: no note for it

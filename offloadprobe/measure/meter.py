@@ -62,9 +62,18 @@ class PhaseMeter:
         self._tree_before = (0, 0)
 
     def measure(
-        self, cycle: int, phase: str, action: Callable[[], Any], *, bytes_moved: int = 0
+        self,
+        cycle: int,
+        phase: str,
+        action: Callable[[], Any],
+        *,
+        bytes_moved: int = 0,
+        mark: bool = True,
     ) -> tuple[PhaseRecord, Any]:
-        """Run ``action`` as one phase; return its record and the action's result."""
+        """Run ``action`` as one phase; return its record and the action's result.
+        ``mark``: mark it on the timeline (not for a measurement that is no phase of the
+        run, such as the no-strategy run's train phases)."""
+        sampler = self.sampler if mark else None
         self.runtime.synchronize()
         self.runtime.settle()
         for probe in (self.cgroup, self.gpu, self.pinned, self.host):
@@ -72,15 +81,15 @@ class PhaseMeter:
         if self.group in ("tree", "rank tree"):
             self._tree_before = (tree_rss(), shm_used() if self.group == "tree" else 0)
         counted = self.device_counters() if self.device_counters else (0, 0)
-        mark = self.sampler.now() if self.sampler else 0
+        began = sampler.now() if sampler else 0
         start = self.clock()
         try:
             result = action()
             self.runtime.synchronize()
         finally:
             seconds = self.clock() - start
-            if self.sampler:
-                self.sampler.span(cycle, phase, mark, self.sampler.now())
+            if sampler:
+                sampler.span(cycle, phase, began, sampler.now())
         self.runtime.settle()
         host = self.host.end()
         group = self.cgroup.end()

@@ -10,7 +10,8 @@ values in every optimizer param group. After the load :func:`verify_round_trip` 
   fingerprinted are the bytes the model computes with and the optimizer updates;
 - each ``param_data`` has its fingerprint back; ``grad_data`` is restored (and zero when
   the strategy freed it);
-- each optimizer tensor has its fingerprint back, and each param group its values;
+- each optimizer tensor has its fingerprint back, and each param group its values (a
+  changed one is said to hold non-finite values where it does: +inf or NaN, by count);
 - each parameter outside the DDP buffers (:mod:`.parts`: frozen ones, a reference
   model's), read from the modules as they hold it now, by name, has its fingerprint back:
   a strategy that puts another ``nn.Parameter`` in a module is checked on that one.
@@ -47,6 +48,7 @@ from offloadprobe.engine.model import parts
 from offloadprobe.engine.model.buffer_views import view_problems
 from offloadprobe.engine.model.buffers import ddp_buffers, nbytes
 from offloadprobe.engine.model.fingerprint import FingerprintKey, fingerprint, fingerprints
+from offloadprobe.engine.model.finite import nonfinite_counts
 from offloadprobe.engine.optimizer.holdings import (
     holdings,
     main_param_names,
@@ -246,6 +248,34 @@ def _by_owner(names: Iterable[HeldName]) -> dict[str, str]:
     return {owner: _listed(found) for owner, found in grouped.items()}
 
 
+def nonfinite_of(
+    names: Iterable[HeldName],
+    tensors: list[tuple[HeldName, torch.Tensor]] | None = None,
+    *,
+    model: Any = None,
+) -> dict[tuple[str, str], int]:
+    """How many +inf, -inf or NaN values each named optimizer tensor holds (those that hold
+    any), among ``tensors`` or the optimizer tensors ``model`` holds now. Read only for
+    tensors a check found changed: an honest run reads none."""
+    if tensors is None:
+        tensors = _optimizer_tensors(model)
+    wanted = {name.key for name in names}
+    chosen = [(name, t) for name, t in tensors if name.key in wanted and _storage_ok(t)]
+    counts = nonfinite_counts(t for _, t in chosen)
+    return {name.key: n for (name, _), n in zip(chosen, counts, strict=True) if n}
+
+
+def nonfinite_words(owner: str, found: dict[tuple[str, str], int]) -> str:
+    """``; it holds 1 non-finite value (+inf, -inf or NaN)`` for one owner's tensors
+    (empty when they hold none)."""
+    count = sum(n for (who, _), n in found.items() if who == owner)
+    if not count:
+        return ""
+    value = "value" if count == 1 else "values"
+    pronoun = "it holds" if sum(who == owner for who, _ in found) == 1 else "they hold"
+    return f"; {pronoun} {count} non-finite {value} (+inf, -inf or NaN)"
+
+
 def _verify_optimizer(model: Any, before: Fingerprints, cycle: int) -> list[str]:
     """Each optimizer tensor by name: still there, its storage back, its bytes unchanged;
     none there that was not before; then each param group's values."""
@@ -274,8 +304,10 @@ def _verify_optimizer(model: Any, before: Fingerprints, cycle: int) -> list[str]
     counts: dict[str, int] = {}
     for name in changed:
         counts[name.owner] = counts.get(name.owner, 0) + 1
+    found = nonfinite_of(changed, readable) if changed else {}
     problems += [
         f"{at} {owner} differs from before offload in {counts[owner]} tensor(s): {which}"
+        + nonfinite_words(owner, found)
         for owner, which in _by_owner(changed).items()
     ]
     groups = dict(_group_values(model))

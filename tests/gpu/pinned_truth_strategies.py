@@ -62,7 +62,9 @@ class _PoolRegister:
             source = _as_bytes(buffer.param_data)
             if i not in self.copies:
                 self.maps[i], self.copies[i] = self._host(source.numel())
-            self.copies[i].copy_(source)
+            for start in range(0, source.numel(), CHUNK):  # one copy per registered range:
+                end = min(start + CHUNK, source.numel())  # one across two fails on the H200
+                self.copies[i][start:end].copy_(source[start:end])
             torch.cuda.synchronize()
             free_storage(buffer.param_data)
             free_storage(buffer.grad_data)
@@ -71,7 +73,10 @@ class _PoolRegister:
         for i, buffer in enumerate(ddp_buffers(models)):
             restore_storage(buffer.param_data)
             restore_storage(buffer.grad_data)
-            _as_bytes(buffer.param_data).copy_(self.copies[i])
+            target = _as_bytes(buffer.param_data)
+            for start in range(0, target.numel(), CHUNK):
+                end = min(start + CHUNK, target.numel())
+                target[start:end].copy_(self.copies[i][start:end])
             buffer.grad_data.zero_()
         torch.cuda.synchronize()
 

@@ -343,16 +343,25 @@ def create_group(
     subtree = base / "cgroup.subtree_control"
     note = None
     if "memory" not in subtree.read_text().split():
-        try:
-            subtree.write_text("+memory")
-        except OSError as err:
-            if err.errno != errno.EBUSY or os.geteuid() != 0:
-                raise CgroupUnavailable(
-                    f"cannot enable the memory controller for children of {base} ({err.strerror})"
-                ) from None
-            note = _delegate(base, subtree)
+        note = enable_memory_below(base)
     group = MemoryGroup(2, _mkdir(base / name, base, "memory.max"))
     return MemoryGroup(2, group.path, note) if note else group
+
+
+def enable_memory_below(base: Path) -> str | None:
+    """Turn the v2 memory controller on for the groups below ``base``; where processes of
+    ``base`` itself hold it off (EBUSY, as root), move them into a group beside ours and
+    say so (the note); ``CgroupUnavailable`` where neither works."""
+    subtree = base / "cgroup.subtree_control"
+    try:
+        subtree.write_text("+memory")
+    except OSError as err:
+        if err.errno != errno.EBUSY or os.geteuid() != 0:
+            raise CgroupUnavailable(
+                f"cannot enable the memory controller for children of {base} ({err.strerror})"
+            ) from None
+        return _delegate(base, subtree)
+    return None
 
 
 def home_procs(group: MemoryGroup) -> Path:

@@ -10,10 +10,12 @@ processes itself: those move into its leaf ``REST`` first (root only).
 
 from __future__ import annotations
 
-import errno
-import os
-
-from offloadprobe.measure.cgroup import CgroupUnavailable, MemoryGroup, _delegate, _mkdir
+from offloadprobe.measure.cgroup import (
+    CgroupUnavailable,
+    MemoryGroup,
+    _mkdir,
+    enable_memory_below,
+)
 
 
 def child_group(parent: MemoryGroup, name: str) -> MemoryGroup:
@@ -29,14 +31,7 @@ def child_group(parent: MemoryGroup, name: str) -> MemoryGroup:
     except OSError as err:
         raise CgroupUnavailable(f"cannot read {subtree} ({err.strerror})") from None
     if not enabled:
-        try:
-            subtree.write_text("+memory")
-        except OSError as err:
-            if err.errno != errno.EBUSY or os.geteuid() != 0:
-                raise CgroupUnavailable(
-                    f"cannot enable the memory controller for children of {base} ({err.strerror})"
-                ) from None
-            note = _delegate(base, subtree)
+        note = enable_memory_below(base)
     return MemoryGroup(2, _mkdir(base / name, base, "memory.max"), note)
 
 

@@ -91,7 +91,10 @@ def test_a_glibc_block_says_whether_it_is_a_mapping_of_its_own():
     libc.free.argtypes = [ctypes.c_void_p]
     small, large = libc.malloc(4096), libc.malloc(64 << 20)  # heap; over every threshold
     try:
-        assert glibc_mapped(small) is False and glibc_mapped(large) is True
+        # a heap block that happens to start a page is not read (the rule below), as in
+        # one full run of the suite
+        assert glibc_mapped(small) is (None if small % PAGE == 0 else False)
+        assert glibc_mapped(large) is True
         assert glibc_mapped(large - large % PAGE) is None  # a page start: not read
     finally:
         libc.free(small)

@@ -17,6 +17,7 @@ import json
 import pytest
 
 from offloadprobe.cli import main
+from offloadprobe.core.host_zero import GROWTH_NOISE
 from tests.conftest import TINY_MODEL
 from tests.integration import zero_strategies
 from tests.integration.zero_strategies import GRAB
@@ -65,7 +66,9 @@ def test_host_taken_by_a_hook_before_the_first_offload_counts(runs, capsys):
     summary, payload = run["summary"], run["payload_bytes"]
     # the pageable copy and the hook's block, every page of it written
     assert summary["steady_host_bytes"] >= GRAB
-    assert abs(summary["steady_host_bytes"] - (payload + GRAB)) <= 0.10 * (payload + GRAB)
+    # within 10%, plus the growth the rule lets pass as noise (GROWTH_NOISE: once 1.1 MiB over)
+    margin = 0.10 * (payload + GRAB) + GROWTH_NOISE
+    assert abs(summary["steady_host_bytes"] - (payload + GRAB)) <= margin
     assert summary["host_peak_bytes"] >= GRAB
     # measured against a model trained without strategies, not assumed
     assert run["framework_growth_bytes"] is not None

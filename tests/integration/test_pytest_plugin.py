@@ -143,6 +143,30 @@ def test_user_breach(offload_probe):
     result.stdout.fnmatch_lines(["FAILED *test_user_breach - Failed: mine:S + none: over budget*"])
 
 
+def test_a_residual_keyword_does_not_turn_partly_offloaded_into_a_pass(run_plugin, fake_child):
+    """(issue 35, e) The marker's ``max_gpu_residual`` is the same budget as the flag: it
+    only adds to the rule that fails grad_data left on the device, with or without it."""
+    fake_child.runs["lazy"] = dict(left_on_device={"param_data": 0, "grad_data": 2 * 2**20})
+    result = run_plugin(
+        """
+import pytest
+
+@pytest.mark.offload_budget(strategy="lazy", max_gpu_residual="4MiB")
+def test_budget():
+    pass
+
+@pytest.mark.offload_budget(strategy="lazy")
+def test_plain():
+    pass
+"""
+    )
+    result.assert_outcomes(failed=2)
+    for test in ("test_budget", "test_plain"):
+        result.stdout.fnmatch_lines([f"FAILED *{test} - Failed: lazy + none: partly offloaded*"])
+    line = "lazy + none: partly offloaded: grad_data 2.00 MiB still on device"
+    assert result.stdout.lines.count(line) == 2, result.stdout.str()
+
+
 def _readme_example() -> str:
     import re
 

@@ -230,6 +230,11 @@ def take_anchors(
                 f"the content search found {found.get(region.address, 0)} of the {size} "
                 "bytes of a param_data buffer in the buffer itself: it cannot look for copies"
             )
+    # the small allocations' path too (read together, then alone): its first call in a
+    # process allocates what the search keeps, and that must be before the first offload
+    largest = max(regions, key=lambda r: r.nbytes)
+    small = min(SMALL, largest.nbytes // 2) - 8
+    find(anchors, [Region(largest.address + k * small, small, largest.device) for k in (0, 1)])
     return anchors
 
 
@@ -295,9 +300,10 @@ def _shifted(low: torch.Tensor, high: torch.Tensor, shift: int) -> torch.Tensor:
     return ((low >> bits) & ((1 << (64 - bits)) - 1)) | (high << (64 - bits))
 
 
-CHUNK = 32768
-"""Samples (and anchors) handled at once: every temporary of the search is this many
-words (64 KiB), so the same few blocks serve every chunk, region and cycle."""
+CHUNK = 4096
+"""Samples (and anchors) handled at once: every temporary of the sampling is this many
+words (32 KiB; below torch's parallel grain), whatever the region, so the same blocks
+serve every chunk, region and cycle."""
 
 
 def _offsets(words: torch.Tensor, step: int, start: int, anchors: Anchors) -> list[Any]:
@@ -310,8 +316,12 @@ def _offsets(words: torch.Tensor, step: int, start: int, anchors: Anchors) -> li
     for first in range(0, max(0, samples), CHUNK):
         at = start + first * step
         count = min(CHUNK, samples - first)
-        low = words[at : at + (count - 1) * step + 1 : step].contiguous()
-        high = words[at + 1 : at + (count - 1) * step + 2 : step].contiguous()
+        # always CHUNK words (zeros past the samples, which no anchor is): every chunk's
+        # temporaries are the same sizes, so no chunk leaves the host heap larger
+        low = torch.zeros(CHUNK, dtype=torch.int64, device=words.device)
+        high = torch.zeros_like(low)
+        low[:count] = words[at : at + (count - 1) * step + 1 : step]
+        high[:count] = words[at + 1 : at + (count - 1) * step + 2 : step]
         for shift in range(8):
             window = _shifted(low, high, shift)
             maybe = None if anchors.table is None else _maybe(anchors.table, window)
@@ -321,6 +331,9 @@ def _offsets(words: torch.Tensor, step: int, start: int, anchors: Anchors) -> li
             equal = torch.nonzero(sorted_values.index_select(0, index) == window).reshape(-1)
             if equal.numel():
                 hit = equal if maybe is None else maybe[equal]
+                inside = hit < count
+                hit, equal = hit[inside], equal[inside]
+            if equal.numel():
                 where = (at + hit * step) * 8 + shift
                 index = index[equal]
                 origin = where - anchors.sorted_positions[index]

@@ -71,6 +71,11 @@ class ResidencyFact:
     parts_to_move: dict[str, int] = field(default_factory=dict)
     """Bytes of the model's parts outside the DDP buffers the parameter strategy should
     move (``frozen``, ``ref_model``; what each left is in ``left_by_owner``)."""
+    param_copies: dict[str, int] = field(default_factory=dict)
+    """Bytes of ``param_data``'s content still on the device after the offload outside its
+    own storage and the parts', by where they hang (``grad_data``, an optimizer key, a
+    ``Type.attribute``, ``device memory no part owns``): found by content, so a copy is
+    the parameters' wherever it hangs (``engine/model/param_copies.py``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -33,11 +33,45 @@ ALLOWANCE_FLOOR = 4 * 2**20
 PART_WORDS = {"frozen": "frozen parameters", "ref_model": "reference model"}
 
 
-def staging_allowance(moved: int) -> int:
+COPY_MARGIN = 64
+"""Parameter bytes found by content may exceed a staging buffer's eighth by 1/COPY_MARGIN
+of ``param_data`` (the anchors' grid: ``engine/model/param_copies.py``)."""
+
+
+def staging_allowance(served: int) -> int:
     """Device bytes a strategy may keep beside what stays by design: a staging buffer of
-    up to 1/ALLOWANCE_FRACTION of what the offload moves, and ALLOWANCE_FLOOR for the
-    framework's crumbs (a train step's small leftovers: 128 KiB seen on the H200)."""
-    return ALLOWANCE_FLOOR + moved // ALLOWANCE_FRACTION
+    up to 1/ALLOWANCE_FRACTION of the part it serves (``served_bytes``), and
+    ALLOWANCE_FLOOR for the framework's crumbs (a train step's small leftovers: 128 KiB
+    seen on the H200)."""
+    return ALLOWANCE_FLOOR + served // ALLOWANCE_FRACTION
+
+
+def served_bytes(params: int, parts: int, optimizer: int) -> int:
+    """The part a staging buffer serves: the parameters (``param_data`` and the parts
+    outside it) where the offload moves them, else the optimizer state it moves. Never
+    both: optimizer state (4 to 6 times the parameters) would make room for a whole copy
+    of them."""
+    return params + parts if params else optimizer
+
+
+def copy_allowance(params: int) -> int:
+    """Bytes of ``param_data``'s content that may stay on the device outside it: a staging
+    buffer's eighth (``staging_allowance`` less the crumbs, which hold no parameters)."""
+    return params // ALLOWANCE_FRACTION + params // COPY_MARGIN
+
+
+def _copies_line(fact: ResidencyFact) -> str | None:
+    """Parameters found by content outside their storage, beyond a staging buffer."""
+    found = sum(fact.param_copies.values())
+    if not fact.param_bytes_to_move or found <= copy_allowance(fact.param_bytes_to_move):
+        return None
+    where = sorted(fact.param_copies.items(), key=lambda kv: -kv[1])
+    named = ", ".join(f"{name} {format_bytes(n)}" for name, n in where[:2])
+    more = f" (+{len(where) - 2} more)" if len(where) > 2 else ""
+    return (
+        f"param_data {format_bytes(found)} of {format_bytes(fact.param_bytes_to_move)} still "
+        f"on device after offload, by content: a copy in {named}{more}"
+    )
 
 
 def judge(
@@ -61,17 +95,16 @@ def judge(
         return Verdict(
             kind="corrupted", detail=run.integrity[0] + more, reasons=tuple(run.integrity)
         ), []
-    allowed = any(getattr(b, "flag", "") == "--max-gpu-residual" for b in budgets)
+    # every cycle, whatever the budgets: a budget only adds to these (never switches one off)
     problems = residency_problems(run.residency)
     if problems:
         return Verdict(kind="not offloaded", detail="; ".join(problems), reasons=problems), []
-    if not allowed:  # --max-gpu-residual: the user allows what stays, up to the budget
-        hidden = hidden_problems(run.residency)
-        if hidden:
-            return Verdict(kind="not offloaded", detail="; ".join(hidden), reasons=hidden), []
-        partly = partly_offloaded(run.residency)
-        if partly:
-            return Verdict(kind="partly offloaded", detail="; ".join(partly), reasons=partly), []
+    hidden = hidden_problems(run.residency)
+    if hidden:
+        return Verdict(kind="not offloaded", detail="; ".join(hidden), reasons=hidden), []
+    partly = partly_offloaded(run.residency)
+    if partly:
+        return Verdict(kind="partly offloaded", detail="; ".join(partly), reasons=partly), []
     if run.summary is None:
         return Verdict(kind="crashed", detail="no offload/load pair completed"), []
     below = negative_figures(run)
@@ -192,19 +225,26 @@ def cycle_residency_problems(fact: ResidencyFact) -> list[str]:
     elif fact.param_bytes_to_move:
         # What the offload gave back for the parameters: its net device change, less what
         # the strategy made on the device when it was built (a buffer there could hold the
-        # copy) and less optimizer state it moved in the same phase (moving state cannot
-        # pay for parameters kept on the device).
+        # copy), less optimizer state it moved in the same phase, and less what the parts
+        # outside the buffers gave back (the reference model, frozen parameters): each part
+        # pays for itself, none for parameters kept on the device.
         paid = fact.built_on_device_bytes
         if not fact.moves_optimizer:
             paid += fact.optimizer_moved_bytes
-        gave = max(0, fact.param_offload_gave_bytes - paid)
+        parts = parts_released(fact)
+        gave = max(0, fact.param_offload_gave_bytes - paid - parts)
         if gave < fact.param_bytes_to_move // STAGING_FRACTION:
+            less = [f"{format_bytes(paid)} the strategy holds otherwise"] if paid else []
+            less += [f"{format_bytes(parts)} the parts outside param_data gave"] if parts else []
             lines.append(
                 f"param_data freed, but the device gave back {format_bytes(gave)} net of "
                 f"{format_bytes(fact.param_bytes_to_move)}"
-                + (f" (less {format_bytes(paid)} the strategy holds otherwise)" if paid else "")
+                + (f" (less {' and '.join(less)})" if less else "")
                 + " (a copy kept on the device?)"
             )
+        copies = _copies_line(fact)
+        if copies is not None:
+            lines.append(copies)
     for part, nbytes in fact.parts_to_move.items():
         stayed = fact.left_by_owner.get(part, 0)
         if nbytes and stayed:
@@ -218,6 +258,14 @@ def cycle_residency_problems(fact: ResidencyFact) -> list[str]:
             "the device"
         )
     return lines
+
+
+def parts_released(fact: ResidencyFact) -> int:
+    """What the parts outside ``param_data`` the offload was to move gave back: each
+    part's bytes less what the audit found of it on the device after the offload."""
+    return sum(
+        max(0, n - fact.left_by_owner.get(part, 0)) for part, n in fact.parts_to_move.items()
+    )
 
 
 def _once(lines: Iterable[str]) -> tuple[str, ...]:

@@ -19,6 +19,20 @@ class EmulationBypassed(RuntimeError):
     """A strategy changed device memory where CPU emulation cannot account for it."""
 
 
+def check_bypass(memory: object, bypassed_before: int, phase: str) -> None:
+    """Raise :class:`EmulationBypassed` where a phase other than training resized device
+    storages behind the emulated device's registry (``memory``: None on CUDA)."""
+    bypassed = getattr(memory, "bypassed_bytes", 0) if memory is not None else 0
+    if bypassed > bypassed_before and phase != "train":
+        from offloadprobe.core.units import format_bytes
+
+        raise EmulationBypassed(
+            f"CPU emulation cannot measure this phase: {format_bytes(bypassed - bypassed_before)} "
+            "of device storage were resized outside torch.UntypedStorage.resize_ "
+            "(torch._C.StorageBase.resize_ or an op's out=); on a GPU it is measured"
+        )
+
+
 def _is_torch_oom(exc: BaseException) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(exc, torch.OutOfMemoryError)

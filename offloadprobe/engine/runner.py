@@ -17,23 +17,24 @@ from offloadprobe.core.config import RunConfig
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.records import PhaseRecord, Report, ResidencyFact, RunRecord
-from offloadprobe.core.units import format_bytes
 from offloadprobe.core.verdicts import cycle_residency_problems
 from offloadprobe.engine.channel import Findings
 from offloadprobe.engine.descriptors import close, registered_bytes
-from offloadprobe.engine.model import audit
+from offloadprobe.engine.model import audit, param_copies
 from offloadprobe.engine.model.builder import ProbeModel, build_probe_model
 from offloadprobe.engine.model.integrity import fingerprint_state, verify_round_trip
-from offloadprobe.engine.model.ledger import DeviceLedger, fact_fields
+from offloadprobe.engine.model.ledger import DeviceLedger
+from offloadprobe.engine.model.prior_regions import PriorRegions
 from offloadprobe.engine.model.reference import Checkpoint, checkpoint, differences
 from offloadprobe.engine.model.residency import device_bytes
 from offloadprobe.engine.model.train import train_step
+from offloadprobe.engine.offload_window import window_fields, window_start
 from offloadprobe.engine.optimizer.strategies import optimizer_strategy
-from offloadprobe.engine.phase_errors import EmulationBypassed, phase_failure, setup_failure
+from offloadprobe.engine.phase_errors import check_bypass, phase_failure, setup_failure
 from offloadprobe.engine.rollout import claim, limit_device_memory
 from offloadprobe.engine.run_record import failed_record, record_of, report_of
 from offloadprobe.engine.runtime import Runtime, open_runtime
-from offloadprobe.engine.sequence import parts_to_move, run_sequence
+from offloadprobe.engine.sequence import run_sequence
 from offloadprobe.engine.strategies import model_strategy
 from offloadprobe.engine.transfers import (
     confirmed_released,
@@ -121,6 +122,7 @@ class _Cycles:
         self.gpu_baseline = None if runtime.emulated else torch.cuda.memory_allocated()
         limit_device_memory(runtime, cfg.gpu_limit_bytes)
         self.ledger = DeviceLedger(runtime)
+        self.prior_regions = PriorRegions.take(runtime)  # the search leaves these alone
         self.model = self.build()
         import_builtins(cfg)  # offloadprobe's own modules, before the zero
         before = self.ledger.before(self.model)  # before a user's strategy module is imported
@@ -141,6 +143,7 @@ class _Cycles:
         self.problems: list[str] = Findings(hooks.channel)  # each told to the parent
         self.failure: Failure | None = None
         self.residency: list[ResidencyFact] = []
+        self.anchors: param_copies.Anchors | None = None
         self.residents: list[audit.ResidentTensor] = []
         self.registered = 0
         self.notes: list[str] = []
@@ -167,15 +170,13 @@ class _Cycles:
             fence.before()
         memory = self.runtime.device_memory
         bypassed = memory.bypassed_bytes if memory is not None else 0
+        own = self.ledger.own
+        places = own.before_train(self.model.optimizer) if name == "train" else None
         try:
             rec, result = self.meter.measure(cycle, name, action)
-            if memory is not None and memory.bypassed_bytes > bypassed and name != "train":
-                moved = format_bytes(memory.bypassed_bytes - bypassed)
-                raise EmulationBypassed(
-                    f"CPU emulation cannot measure this phase: {moved} of device storage "
-                    "were resized outside torch.UntypedStorage.resize_ "
-                    "(torch._C.StorageBase.resize_ or an op's out=); on a GPU it is measured"
-                )
+            if places is not None:  # what the optimizer's step made is its own state
+                own.after_train(self.model.optimizer, places)
+            check_bypass(memory, bypassed, name)
         except Exception as exc:
             self.failure = phase_failure(exc, cycle, name)
         if fence is not None and self.failure is not None and name in COLLECTIVE_PHASES:
@@ -214,7 +215,8 @@ class _Cycles:
     def audit(self, cycle: int) -> ResidencyFact:
         """After a cycle's offloads: the residency audit, and the cycle's residency facts."""
         released = confirmed_released(self.strategy, self.model.chunks, self.phases)
-        self.residents = audit.audit(self.model, self.runtime, self.snapshot, released)
+        own = self.ledger.own
+        self.residents = audit.audit(self.model, self.runtime, self.snapshot, released, own)
         left = audit.bytes_by_key(self.residents)
         hidden = self.ledger.after_offload(self.model)
         left_optimizer = audit.optimizer_bytes_left(left)
@@ -231,10 +233,9 @@ class _Cycles:
             optimizer_state_bytes=self.optimizer_bytes,
             optimizer_moved_bytes=self.optimizer_moved,
             left_by_owner=left,
-            **fact_fields(
-                hidden, self.param_to_move + (self.optimizer_bytes if self.moves_optimizer else 0)
+            **window_fields(
+                self, hidden, param_to_move=self.param_to_move, moves_optimizer=self.moves_optimizer
             ),
-            parts_to_move=parts_to_move(self.model, self.info.moves_params),
         )
         self.residency.append(fact)
         return fact
@@ -261,9 +262,7 @@ class _Cycles:
         loss = self.phase(cycle, "train", lambda: _train(model, cfg.train_steps))
         before = fingerprint_state(model)
         self.check_step(f"cycle {cycle} train step", cycle, Checkpoint.of(loss, before))
-        self.ledger.at_offload_start(model)
-        self.snapshot = audit.snapshot_device_storage(model)
-        self.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model).values())
+        window_start(self)
         for name, action in self.moves(offload=True):
             self.phase(cycle, name, action)
         stuck = bool(cycle_residency_problems(self.audit(cycle)))

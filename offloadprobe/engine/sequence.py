@@ -36,12 +36,12 @@ from offloadprobe.core.sequences import OPTIMIZER, PARAMS, Step, steps_of, train
 from offloadprobe.core.units import gbps
 from offloadprobe.core.verdicts import cycle_residency_problems
 from offloadprobe.engine.checkpoint import save_and_remove
-from offloadprobe.engine.model import audit, parts
+from offloadprobe.engine.model import audit
 from offloadprobe.engine.model.integrity import Fingerprints, fingerprint_state, verify_round_trip
-from offloadprobe.engine.model.ledger import fact_fields
 from offloadprobe.engine.model.reference import Checkpoint, checkpoint, differences
 from offloadprobe.engine.model.residency import device_bytes
 from offloadprobe.engine.model.train import train_step
+from offloadprobe.engine.offload_window import window_fields, window_start
 from offloadprobe.engine.rollout import claim
 from offloadprobe.engine.transfers import confirmed_released
 
@@ -176,11 +176,6 @@ class Steps:
             self.host.problems.append(f"{where}: {line}")
 
 
-def parts_to_move(model: Any, moves_params: bool) -> dict[str, int]:
-    """The model's parts outside the DDP buffers a parameter strategy must move."""
-    return parts.part_bytes(model) if moves_params else {}
-
-
 def reference_phases(cfg: RunConfig) -> int:
     """Train phases the no-offload reference needs for this run."""
     return train_phases(cfg.sequence, cfg.cycles)
@@ -204,9 +199,7 @@ def run_sequence(state: Any) -> None:
         state.check_step(f"after {step.label}", index, got)
 
     def on_window() -> None:
-        state.ledger.at_offload_start(model)
-        state.snapshot = audit.snapshot_device_storage(model)
-        state.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model).values())
+        window_start(state)
 
     def other(step: Step) -> None:
         if step.name == "rollout":
@@ -268,7 +261,8 @@ def _audit(state: Any, steps: Steps, step: Step, since: int) -> bool:
     run cannot go on (``cycle_residency_problems``)."""
     model = state.model
     released = confirmed_released(state.strategy, model.chunks, state.phases)
-    state.residents = audit.audit(model, state.runtime, state.snapshot, released)
+    own = state.ledger.own
+    state.residents = audit.audit(model, state.runtime, state.snapshot, released, own)
     left = audit.bytes_by_key(state.residents)
     hidden = state.ledger.after_offload(model)
     left_optimizer = audit.optimizer_bytes_left(left)
@@ -289,11 +283,12 @@ def _audit(state: Any, steps: Steps, step: Step, since: int) -> bool:
         optimizer_state_bytes=state.optimizer_bytes,
         optimizer_moved_bytes=state.optimizer_moved if moves_optimizer else 0,
         left_by_owner=left,
-        **fact_fields(hidden, param_to_move + (state.optimizer_bytes if moves_optimizer else 0)),
-        parts_to_move=parts_to_move(model, state.info.moves_params and bool(param_to_move)),
+        **window_fields(
+            state, hidden, param_to_move=param_to_move, moves_optimizer=moves_optimizer
+        ),
     )
     state.residency.append(fact)
     return bool(cycle_residency_problems(fact))
 
 
-__all__ = ["StepHost", "Steps", "parts_to_move", "reference_phases", "run_sequence"]
+__all__ = ["StepHost", "Steps", "reference_phases", "run_sequence"]

@@ -95,6 +95,13 @@ def confirmed_released(
     return frozenset(s._cdata for s in storages)
 
 
+def claimed(state: Any) -> list[tuple[int, int]]:
+    """``(address, bytes)`` of the storages a run's strategy says it released through the
+    driver, confirmed or not: their addresses need not be mapped, so nothing reads them."""
+    storages = released_storages(state.strategy, state.model.chunks)
+    return [(s.data_ptr(), s.nbytes()) for s in storages]
+
+
 def grad_device_bytes(model: Any) -> int:
     """Device bytes the DDP ``grad_data`` buffers hold right now (by fact)."""
     seen: dict[int, int] = {}

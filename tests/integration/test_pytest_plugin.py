@@ -143,6 +143,30 @@ def test_user_breach(offload_probe):
     result.stdout.fnmatch_lines(["FAILED *test_user_breach - Failed: mine:S + none: over budget*"])
 
 
+def test_a_residual_keyword_does_not_turn_partly_offloaded_into_a_pass(run_plugin, fake_child):
+    """(issue 35, e) The marker's ``max_gpu_residual`` is the same budget as the flag: it
+    only adds to the rule that fails grad_data left on the device, with or without it."""
+    fake_child.runs["lazy"] = dict(left_on_device={"param_data": 0, "grad_data": 2 * 2**20})
+    result = run_plugin(
+        """
+import pytest
+
+@pytest.mark.offload_budget(strategy="lazy", max_gpu_residual="4MiB")
+def test_budget():
+    pass
+
+@pytest.mark.offload_budget(strategy="lazy")
+def test_plain():
+    pass
+"""
+    )
+    result.assert_outcomes(failed=2)
+    for test in ("test_budget", "test_plain"):
+        result.stdout.fnmatch_lines([f"FAILED *{test} - Failed: lazy + none: partly offloaded*"])
+    line = "lazy + none: partly offloaded: grad_data 2.00 MiB still on device"
+    assert result.stdout.lines.count(line) == 2, result.stdout.str()
+
+
 def _readme_example() -> str:
     import re
 
@@ -172,8 +196,8 @@ class _OneReal:
 
 def test_readme_example_and_a_corrupting_strategy(run_plugin, monkeypatch, tmp_path):
     # The README's block as it stands passes; with naive it breaks the host-peak budget, with
-    # legacy the master weights stay on the device; a corrupting strategy through the fixture
-    # fails too.
+    # legacy the master weights stay on the device (partly offloaded, as without a budget); a
+    # corrupting strategy through the fixture fails too.
     child = install_child(monkeypatch, _OneReal(tmp_path))
     source = _readme_example()
     naive = source.replace('strategy="lazy"', 'strategy="naive"')
@@ -195,7 +219,10 @@ def test_broken(offload_probe):
         ["FAILED test_broken.py::*", "FAILED test_legacy.py::*", "FAILED test_naive.py::*"]
     )
     # each failure's whole explanation is one line: the verdict, in the row's own words
-    result.stdout.re_match_lines([r"^lazy \+ legacy: over budget: left on device .* > 0 B$"])
+    # the master weights left: the rule judges them with or without max_gpu_residual="0"
+    result.stdout.re_match_lines(
+        [r"^lazy \+ legacy: partly offloaded: master_param .* still on device$"]
+    )
     result.stdout.re_match_lines(
         [r"^naive \+ complete: over budget: host peak \(parameters\) \d\.\d\dx > 1\.10x$"]
     )

@@ -144,6 +144,19 @@ def test_left_behind_bytes_break_the_residual_budget(invoke, fake_runner):
     assert "left on device (audited, CPU emulation) 8.00 MiB > 1.00 MiB" in result.stdout
 
 
+def test_a_residual_budget_does_not_turn_partly_offloaded_into_ok(invoke, fake_runner):
+    """(issue 35, e) grad_data left after a parameter offload fails the run; a residual
+    budget that holds the 2 MiB left only adds to that rule, never replaces it."""
+    fake_runner.runs["lazy"] = dict(left_on_device={"param_data": 0, "grad_data": 2 * MiB})
+    run = ("run", "--device", "cpu", "--no-progress")
+    for budget in ((), ("--max-gpu-residual", "4MiB")):
+        result = invoke(*run, *budget)
+        assert result.exit_code == 1, (budget, result.stdout)
+        assert result.error_lines == [
+            "offloadprobe: error: lazy + none: partly offloaded: grad_data 2.00 MiB still on device"
+        ], budget
+
+
 def test_corruption_exits_1_and_says_where(invoke, fake_runner):
     fake_runner.runs["lazy"] = dict(integrity=["cycle 0: param_data differs at byte 14"])
     result = invoke("run", "--device", "cpu", "--no-progress", "--max-host-peak", "9x")

@@ -9,7 +9,7 @@ import dataclasses
 from offloadprobe.core.option_budgets import budgets_from_flags
 from offloadprobe.core.readings import GpuReading, HostReading
 from offloadprobe.core.records import PhaseRecord, ResidencyFact
-from offloadprobe.core.verdicts import judge
+from offloadprobe.core.verdicts import judge, staging_allowance
 from tests.unit.test_budgets import run
 
 MiB = 2**20
@@ -30,6 +30,7 @@ def fact(cycle=0, *, left=None, moves_optimizer=False, state=48 * MiB, params=16
         optimizer_state_bytes=state,
         optimizer_moved_bytes=max(0, state - kept) if moves_optimizer else 0,
         left_by_owner=left,
+        allowance_bytes=staging_allowance(params),  # as the runner sets it
     )
 
 
@@ -79,9 +80,14 @@ def test_state_an_optimizer_strategy_moves_counts_in_full():
     """legacy moves the state and leaves the master weights: all of it counts, as before."""
     left = {"shard_fp32_from_float16_groups": 16 * MiB}
     facts = [fact(c, left=left, moves_optimizer=True) for c in (0, 1)]
-    verdict, (breach,) = judge(record(*facts, opt="legacy"), residual("0"))
-    assert verdict.kind == "over budget"
+    run_ = record(*facts, opt="legacy")
+    (budget,) = residual("0")
+    breach = budget.check(run_)
+    assert breach is not None
     assert breach.message == "left on device (audited, CPU emulation) 16.00 MiB > 0 B"
+    # the budget adds to the rule that judges state left without one: it never replaces it
+    verdict, _ = judge(run_, [budget])
+    assert verdict.kind == "partly offloaded" and verdict == judge(run_)[0]
 
 
 def test_every_cycle_is_judged_not_only_the_last():
@@ -145,7 +151,9 @@ def test_a_sequence_step_that_leaves_the_parameters_loaded_is_held_to_the_optimi
     run_ = record(step2, step5, opt="complete", sequence=["train"] * 7)
     assert judge(run_, residual("0"))[0].ok
     crumbs = fact(2, left={**model, "exp_avg": MiB}, moves_optimizer=True, params=0)
-    _, (breach,) = judge(record(crumbs, step5, opt="complete", sequence=["t"]), residual("0"))
+    (budget,) = residual("0")
+    breach = budget.check(record(crumbs, step5, opt="complete", sequence=["t"]))
+    assert breach is not None
     assert breach.message == (
         "left on device (audited, CPU emulation) 1.00 MiB > 0 B after step 2's offload "
         "(not counted: parameters 48.00 MiB, which this offload was not to move)"

@@ -30,7 +30,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from offloadprobe.engine.model import parts
 from offloadprobe.engine.model.buffers import ddp_buffers, nbytes
-from offloadprobe.engine.optimizer.holdings import holdings, main_param_names, storage_key
+from offloadprobe.engine.optimizer.holdings import main_param_names, storage_key
+from offloadprobe.engine.optimizer.own_state import OwnState, own_holdings
 from offloadprobe.engine.runtime import Runtime, emulation
 
 
@@ -86,15 +87,17 @@ class _Entry:
     host_by_design: bool = False
 
 
-def _entries(model: Any) -> Iterator[_Entry]:
-    """DDP buffers first, then the optimizer's holdings, each with a parameter name."""
+def _entries(model: Any, own: OwnState | None = None) -> Iterator[_Entry]:
+    """DDP buffers first, then the optimizer's own holdings (``own``: see
+    ``engine.optimizer.own_state``; a tensor that only hangs off the optimizer is none of
+    its), each with a parameter name."""
     for buffer in ddp_buffers(model.chunks):
         yield _Entry("param_data", None, buffer.param_data)
         yield _Entry("grad_data", None, buffer.grad_data)
     for part, name, param in parts.named(model):
         yield _Entry(part, name, param)
     names = main_param_names([model.optimizer], model.chunks)
-    for held in holdings([model.optimizer]):
+    for held in own_holdings(model.optimizer, own):
         name = names.get(id(held.param)) if held.param is not None else None
         yield _Entry(held.owner, name, held.tensor, held.host_by_design)
 
@@ -103,13 +106,13 @@ def _dtype(tensor: torch.Tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-def snapshot_device_storage(model: Any) -> DeviceSnapshot:
+def snapshot_device_storage(model: Any, own: OwnState | None = None) -> DeviceSnapshot:
     """Record (weakly) every device storage the model's DDP buffers and optimizer hold now."""
     snapshot = DeviceSnapshot()
     memory = emulation.active()
     if memory is not None:
         snapshot.registered = {s._cdata for s in memory.storages()}
-    for entry in _entries(model):
+    for entry in _entries(model, own):
         storage = entry.tensor.untyped_storage()
         key = storage._cdata
         if not emulation.on_device(entry.tensor) or key in snapshot.originals:
@@ -129,14 +132,16 @@ def audit(
     runtime: Runtime,
     snapshot: DeviceSnapshot,
     released: frozenset[int] = frozenset(),
+    own: OwnState | None = None,
 ) -> list[ResidentTensor]:
     """Every model/optimizer tensor still occupying device memory, one record per tensor.
 
     ``released``: storage keys the driver confirmed it got back outside PyTorch's
-    allocator (see ``ReleasesThroughDriver``); those occupy no device memory."""
+    allocator (see ``ReleasesThroughDriver``); those occupy no device memory. ``own``:
+    what the optimizer made itself; a tensor that only hangs off it is no part's."""
     found: list[ResidentTensor] = []
     reached: dict[int, str] = {}
-    for entry in _entries(model):
+    for entry in _entries(model, own):
         key = storage_key(entry.tensor)
         first = reached.get(key)
         reached.setdefault(key, entry.owner)
@@ -223,15 +228,16 @@ def bytes_by_key(records: list[ResidentTensor]) -> dict[str, int]:
     return totals
 
 
-def optimizer_state_bytes_by_key(model: Any) -> dict[str, int]:
+def optimizer_state_bytes_by_key(model: Any, own: OwnState | None = None) -> dict[str, int]:
     """Bytes the optimizer itself holds on the device, per owner (the denominator of
-    "left behind x optimizer-state bytes"): every device tensor reachable from the optimizer
-    whose storage is not a DDP buffer's, each storage once. Logical sizes, so it reads the
-    same before and after an offload."""
+    "left behind x optimizer-state bytes"): every device tensor of the optimizer's own
+    (``own``: as it made them, at the sizes it made them) whose storage is not a DDP
+    buffer's, each storage once. Logical sizes, so it reads the same before and after an
+    offload."""
     seen = {storage_key(b.param_data) for b in ddp_buffers(model.chunks)}
     seen |= {storage_key(b.grad_data) for b in ddp_buffers(model.chunks)}
     totals: dict[str, int] = {}
-    for held in holdings([model.optimizer]):
+    for held in own_holdings(model.optimizer, own):
         key = storage_key(held.tensor)
         if not emulation.on_device(held.tensor) or key in seen:
             continue

@@ -29,7 +29,8 @@ from offloadprobe.core.verdicts import GROWN, staging_allowance
 from offloadprobe.engine.model import parts
 from offloadprobe.engine.model.buffers import ddp_buffers
 from offloadprobe.engine.model.device_totals import DeviceTotal, device_total, walk
-from offloadprobe.engine.optimizer.holdings import holdings, storage_key
+from offloadprobe.engine.optimizer.holdings import storage_key
+from offloadprobe.engine.optimizer.own_state import OwnState, own_holdings
 from offloadprobe.engine.runtime import emulation
 
 
@@ -49,26 +50,27 @@ class Hidden:
     """All device bytes over the zero, after the offload."""
 
 
-def _known_tensors(model: Any) -> list[Any]:
-    """Every tensor the audit names: DDP buffers, optimizer holdings, the batch, the parts."""
+def _known_tensors(model: Any, own: OwnState | None) -> list[Any]:
+    """Every tensor the audit names: DDP buffers, the optimizer's own holdings (``own``: a
+    tensor that only hangs off the optimizer is none of its), the batch, the parts."""
     tensors = [t for b in ddp_buffers(model.chunks) for t in (b.param_data, b.grad_data)]
-    tensors += [h.tensor for h in holdings([model.optimizer])]
+    tensors += [h.tensor for h in own_holdings(model.optimizer, own)]
     tensors += list(getattr(model, "batch", {}).values())
     tensors += [p for *_, p in parts.named(model)]
     return tensors
 
 
-def _known(model: Any) -> set[int]:
-    return {storage_key(t) for t in _known_tensors(model)}
+def _known(model: Any, own: OwnState | None = None) -> set[int]:
+    return {storage_key(t) for t in _known_tensors(model, own)}
 
 
-def _known_bytes(model: Any) -> tuple[int, int]:
+def _known_bytes(model: Any, own: OwnState | None = None) -> tuple[int, int]:
     """``(named, grown)``: bytes of the model/optimizer/batch storages on the device now,
     each up to the end of the furthest tensor the audit knows on it, and the bytes of
     those storages beyond it (a storage grown under its tensors: room for a hidden copy)."""
     extent: dict[int, int] = {}
     size: dict[int, int] = {}
-    for tensor in _known_tensors(model):
+    for tensor in _known_tensors(model, own):
         if emulation.on_device(tensor):
             storage = tensor.untyped_storage()
             key = storage._cdata
@@ -96,10 +98,13 @@ class DeviceLedger:
         self.built_untracked = 0
         """What construction made that no live tensor holds (another allocator's)."""
         self.residue = 0
+        self.own = OwnState()
+        """What the optimizer holds itself (``engine.optimizer.own_state``)."""
 
     def before(self, model: Any) -> tuple[DeviceTotal, set[int]]:
         """The moment after the model's build, before any strategy module is imported."""
-        walked = walk(_known(model))
+        self.own.record(model.optimizer)
+        walked = walk(_known(model, self.own))
         self.framework = dict(walked)
         return device_total(self.runtime), set(walked)
 
@@ -107,7 +112,8 @@ class DeviceLedger:
         """Device bytes the strategies made when they were built (held from then on)."""
         total, walked_before = before
         built = device_total(self.runtime)
-        walked = walk(_known(model))
+        self.own.note_foreign(model.optimizer)
+        walked = walk(_known(model, self.own))
         self.before_train = set(walked)
         made = max(0, built.total - total.total)
         in_tensors = sum(n for key, n in walked.items() if key not in walked_before)
@@ -119,18 +125,18 @@ class DeviceLedger:
         if self.first_offload is not None:
             return
         now = device_total(self.runtime)
-        walked = walk(_known(model))
+        walked = walk(_known(model, self.own))
         self.before_moves = set(walked)
         self.first_offload = now
         held = now.total - self.zero.total
-        named = sum(_known_bytes(model)) + sum(walked.values()) + self.built_untracked
+        named = sum(_known_bytes(model, self.own)) + sum(walked.values()) + self.built_untracked
         self.residue = max(0, held - named)
 
     def after_offload(self, model: Any) -> Hidden:
         """The split of what is on the device after a cycle's offloads (see the module)."""
         now = device_total(self.runtime)
-        walked = walk(_known(model))
-        known, grown = _known_bytes(model)
+        walked = walk(_known(model, self.own))
+        known, grown = _known_bytes(model, self.own)
         by_when: dict[str, int] = {}
         for key, nbytes in walked.items():
             if key in self.framework:  # the framework's own, up to its size then
@@ -158,14 +164,14 @@ class DeviceLedger:
         )
 
 
-def fact_fields(hidden: Hidden, moving: int) -> dict[str, Any]:
+def fact_fields(hidden: Hidden, served: int) -> dict[str, Any]:
     """The residency fact's ledger fields: what ``hidden`` names, and the staging allowance
-    for an offload that moves ``moving`` bytes."""
+    of a staging buffer serving a part of ``served`` bytes (``core.verdicts.served_bytes``)."""
     return {
         "unreferenced": hidden.unreferenced,
         "unattributed_bytes": hidden.unattributed,
         "outside_allocator_bytes": hidden.outside_allocator,
         "residue_bytes": hidden.residue,
         "left_total_bytes": hidden.left_total,
-        "allowance_bytes": staging_allowance(moving),
+        "allowance_bytes": staging_allowance(served),
     }

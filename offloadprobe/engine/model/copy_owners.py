@@ -1,0 +1,141 @@
+"""Where the parameters' bytes found on the device hang: the owner of the storage (an
+optimizer key, ``grad_data``), the attribute of a live Python object that keeps a tensor
+over it, or nothing (``device memory no part owns``): the words of the "not offloaded"
+verdict for a copy found by content (``param_copies``)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from offloadprobe.engine.model.device_regions import regions_of, storage_range
+from offloadprobe.engine.model.param_copies import Anchors, find
+
+
+def attribute_names(addresses: set[int], labels: dict[int, str] | None = None) -> dict[int, str]:
+    """For device storages at ``addresses``: where a live Python object keeps a tensor
+    over it: ``stash on a main parameter`` where ``labels`` (``id -> words``) names the
+    holder, else ``Pageable.stash``."""
+    labels = labels or {}
+    names: dict[int, str] = {}
+    with torch._C.DisableTorchFunction():
+        tensors = [
+            o
+            for o in gc.get_objects()
+            if isinstance(o, torch.Tensor) and not o.is_meta and _address(o) in addresses
+        ]
+    for tensor in tensors:
+        address = _address(tensor)
+        if address is None or address in names:
+            continue
+        for holder in gc.get_referrers(tensor):
+            if holder is tensors:
+                continue
+            name = _attribute(holder, tensor, labels)
+            if name is not None:
+                names[address] = name
+                break
+    return names
+
+
+def _address(tensor: torch.Tensor) -> int | None:
+    try:
+        storage = tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return storage.data_ptr() if storage.nbytes() else None
+
+
+def _attribute(holder: Any, tensor: Any, labels: dict[int, str], up: bool = True) -> str | None:
+    """``holder.attribute`` where ``holder`` (an object, its ``__dict__``, or, ``up``, a
+    list one of those keeps) keeps ``tensor``."""
+    if isinstance(holder, dict):
+        key = next((k for k, v in holder.items() if v is tensor), None)
+        for owner in gc.get_referrers(holder):
+            if getattr(owner, "__dict__", None) is holder and isinstance(key, str):
+                return _held_as(owner, key, labels)
+        return f"a dict's {key!r}" if isinstance(key, str) else None
+    if isinstance(holder, list) and up:  # ``Type.attr[i]``: the list's holder, one level up
+        index = next((i for i, v in enumerate(holder) if v is tensor), None)
+        for outer in gc.get_referrers(holder):
+            name = _attribute(outer, holder, labels, up=False)
+            if name is not None and index is not None:
+                return f"{name}[{index}]"
+        return None
+    attrs = getattr(holder, "__dict__", None)
+    if isinstance(attrs, dict):
+        attr = next((k for k, v in attrs.items() if v is tensor), None)
+        if attr is not None:
+            return _held_as(holder, attr, labels)
+    return None
+
+
+def _held_as(holder: Any, attr: str, labels: dict[int, str]) -> str:
+    """``stash on a main parameter`` (a holder ``labels`` names), else ``Pageable.stash``."""
+    label = labels.get(id(holder))
+    return f"{attr} on {label}" if label else f"{type(holder).__name__}.{attr}"
+
+
+UNNAMED = "device memory no part owns"
+
+
+def _owners(model: Any, own: Any) -> dict[int, str]:
+    """``{storage address: its owner}`` for what the model and the optimizer reach."""
+    from offloadprobe.engine.model.buffers import ddp_buffers
+    from offloadprobe.engine.optimizer.own_state import places
+
+    names: dict[int, str] = {}
+    for buffer in ddp_buffers(model.chunks):
+        names.setdefault(storage_range(buffer.grad_data)[0], "grad_data")
+    for place, held in places(model.optimizer).items():
+        mine = own is None or own.is_own(place, held)
+        name = held.owner if mine else f"{held.owner} (hung on the optimizer, not its own)"
+        names.setdefault(storage_range(held.tensor)[0], name)
+    for key, tensor in getattr(model, "batch", {}).items():
+        names.setdefault(storage_range(tensor)[0], f"the batch's {key}")
+    return names
+
+
+def _labels(model: Any) -> dict[int, str]:
+    """The model's and the optimizer's parameters, by ``id``, in words."""
+    from offloadprobe.engine.optimizer.holdings import megatron_optimizers
+
+    labels = {id(p): "a model parameter" for c in model.chunks for p in c.parameters()}
+    for part in megatron_optimizers([model.optimizer]):
+        for group in part.optimizer.param_groups:
+            labels.update((id(p), "a main parameter") for p in group["params"])
+    return labels
+
+
+def copies_on_device(
+    model: Any,
+    runtime: Any,
+    anchors: Anchors | None,
+    *,
+    own: Any = None,
+    exclude: Iterable[tuple[int, int]] = (),
+) -> dict[str, int]:
+    """After an offload: bytes of the parameters found on the device outside their own
+    storages and the parts', by where they hang (the owner of the storage, the attribute
+    that keeps it, or ``device memory no part owns``). ``exclude``: storages a strategy
+    released through the driver (their addresses need not be mapped)."""
+    if anchors is None:
+        return {}
+    from offloadprobe.engine.model import parts
+    from offloadprobe.engine.model.buffers import ddp_buffers
+
+    skip = [storage_range(b.param_data) for b in ddp_buffers(model.chunks)]
+    skip += [storage_range(p) for *_, p in parts.named(model)]
+    found = find(anchors, regions_of(runtime), [*skip, *exclude])
+    if not found:
+        return {}
+    names = _owners(model, own)
+    names.update(attribute_names(set(found) - names.keys(), _labels(model)))
+    by_where: dict[str, int] = {}
+    for address, nbytes in found.items():
+        where = names.get(address, UNNAMED)
+        by_where[where] = by_where.get(where, 0) + nbytes
+    return by_where

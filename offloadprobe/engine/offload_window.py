@@ -1,0 +1,56 @@
+"""A window of offloads, for the runner and for a sequence alike: what is taken before
+them (while every part is on the device) and the residency fields after them.
+
+Before: the ledger's first moment, the audit's snapshot of the device storages, the
+anchors of the parameters' bytes (``engine/model/param_copies.py``) and the optimizer's
+own state on the device. After: the ledger's split, the parts the offloads were to move,
+the parameters' bytes found on the device by content, and the staging allowance of the
+part a staging buffer serves (``core.verdicts.served_bytes``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from offloadprobe.core.verdicts import served_bytes
+from offloadprobe.engine.model import audit, param_copies, parts
+from offloadprobe.engine.model.buffers import ddp_buffers
+from offloadprobe.engine.model.copy_owners import copies_on_device
+from offloadprobe.engine.model.device_regions import device_bytes
+from offloadprobe.engine.model.ledger import Hidden, fact_fields
+from offloadprobe.engine.transfers import claimed
+
+
+def parts_to_move(model: Any, moves_params: bool) -> dict[str, int]:
+    """The model's parts outside the DDP buffers a parameter strategy must move."""
+    return parts.part_bytes(model) if moves_params else {}
+
+
+def window_start(state: Any) -> None:
+    """Before a window's offloads (every part on the device): see the module. The last
+    anchors stay where the buffers' bytes did not change."""
+    model, own = state.model, state.ledger.own
+    state.ledger.at_offload_start(model)
+    state.snapshot = audit.snapshot_device_storage(model, own)
+    previous, state.anchors = state.anchors, None
+    if state.param_to_move:
+        buffers = [b.param_data for b in ddp_buffers(model.chunks)]
+        hint = device_bytes(state.runtime)
+        state.anchors = param_copies.take_anchors(buffers, hint, previous)
+    state.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model, own).values())
+
+
+def window_fields(
+    state: Any, hidden: Hidden, *, param_to_move: int, moves_optimizer: bool
+) -> dict[str, Any]:
+    """After a window's offloads: the residency fact's fields besides the audit's."""
+    model = state.model
+    moved = parts_to_move(model, state.info.moves_params and bool(param_to_move))
+    copies = {}
+    if param_to_move:
+        exclude = [*claimed(state), *state.prior_regions.unchanged(state.runtime)]
+        own = state.ledger.own
+        copies = copies_on_device(model, state.runtime, state.anchors, own=own, exclude=exclude)
+    optimizer = state.optimizer_bytes if moves_optimizer else 0
+    served = served_bytes(param_to_move, sum(moved.values()), optimizer)
+    return {**fact_fields(hidden, served), "parts_to_move": moved, "param_copies": copies}

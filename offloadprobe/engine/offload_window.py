@@ -18,6 +18,7 @@ from offloadprobe.engine.model.buffers import ddp_buffers
 from offloadprobe.engine.model.copy_owners import copies_on_device
 from offloadprobe.engine.model.device_regions import device_bytes
 from offloadprobe.engine.model.ledger import Hidden, fact_fields
+from offloadprobe.engine.runtime.glibc_malloc import trim_host_heap
 from offloadprobe.engine.transfers import claimed
 
 
@@ -37,6 +38,8 @@ def window_start(state: Any) -> None:
         buffers = [b.param_data for b in ddp_buffers(model.chunks)]
         hint = device_bytes(state.runtime)
         state.anchors = param_copies.take_anchors(buffers, hint, previous)
+        if state.anchors is not previous:  # the search's temporaries, freed: given back,
+            trim_host_heap()  # so a strategy's host copies never reuse pages they made
     state.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model, own).values())
 
 

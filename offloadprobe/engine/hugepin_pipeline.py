@@ -41,8 +41,9 @@ Settings (``engine/hugepin_settings.py``; ``--strategy-option key=value``, for s
 ``threads``, ``registrars``, ``touch_first`` (``1``: every chunk touched before the first
 registration), ``chunk_mib``, ``first_chunk_mib`` (the first source's chunks ramp up from
 it; ``0``: no ramp), ``huge_pages`` (``0`` for 4 KiB pages), ``touch`` (memset, populate,
-auto) and ``stages`` (a path: every offload's and load's stage timings are
-written there as JSON at ``close()``).
+auto), ``stages`` (a path: every offload's and load's stage timings are
+written there as JSON at ``close()``) and ``register_core`` (``1``: each registering
+thread bound to a core of its own, the touch threads to the other cores).
 
 The descriptors (``engine/strategies/hugepin.py``, ``relock.py``) name this module and
 load it only when the strategy is built: it imports torch.
@@ -63,7 +64,13 @@ import torch
 
 from offloadprobe.core.errors import OffloadProbeError
 from offloadprobe.engine import hostmem
-from offloadprobe.engine.hugepin_settings import CHUNK_MIB, FIRST_CHUNK_MIB, OPTIONS, Settings
+from offloadprobe.engine.hugepin_settings import (
+    CHUNK_MIB,
+    FIRST_CHUNK_MIB,
+    OPTIONS,
+    Settings,
+    place_threads,
+)
 from offloadprobe.engine.model.sources import Source, to_load_sources, to_offload_sources
 from offloadprobe.engine.runtime import Runtime
 
@@ -201,6 +208,8 @@ class HugePinStrategy:
         start = time.perf_counter()
         barrier = threading.Barrier(self.settings.threads)
         wait([self._pool.submit(barrier.wait) for _ in range(self.settings.threads)])
+        if self.settings.register_core:
+            self._note(place_threads(self._pool, self._serial, self.settings))
         size = hostmem.huge_page_size()
         mapping = hostmem.map_exact(size, huge=self.settings.huge_pages)
         try:

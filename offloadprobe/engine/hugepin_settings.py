@@ -4,7 +4,9 @@ size and first-touch method, from ``--strategy-option`` pairs. Torch-free."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from offloadprobe.core.errors import UsageError
@@ -19,6 +21,7 @@ OPTIONS = (
     "huge_pages",
     "touch",
     "stages",
+    "register_core",
 )
 CHUNK_MIB = 64
 """Measured best on the H200 (12 threads: 26.2 GB/s at 64 MiB, 25.1 at 32, 19.8 at 256)."""
@@ -56,6 +59,10 @@ class Settings:
     touch: str = TOUCH
     stages: str | None = None
     """Where ``close()`` writes the stage timings (JSON), if anywhere."""
+    register_core: bool = False
+    """Each registering thread bound to a core of its own, the touch threads to the other
+    cores (``placement``): the registration is not shared with a touching sibling. Off by
+    default until ``benchmarks/register_spread.py`` measured it on the H200."""
 
     @classmethod
     def from_options(
@@ -99,6 +106,7 @@ class Settings:
             huge_pages=_flag(options, "huge_pages", default=True),
             touch=touch,
             stages=options.get("stages") or None,
+            register_core=_flag(options, "register_core", default=False),
         )
 
 
@@ -113,6 +121,80 @@ def _flag(options: Mapping[str, str], key: str, *, default: bool) -> bool:
     if value.lower() not in ON + OFF:
         raise UsageError(f"--strategy-option {key}={value!r}: choose 1 or 0")
     return value.lower() in ON
+
+
+def placement(
+    cpus: set[int], siblings: Mapping[int, set[int]], registrars: int
+) -> tuple[list[int], set[int]] | None:
+    """The CPUs for ``register_core``: one CPU for each registering thread, each on a core
+    (its hyperthread siblings, ``siblings[cpu]``) that the touch threads' CPUs leave out;
+    the cores taken are the last ones. None where fewer cores than ``registrars + 1``."""
+    cores: list[set[int]] = []
+    for cpu in sorted(cpus):
+        core = (siblings.get(cpu) or {cpu}) & cpus | {cpu}
+        if core not in cores:
+            cores.append(core)
+    if len(cores) < registrars + 1:
+        return None
+    taken = cores[-registrars:]
+    return [min(core) for core in taken], cpus - set().union(*taken)
+
+
+def place_threads(
+    touching: ThreadPoolExecutor, registering: ThreadPoolExecutor, settings: Settings
+) -> str:
+    """``register_core``: bind each registering thread to a CPU of a core of its own and
+    every touch thread to the CPUs of the other cores; says what it did, for the notes."""
+    try:
+        cpus = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        cpus = set()
+    found = placement(cpus, cpu_siblings(cpus), settings.registrars) if cpus else None
+    if found is None:
+        return f"hugepin: register_core not applied, {len(cpus)} CPUs are too few cores"
+    chosen, others = found
+    free, lock = list(chosen), threading.Lock()
+
+    def bind(barrier: threading.Barrier, mask: set[int] | None) -> None:
+        if mask is None:
+            with lock:
+                mask = {free.pop()}
+        os.sched_setaffinity(0, mask)  # the calling thread only (Linux)
+        barrier.wait()  # every thread of the pool takes exactly one
+
+    for pool, count, mask in (
+        (touching, settings.threads, others),
+        (registering, settings.registrars, None),
+    ):
+        barrier = threading.Barrier(count)
+        for f in [pool.submit(bind, barrier, mask) for _ in range(count)]:
+            f.result()
+    return (
+        f"hugepin: registering on CPU {', '.join(map(str, chosen))}, touching on "
+        f"{len(others)} CPUs of other cores"
+    )
+
+
+def cpu_siblings(cpus: set[int], root: str = "/sys/devices/system/cpu") -> dict[int, set[int]]:
+    """Each CPU's hyperthread siblings (``topology/thread_siblings_list``); a CPU whose
+    list cannot be read is a core of its own."""
+    out: dict[int, set[int]] = {}
+    for cpu in cpus:
+        try:
+            with open(f"{root}/cpu{cpu}/topology/thread_siblings_list") as f:
+                out[cpu] = _cpu_list(f.read())
+        except (OSError, ValueError):
+            out[cpu] = {cpu}
+    return out
+
+
+def _cpu_list(text: str) -> set[int]:
+    """``0-3,8`` -> {0, 1, 2, 3, 8}."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 def check_options(options: Mapping[str, str]) -> None:

@@ -3,6 +3,8 @@ exact host mappings that stay (hugepin) or go after every load (relock), one cop
 registered range, registered bytes, and the note when huge pages are refused."""
 
 import errno
+import os
+import threading
 import time
 from types import SimpleNamespace
 from typing import ClassVar
@@ -13,6 +15,7 @@ import torch
 from offloadprobe.engine import hostmem
 from offloadprobe.engine import hugepin_pipeline as hugepin
 from offloadprobe.engine.hugepin_pipeline import HugePinStrategy, Settings, Step, plan
+from offloadprobe.engine.hugepin_settings import cpu_siblings, placement
 from offloadprobe.engine.runtime import Runtime
 from offloadprobe.engine.strategies import model_strategy
 
@@ -192,8 +195,47 @@ def test_settings_follow_the_cpus_and_the_strategy_options(monkeypatch):
     with pytest.raises(Exception, match=r"touch_first='sometimes': choose 1 or 0"):
         Settings.from_options({"touch_first": "sometimes"})
     assert not Settings.from_options({"huge_pages": "False"}).huge_pages
+    assert Settings.from_options({"register_core": "1"}).register_core
+    assert not default.register_core
     with pytest.raises(Exception, match="take threads"):
         Settings.from_options({"thread": "3"})
+
+
+def test_register_core_takes_whole_cores_from_the_end_and_leaves_their_siblings_out():
+    pairs = {c: {c % 4, c % 4 + 4} for c in range(8)}  # 4 cores, 2 threads each
+    assert placement(set(range(8)), pairs, 1) == ([3], {0, 1, 2, 4, 5, 6})
+    assert placement(set(range(8)), pairs, 2) == ([2, 3], {0, 1, 4, 5})
+    assert placement({0, 4}, pairs, 1) is None  # one core: nothing to keep apart
+    assert placement({0, 1, 4}, pairs, 1) == ([1], {0, 4})  # a sibling outside the mask
+    assert placement({0, 1}, {}, 1) == ([1], {0})  # unknown topology: a CPU is a core
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to place")
+def test_register_core_binds_the_pool_threads_as_the_kernel_reports_them():
+    cpus = os.sched_getaffinity(0)
+    chosen, others = placement(cpus, cpu_siblings(cpus), 1)
+    settings = Settings(threads=2, chunk_bytes=CHUNK, register_core=True)
+    strategy = HugePinStrategy(CPU, settings=settings, cudart=FakeCudart())
+    models, buffers = _models()
+    original = buffers[0].param_data.clone()
+    try:  # the kernel's own view of each thread's mask, from inside the thread
+        both = threading.Barrier(2)  # each of the two touch threads answers once
+
+        def mask():
+            both.wait()
+            return frozenset(os.sched_getaffinity(0))
+
+        assert {f.result() for f in [strategy._pool.submit(mask) for _ in range(2)]} == {
+            frozenset(others)
+        }
+        assert strategy._serial.submit(os.sched_getaffinity, 0).result() == set(chosen)
+        assert os.sched_getaffinity(0) == cpus  # the calling thread is left alone
+        assert any("registering on CPU" in n for n in strategy.notes)
+        strategy.offload(models)
+        strategy.load(models)
+        assert torch.equal(buffers[0].param_data, original)
+    finally:
+        strategy.close()
 
 
 def test_both_are_registered_strategies():

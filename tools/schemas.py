@@ -24,7 +24,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from offloadprobe.attach.records import Breach as AttachBreach  # noqa: E402
 from offloadprobe.attach.records import Call, JobRecord  # noqa: E402
 from offloadprobe.core.alloc_conf import PinnedSetting  # noqa: E402
 from offloadprobe.core.budgets import Breach  # noqa: E402
@@ -249,6 +248,14 @@ def repro_document() -> dict[str, Any]:
     )
 
 
+OLD_ATTACH_BREACH = {
+    "type": "object",
+    "properties": {k: {"type": "string"} for k in ("budget", "value", "limit", "where")},
+    "required": ["budget", "limit", "value", "where"],
+}
+"""attach's own breach, before schema 6 took every verb's (``show`` reads both)."""
+
+
 def attach_document() -> dict[str, Any]:
     """``attach_json``: the job's record with calls as ``Call.to_json`` writes them."""
     schema = Schema({Call: "call"})
@@ -282,7 +289,10 @@ def attach_document() -> dict[str, Any]:
             "escaped": record["escaped"],
             "peak_resets": record["peak_resets"],
             "never_called": array({"type": "string"}),
-            "breaches": array(schema.ref(AttachBreach)),
+            "breaches": array({"anyOf": [schema.ref(Breach), OLD_ATTACH_BREACH]}),
+            "budgets": array({"type": "string"}),
+            "outcome": schema.ref(Verdict),
+            "interrupted": {"type": ["integer", "null"]},
             "not_judged": array({"type": "string"}),
             "notes": array({"type": "string"}),
             "records_dir": {"type": ["string", "null"]},

@@ -156,11 +156,9 @@ def has_device(record: JobRecord) -> bool:
 
 def job_status(record: JobRecord) -> str:
     """``exit 3``, or ``killed by signal 9 (status 137)``."""
-    from offloadprobe.attach.run import exit_status
+    from offloadprobe.attach.verdict import job_status
 
-    if record.exit_code < 0:
-        return f"killed by signal {-record.exit_code} (status {exit_status(record.exit_code)})"
-    return f"exit {record.exit_code}"
+    return job_status(record)
 
 
 def headline(record: JobRecord, width: int = 80) -> list[str]:
@@ -193,7 +191,7 @@ def status_lines(record: JobRecord) -> list[str]:
             f"{u.command}"
         )
     for b in record.breaches:
-        lines.append(f"over budget: {b.where}: {b.value} > {b.limit} ({b.budget})")
+        lines.append(f"over budget: {b.line()}")
     lines.extend(f"not judged: {u}" for u in record.unjudged)
     lines.extend(f"note: {n}" for n in record.notes)
     lines.append(verdict_line(record))
@@ -214,27 +212,7 @@ def phase_line(p: PhaseSummary) -> str:
 
 
 def verdict_line(record: JobRecord) -> str:
-    if record.exit_code != 0:
-        return f"verdict: job failed: {job_status(record)}"
-    if record.escaped:
-        pids = ", ".join(str(e.pid) for e in record.escaped)
-        return f"verdict: escaped: pid {pids} left the job's memory cgroups (see above)"
-    if record.peak_resets:
-        return "verdict: peak reset inside the job: its cgroup peaks are not whole"
-    if record.breaches:
-        return f"verdict: over budget ({len(record.breaches)} breach(es))"
-    if record.unmeasured:
-        names = ", ".join(p.name for p in record.unmeasured)
-        return f"verdict: not measured: phase(s) {names} (see above)"
-    if record.nothing_named:
-        return (
-            "verdict: nothing measured: name a function with --phase or --preset, or mark "
-            "the job's code with offloadprobe.phase"
-        )
-    if record.require_calls and record.never_called:
-        names = ", ".join(p.name for p in record.never_called)
-        return f"verdict: phase(s) never called with --require-calls: {names}"
-    if record.uninstrumented_fails:
-        pids = ", ".join(str(u.pid) for u in record.uninstrumented)
-        return f"verdict: not instrumented with --require-calls: pid {pids} (see above)"
-    return "verdict: ok"
+    """``verdict: ok``, or what the verdict (``attach.verdict.outcome``) says."""
+    from offloadprobe.attach.verdict import phrase
+
+    return f"verdict: {phrase(record)}"

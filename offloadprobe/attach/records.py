@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from offloadprobe.core.budgets import Breach
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Call:
@@ -297,18 +299,6 @@ class NodeSummary:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Breach:
-    """One budget a measured value broke."""
-
-    budget: str
-    """The flag as given, e.g. ``--max-host-peak 40GiB``."""
-    value: str
-    limit: str
-    where: str
-    """The call (``phase #index (rank r)``) or ``node``."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class JobRecord:
     """One attached job, collected after it ended."""
 
@@ -328,6 +318,10 @@ class JobRecord:
     """Per phase and rank, first call to last."""
     notes: tuple[str, ...] = ()
     breaches: tuple[Breach, ...] = ()
+    """Every verb's breach (``core.budgets``): ``strategy`` is the call's label
+    (``phase #index (rank r)``) or the node."""
+    budgets: tuple[str, ...] = ()
+    """The budgets the job was held to, as the user gave them (``--max-host-peak 40GiB``)."""
     unjudged: tuple[str, ...] = ()
     """Budgets that could not be applied to some calls (nothing measured to judge by)."""
     require_calls: bool = False
@@ -335,6 +329,9 @@ class JobRecord:
     """Processes that left their memory cgroup while the job ran: the figures miss them."""
     peak_resets: tuple[str, ...] = ()
     """cgroups whose peak read lower than the parent had left it: reset inside the job."""
+    interrupted: int | None = None
+    """The signal attach itself received and passed on to the job, where the job then
+    failed (None: attach was not stopped, or the job still exited 0)."""
 
     @property
     def uninstrumented_fails(self) -> bool:

@@ -15,19 +15,23 @@ budgets judge), ``host_peak_by``, the ``pinned_*`` and ``gpu_*`` fields,
 ``growth`` (per phase and rank: ``host_growth_bytes`` and ``pinned_growth_bytes``, after
 the last call less after the first), ``ranks``, ``nodes``, ``processes``,
 ``not_instrumented`` (each with ``after_exec``), ``escaped``, ``peak_resets``,
-``never_called``, ``not_measured``, ``breaches``, ``not_judged``, ``notes``. Bytes are
-integers; null is "not measured". Schema:
+``never_called``, ``not_measured``, ``breaches`` (every verb's: ``strategy``, the call or
+node; ``budget``, the flag; ``message``; ``kind``), ``budgets`` (as given), ``outcome``
+(every verb's verdict record: ``kind``, ``detail``, ``reasons``...), ``interrupted`` (the
+signal attach passed on), ``not_judged``, ``notes``. Bytes are integers; null is "not
+measured". Files of schema 5 and before have breaches of ``budget`` (flag and value),
+``value``, ``limit`` and ``where``, and no ``budgets`` or ``outcome``: they read back
+(their budgets are then not judged again). Schema:
 ``offloadprobe/schemas/attach.schema.json``.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any
 
 from offloadprobe.attach.collect import summarise_growth
 from offloadprobe.attach.records import (
-    Breach,
     Call,
     Escaped,
     JobRecord,
@@ -39,7 +43,8 @@ from offloadprobe.attach.records import (
     Uninstrumented,
 )
 from offloadprobe.attach.run import exit_status
-from offloadprobe.attach.verdict import exit_code
+from offloadprobe.attach.verdict import exit_code, outcome
+from offloadprobe.core.budgets import Breach
 from offloadprobe.core.records import SCHEMA_VERSION
 from offloadprobe.core.serial import rebuild
 
@@ -87,7 +92,10 @@ def attach_json(record: JobRecord) -> dict[str, Any]:
         "peak_resets": list(record.peak_resets),
         "never_called": [p.name for p in record.never_called],
         "not_measured": [p.name for p in record.unmeasured],
-        "breaches": [_plain(b) for b in record.breaches],
+        "breaches": [asdict(b) for b in record.breaches],
+        "budgets": list(record.budgets),
+        "outcome": asdict(outcome(record)),
+        "interrupted": record.interrupted,
         "not_judged": list(record.unjudged),
         "notes": list(record.notes),
         "records_dir": record.out_dir,
@@ -106,6 +114,16 @@ def _older_call(call: dict[str, Any]) -> dict[str, Any]:
     if "rss_peak_bytes" in call or "host_peak_bytes" not in call:
         return call
     return {**call, "rss_peak_bytes": call["host_peak_bytes"]}
+
+
+def _breach(doc: dict[str, Any]) -> Breach:
+    """A breach as written: every verb's, or (schema 5 and before) attach's own, whose
+    ``budget`` was the flag with its value."""
+    if "where" in doc and "strategy" not in doc:
+        flag = str(doc["budget"]).split(" ", 1)[0]
+        return Breach(str(doc["where"]), flag, f"{doc['value']} > {doc['limit']}")
+    breach: Breach = rebuild(Breach, doc)
+    return breach
 
 
 def record_from_json(doc: dict[str, Any]) -> JobRecord:
@@ -130,9 +148,11 @@ def record_from_json(doc: dict[str, Any]) -> JobRecord:
         uninstrumented=each(Uninstrumented, "not_instrumented"),
         growth=growth,
         notes=tuple(doc.get("notes") or ()),
-        breaches=each(Breach, "breaches"),
+        breaches=tuple(_breach(b) for b in doc.get("breaches") or ()),
+        budgets=tuple(doc.get("budgets") or ()),
         unjudged=tuple(doc.get("not_judged") or ()),
         require_calls=bool(doc.get("require_calls", False)),
         escaped=each(Escaped, "escaped"),
         peak_resets=tuple(doc.get("peak_resets") or ()),
+        interrupted=doc.get("interrupted"),
     )

@@ -17,6 +17,7 @@ the process tree's RSS stands in, and the output says so.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -135,16 +136,19 @@ def _member(root: int, groups: JobGroups | None) -> Callable[[int], bool]:
 
 
 @contextlib.contextmanager
-def _forwarding(pgid: int) -> Iterator[None]:
-    """Forward SIGINT/SIGTERM/SIGHUP to the job's process group while it runs."""
+def _forwarding(pgid: int) -> Iterator[list[int]]:
+    """Forward SIGINT/SIGTERM/SIGHUP to the job's process group while it runs; the list
+    yielded holds each signal forwarded, in order."""
+    received: list[int] = []
 
     def forward(signum: int, _frame: Any) -> None:
+        received.append(signum)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
-        yield
+        yield received
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -190,7 +194,7 @@ def run_attached(job: AttachJob) -> JobRecord:
     meter.on_lost = watcher.look_at
     meter.start()
     watcher.start()
-    with _forwarding(proc.pid):
+    with _forwarding(proc.pid) as received:
         while True:
             try:
                 returncode = proc.wait()
@@ -208,7 +212,7 @@ def run_attached(job: AttachJob) -> JobRecord:
         memory = NodeMemory(host=host, peak_bytes=watcher.rss_peak or None, method=TREE_METHOD)
     if ledger.refused:
         notes.append(f"{ledger.refused} connection(s) to attach from outside the job refused")
-    return collect(
+    record = collect(
         command=job.command,
         exit_code=returncode,
         seconds=seconds,
@@ -224,3 +228,6 @@ def run_attached(job: AttachJob) -> JobRecord:
         escaped=list(watcher.escaped.values()),
         peak_resets=groups.foreign_resets if groups is not None else (),
     )
+    if received and returncode != 0:  # attach was stopped, and the job with it
+        record = dataclasses.replace(record, interrupted=received[-1])
+    return record

@@ -10,28 +10,43 @@
 * ``--max-node-peak 1700GiB``: the job cgroup's peak over the whole run (or, without a
   cgroup, the process tree's sampled RSS, as the report says).
 
-Exit code: the job's own status when it failed (its code, or 128+N for signal N: never
-0); else 1 for a process that escaped its memory cgroup, for a cgroup peak reset inside
-the job, for a breach, for a named phase that could not be measured at all (its
-function not found in its module, or not wrapped; its module never imported by any
-process of the job), for a job with nothing to measure (no phase named, no
-``offloadprobe.phase`` block recorded) or, with ``--require-calls``, for a named phase
-never called or a Python process (or a new image in one) that ran uninstrumented; else
-0. Bad input is 2, raised as ``UsageError`` before the job starts.
+The grammar is every verb's (``core.budgets.ratio_or_size``: ``1.1x`` or a size; the node
+peak a size, as ``--max-gpu-residual``), and so is the breach (``core.budgets.Breach``: the
+call's label where a run's has the row's) and the outcome (``core.outcomes.Verdict``).
+
+Outcome, first that applies: the job failed (``killed`` by a signal, ``crashed`` with a
+non-zero code; ``interrupted`` where attach itself was stopped by the signal it passed
+on), a process escaped its memory cgroup (``escaped``), a cgroup peak reset inside the
+job (``inconsistent``), a breach (``over budget``), a named phase that could not be
+measured at all (its function not found in its module, or not wrapped; its module never
+imported by any process of the job), a job with nothing to measure (no phase named, no
+``offloadprobe.phase`` block recorded) or, with ``--require-calls``, a named phase never
+called or a Python process (or a new image in one) that ran uninstrumented (``not
+measured``); else ``ok``. Exit code: every verb's, the verdict's (0 ok, 1 any failure, 2
+bad input, raised as ``UsageError`` before the job starts), and 128+N where attach was
+interrupted by signal N (the verbs' code for an interrupted parent). The job's own status
+stays in the record and the report (``job_exit_code``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from offloadprobe.attach.records import Breach, Call, JobRecord
+from offloadprobe.attach.records import Call, JobRecord
 from offloadprobe.attach.run import exit_status
+from offloadprobe.core.budgets import Breach, ratio_or_size
 from offloadprobe.core.errors import UsageError
-from offloadprobe.core.units import MissingUnit, format_bytes, format_ratio, parse_size
+from offloadprobe.core.outcomes import Verdict
+from offloadprobe.core.units import format_bytes, format_ratio, parse_size
 
-_RATIO = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*x\s*$", re.IGNORECASE)
+FLAGS = {
+    "--max-host-peak": "host_peak",
+    "--max-host-growth": "host_growth",
+    "--max-node-peak": "node_peak",
+}
+"""attach's budget flags, and the ``Budgets`` field each sets."""
+WHAT = {"--max-host-peak": "host peak", "--max-host-growth": "host growth"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,25 +63,13 @@ class Limit:
         return f"{self.flag} {self.text}"
 
 
-def parse_limit(flag: str, text: str, *, ratio: bool) -> Limit:
-    """``40GiB`` or, where ``ratio``, ``1.1x``; a UsageError says how to write it."""
-    match = _RATIO.match(text)
-    if match:
-        if not ratio:
-            raise UsageError(f"{flag} {text!r}: give bytes, e.g. {flag} 1700GiB (not a ratio)")
-        value = float(match.group(1))
-        if value <= 0:
-            raise UsageError(f"{flag} {text!r} must be positive, e.g. {flag} 1.1x")
-        return Limit(flag=flag, text=text, ratio=value)
-    try:
+def parse_limit(flag: str, text: str, *, ratio: bool, allow_zero: bool = True) -> Limit:
+    """``40GiB`` or, where ``ratio``, ``1.1x``, in every verb's grammar; a UsageError
+    says how to write it."""
+    if not ratio:
         return Limit(flag=flag, text=text, nbytes=parse_size(text, what=flag, allow_zero=True))
-    except MissingUnit as err:
-        if not ratio:
-            raise
-        raise MissingUnit(f"{err}, or a multiple, e.g. {text.strip()}x") from None
-    except UsageError:
-        example = f"{flag} 40GiB" + (f" or {flag} 1.1x" if ratio else "")
-        raise UsageError(f"cannot parse {flag} {text!r}: write it as {example}") from None
+    value, nbytes = ratio_or_size(text, flag, allow_zero=allow_zero)
+    return Limit(flag=flag, text=text, nbytes=nbytes, ratio=value)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,13 +82,42 @@ class Budgets:
     def parse(
         cls, *, host_peak: str | None, host_growth: str | None, node_peak: str | None
     ) -> Budgets:
+        peak, growth, node = host_peak, host_growth, node_peak
         return cls(
-            host_peak=parse_limit("--max-host-peak", host_peak, ratio=True) if host_peak else None,
-            host_growth=(
-                parse_limit("--max-host-growth", host_growth, ratio=True) if host_growth else None
-            ),
-            node_peak=parse_limit("--max-node-peak", node_peak, ratio=False) if node_peak else None,
+            host_peak=parse_limit("--max-host-peak", peak, ratio=True, allow_zero=False)
+            if peak is not None
+            else None,
+            host_growth=parse_limit("--max-host-growth", growth, ratio=True)
+            if growth is not None
+            else None,
+            node_peak=parse_limit("--max-node-peak", node, ratio=False)
+            if node is not None
+            else None,
         )
+
+    @classmethod
+    def from_words(cls, words: tuple[str, ...] | list[str], *, where: str) -> Budgets:
+        """The budgets a saved document names (``--max-host-peak 40GiB``, as ``words``
+        gives them back), by the same parser; anything else is bad input, one line."""
+        given: dict[str, str | None] = dict.fromkeys(FLAGS.values())
+        for word in words:
+            flag, _, value = str(word).strip().partition(" ")
+            if flag not in FLAGS or not value.strip():
+                raise UsageError(
+                    f"{where}: budget {word!r} is not one attach sets (it has "
+                    f"{', '.join(FLAGS)} and a value): give a file attach's --json wrote"
+                )
+            given[FLAGS[flag]] = value.strip()
+        try:
+            return cls.parse(**given)
+        except UsageError as exc:
+            raise UsageError(f"{where}: its budgets: {exc}") from None
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        """The budgets as the user gave them: ``--max-host-peak 40GiB``."""
+        limits = (self.host_peak, self.host_growth, self.node_peak)
+        return tuple(limit.shown for limit in limits if limit is not None)
 
 
 def _judge_calls(
@@ -98,16 +130,11 @@ def _judge_calls(
     skipped = 0
     for call in calls:
         measured = value(call)
+        what = WHAT[limit.flag]
         if limit.nbytes is not None:
             if measured > limit.nbytes:
-                breaches.append(
-                    Breach(
-                        budget=limit.shown,
-                        value=format_bytes(measured),
-                        limit=format_bytes(limit.nbytes),
-                        where=call.label,
-                    )
-                )
+                message = f"{what} {format_bytes(measured)} > {format_bytes(limit.nbytes)}"
+                breaches.append(Breach(call.label, limit.flag, message))
             continue
         moved = call.device_moved_bytes
         if not moved:
@@ -115,14 +142,8 @@ def _judge_calls(
             continue
         ratio = measured / moved
         if limit.ratio is not None and ratio > limit.ratio:
-            breaches.append(
-                Breach(
-                    budget=limit.shown,
-                    value=format_ratio(ratio),
-                    limit=format_ratio(limit.ratio),
-                    where=call.label,
-                )
-            )
+            message = f"{what} {format_ratio(ratio)} > {format_ratio(limit.ratio)}"
+            breaches.append(Breach(call.label, limit.flag, message))
     if skipped:
         unjudged.append(
             f"{limit.shown}: {skipped} of {len(calls)} call(s) not judged (no device bytes "
@@ -149,25 +170,79 @@ def judge(record: JobRecord, budgets: Budgets) -> JobRecord:
             unjudged.append(f"{limit.shown}: no node peak measured")
         for node in peaks:
             if node.node_peak_bytes > limit.nbytes:
-                breaches.append(
-                    Breach(
-                        budget=limit.shown,
-                        value=format_bytes(node.node_peak_bytes),
-                        limit=format_bytes(limit.nbytes),
-                        where=f"node {node.host} ({node.node_peak_method})",
-                    )
+                message = (
+                    f"node peak {format_bytes(node.node_peak_bytes)} > {format_bytes(limit.nbytes)}"
                 )
-    return replace(record, breaches=tuple(breaches), unjudged=tuple(unjudged))
+                where = f"node {node.host} ({node.node_peak_method})"
+                breaches.append(Breach(where, limit.flag, message))
+    return replace(
+        record, breaches=tuple(breaches), unjudged=tuple(unjudged), budgets=budgets.words
+    )
+
+
+def job_status(record: JobRecord) -> str:
+    """``exit 3``, or ``killed by signal 9 (status 137)``."""
+    if record.exit_code < 0:
+        return f"killed by signal {-record.exit_code} (status {exit_status(record.exit_code)})"
+    return f"exit {record.exit_code}"
+
+
+def outcome(record: JobRecord) -> Verdict:
+    """The job's verdict, from its record only (see the module's text)."""
+    return _judged(record)[0]
+
+
+def phrase(record: JobRecord) -> str:
+    """What the report's verdict line says of it (``ok``, ``job failed: exit 3``...)."""
+    return _judged(record)[1]
+
+
+def _judged(record: JobRecord) -> tuple[Verdict, str]:
+    if record.exit_code != 0:
+        if record.interrupted is not None:
+            kind = "interrupted"
+        else:
+            kind = "killed" if record.exit_code < 0 else "crashed"
+        status = job_status(record)
+        return Verdict(kind=kind, detail=f"job {status}"), f"job failed: {status}"
+    if record.escaped:
+        pids = ", ".join(str(e.pid) for e in record.escaped)
+        detail = f"pid {pids} left the job's memory cgroups (see above)"
+        return Verdict(kind="escaped", detail=detail), f"escaped: {detail}"
+    if record.peak_resets:
+        detail = "peak reset inside the job: its cgroup peaks are not whole"
+        return Verdict(kind="inconsistent", detail=detail), detail
+    if record.breaches:
+        reasons = tuple(b.line() for b in record.breaches)
+        shown = f"over budget ({len(record.breaches)} breach(es))"
+        return Verdict(kind="over budget", detail=reasons[0], reasons=reasons), shown
+    return _measured(record)
+
+
+def _measured(record: JobRecord) -> tuple[Verdict, str]:
+    if record.unmeasured:
+        names = ", ".join(p.name for p in record.unmeasured)
+        detail = f"phase(s) {names} (see above)"
+        shown = f"not measured: {detail}"
+    elif record.nothing_named:
+        how = (
+            "name a function with --phase or --preset, or mark the job's code with "
+            "offloadprobe.phase"
+        )
+        detail, shown = f"no phase named: {how}", f"nothing measured: {how}"
+    elif record.require_calls and record.never_called:
+        names = ", ".join(p.name for p in record.never_called)
+        detail = shown = f"phase(s) never called with --require-calls: {names}"
+    elif record.uninstrumented_fails:
+        pids = ", ".join(str(u.pid) for u in record.uninstrumented)
+        detail = shown = f"not instrumented with --require-calls: pid {pids} (see above)"
+    else:
+        return Verdict(kind="ok"), "ok"
+    return Verdict(kind="not measured", detail=detail), shown
 
 
 def exit_code(record: JobRecord) -> int:
     """See the module's text."""
-    if record.exit_code != 0:
-        return exit_status(record.exit_code)
-    if record.escaped or record.peak_resets:
-        return 1
-    if record.breaches or record.unmeasured or record.nothing_named:
-        return 1
-    if record.require_calls and (record.never_called or record.uninstrumented):
-        return 1
-    return 0
+    if record.exit_code != 0 and record.interrupted is not None:
+        return 128 + record.interrupted
+    return outcome(record).exit_code

@@ -20,10 +20,11 @@ job's own code, in every Python process of its tree: host peak over the call's s
 and growth (the larger of its RSS and its process's own memory cgroup, which attach
 reads), pinned and GPU bytes, duration, rank. The job's output, exit code and signals
 pass through; the report goes to stderr after it ends.
-Exit: 0 ok; 1 a process escaped its cgroup or reset its peak, over budget, a named
-function not found or its module never imported, nothing measured at all, or with
---require-calls a phase never called or a Python process not instrumented; the job's
-own status when it failed; 2 bad input (before the job starts)."""
+Exit: 0 ok; 1 the job failed (its own status is in the report and --json), a process
+escaped its cgroup or reset its peak, over budget, a named function not found or its
+module never imported, nothing measured at all, or with --require-calls a phase never
+called or a Python process not instrumented; 2 bad input (before the job starts);
+128+N when attach itself was stopped by signal N (passed on to the job)."""
 
 
 @app.command(

@@ -1,11 +1,11 @@
 """``offloadprobe show RESULT.json``: a saved result, rendered as its verb printed it.
 
-A run's or comparison's rows are judged again from their facts (``core.rejudge``), never
-printed on the stored outcome's word. Exit codes: 0 when the file reads and every row's
-stored outcome is its facts' verdict (whatever that verdict: ``show`` renders, the verb
-gated); 1 when a row's stored outcome contradicts its facts (one line each, on stderr;
-the row shows the facts' verdict); 2 for a file that is not a result, or a fact no
-record holds (a NaN figure), in one line."""
+A run's or comparison's rows, and an attached job, are judged again from their facts
+(``core.rejudge``, ``attach.rejudge``), never printed on the stored outcome's word.
+Exit codes: 0 when the file reads and every row's stored outcome is its facts' verdict
+(whatever that verdict: ``show`` renders, the verb gated); 1 when a row's stored outcome
+contradicts its facts (one line each, on stderr; the row shows the facts' verdict); 2
+for a file that is not a result, or a fact no record holds (a NaN figure), in one line."""
 
 from __future__ import annotations
 

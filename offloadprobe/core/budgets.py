@@ -187,10 +187,11 @@ class OffloadBandwidthBudget:
 _RATIO = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*[xX×]\s*$")
 
 
-def _ratio_or_size(
+def ratio_or_size(
     text: str, flag: str, allow_zero: bool = False
 ) -> tuple[float | None, int | None]:
-    """``1.1x`` (a multiple of the bytes moved) or ``6GiB`` (a size)."""
+    """``1.1x`` (a multiple of the bytes moved) or ``6GiB`` (a size): every verb's grammar
+    of a budget that takes either (``attach``'s per-call budgets too)."""
     match = _RATIO.match(text)
     if match:
         return float(match.group(1)), None
@@ -210,13 +211,13 @@ def _ratio_or_size(
 
 def parse_host_peak(text: str) -> HostPeakBudget:
     """``1.1x`` (a multiple of the payload) or ``6GiB`` (absolute)."""
-    limit_x, limit_bytes = _ratio_or_size(text, "--max-host-peak")
+    limit_x, limit_bytes = ratio_or_size(text, "--max-host-peak")
     return HostPeakBudget(limit_x=limit_x, limit_bytes=limit_bytes)
 
 
 def parse_host_held(text: str) -> HostHeldBudget:
     """``0.05x`` (a multiple of the bytes moved) or ``1GiB`` (absolute; ``0`` for none)."""
-    limit_x, limit_bytes = _ratio_or_size(text, "--max-host-held", allow_zero=True)
+    limit_x, limit_bytes = ratio_or_size(text, "--max-host-held", allow_zero=True)
     return HostHeldBudget(limit_x=limit_x, limit_bytes=limit_bytes)
 
 

@@ -25,12 +25,15 @@ VERDICT_KINDS = (
     "interrupted",
     "bad input",
     "unexpected pass",
+    "not measured",
 )
 """Every outcome a row can have; only ``ok`` exits 0, ``bad input`` exits 2, the rest 1
 (a canary row's expected failure exits 0 too, ``Verdict.expected``). ``over limit``: a
 host peak over the host limit the worker ran under, killed or not. ``regressed``: a
 figure grew over a stored run's (``--baseline-json``); ``unexpected pass``: a row expected
-to fail (``compare --expect``) passed every check."""
+to fail (``compare --expect``) passed every check. ``not measured``: ``attach`` could
+not measure a phase it was told to (not found, not wrapped, never imported; never called
+or a process uninstrumented under ``--require-calls``), or was told of none."""
 
 
 def where_text(cycle: int | None, phase: str | None) -> str:

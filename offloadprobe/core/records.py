@@ -16,7 +16,7 @@ from offloadprobe.core.outcomes import Failure, Verdict, where_text
 from offloadprobe.core.readings import CgroupReading, GpuReading, HostReading, PinnedReading
 from offloadprobe.core.world_records import NodePhase, NodeRecord, RankPlace, Spread
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The version of every verb's ``--json`` document (run, compare, plan, repro, attach,
 alloc-conf, the pytest plugin's saved records); their JSON Schemas are
 ``offloadprobe/schemas/*.schema.json``. 2 added: per-run ``label``, ``verdict``/
@@ -27,8 +27,12 @@ alloc-conf, the pytest plugin's saved records); their JSON Schemas are
 (the facts behind "not offloaded") and ``exit_code``. 5: every verb's document carries
 ``schema_version`` (plan, repro and alloc-conf added it; attach's ``schema: 1`` became
 it), and per run ``host_limit`` (``run --host-limit``, ``repro``'s limited children: the
-limit, the page cache dropped before it, the reclaim under it). Keys are only ever
-added."""
+limit, the page cache dropped before it, the reclaim under it). 6: attach's document
+takes every verb's conventions: ``budgets`` (as given), ``outcome`` (the verdict record),
+``interrupted``, and its ``breaches`` are ``core.budgets.Breach`` (``strategy``,
+``budget``, ``message``, ``kind``; they were ``budget``, ``value``, ``limit``,
+``where``, which ``show`` still reads), and ``exit_code`` is every verb's (the job's own
+status stays ``job_exit_code``). Keys are only ever added, but for that one change."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

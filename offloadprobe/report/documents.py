@@ -112,15 +112,21 @@ def load(path: Path) -> Document:
 def rejudged(doc: Document, where: str) -> tuple[Document, list[str]]:
     """A run or compare document with every row's verdict judged again from its facts, by
     the budgets it names (``core.rejudge``), and one line per row whose stored outcome
-    says otherwise; its JSON (``--format json``) carries the judged verdicts too. Other
-    kinds come back as they are (their outcomes are derived when rendered: a repro's
-    match, an attach's breaches)."""
+    says otherwise; its JSON (``--format json``) carries the judged verdicts too. An attach
+    document is judged again the same way, by attach's own budgets and rules
+    (``attach.rejudge``). Other kinds come back as they are (a repro's match is derived
+    when rendered)."""
     import copy
     from dataclasses import asdict, replace
 
     from offloadprobe.core.records import judged
     from offloadprobe.core.rejudge import budgets_of, check_finite, disagreement, rejudge
 
+    if doc.kind == "attach":
+        from offloadprobe.attach.rejudge import rejudged as attach_rejudged
+
+        record, data, lines = attach_rejudged(doc.record, doc.data, where=where)
+        return replace(doc, record=record, data=data), lines
     if doc.kind not in ("run", "compare"):
         return doc, []
     entries = doc.data.get("runs") or []

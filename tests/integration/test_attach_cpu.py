@@ -227,10 +227,13 @@ def _small(tmp_path, *actions: str, phases=("spike=attach_target:spike",), extra
     return result, (json.loads(out.read_text()) if out.exists() else {})
 
 
-def test_the_jobs_exit_code_and_output_pass_through(tmp_path, capfd):
+def test_the_jobs_output_passes_through_and_its_failure_exits_1(tmp_path, capfd):
+    """Every verb's exit policy: a failed job is a failure (1), whatever its own status,
+    which the report and ``job_exit_code`` keep."""
     result, doc = _small(tmp_path, "spike:1000000", "exit:3")
-    assert result.exit_code == 3
-    assert doc["job_exit_code"] == 3 and doc["exit_code"] == 3
+    assert result.exit_code == 1
+    assert doc["job_exit_code"] == 3 and doc["exit_code"] == 1
+    assert doc["outcome"]["kind"] == "crashed"
     assert "small_job: exiting 3" in capfd.readouterr().out  # the job's own stdout
     assert "verdict: job failed: exit 3" in result.stderr
 
@@ -391,7 +394,7 @@ def test_a_copy_written_into_a_memfd_is_the_calls_host_figure_and_breaches(tmp_p
         "--max-host-growth",
         "--max-host-peak",
     ]
-    assert {b["where"] for b in doc["breaches"]} == {f"memfd #1 (pid {call['pid']})"}
+    assert {b["strategy"] for b in doc["breaches"]} == {f"memfd #1 (pid {call['pid']})"}
     assert call["rss_peak_bytes"] < truth / 4  # RSS alone misses it: the attack is real
     # the memfd plus the 1 MiB buffer it was written from, and page tables: a margin
     assert truth <= call["host_peak_bytes"] <= truth + 4 * MIB
@@ -484,6 +487,7 @@ def test_sigterm_to_attach_reaches_the_job_and_its_status_is_reported(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, err
     doc = json.loads(out.read_text())
     assert doc["job_signal"] == signal.SIGTERM and doc["job_exit_code"] == 143
+    assert doc["interrupted"] == signal.SIGTERM and doc["outcome"]["kind"] == "interrupted"
     assert "killed by signal 15" in err
 
 

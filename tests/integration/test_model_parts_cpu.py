@@ -36,7 +36,7 @@ NO_TMS = (
     "tms pauses CUDA virtual memory through torch_memory_saver "
     f"({'installed' if importlib.util.find_spec('torch_memory_saver') else 'not installed'}): "
     "CPU emulation exits 2; its parts are tests/unit/test_tms_strategy.py and, on a GPU, "
-    "benchmarks/h200_parts.sh"
+    "benchmarks/h200_strategies.sh parts"
 )
 
 

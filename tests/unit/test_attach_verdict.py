@@ -19,21 +19,56 @@ def test_limits_parse_bytes_and_ratios_and_refuse_the_rest_in_one_line():
     assert b.host_peak.ratio == 1.1 and b.host_peak.nbytes is None
     assert b.host_growth.nbytes == 1024**3
     assert b.node_peak.nbytes == 1700 * 1024**3
-    with pytest.raises(UsageError, match="give bytes"):
+    assert b.words == ("--max-host-peak 1.1x", "--max-host-growth 1GiB", "--max-node-peak 1700GiB")
+    with pytest.raises(UsageError, match=r"^cannot parse --max-node-peak '2x': .* 512MiB"):
         Budgets.parse(host_peak=None, host_growth=None, node_peak="2x")
-    with pytest.raises(UsageError, match="write it as --max-host-peak 40GiB or"):
+    with pytest.raises(UsageError, match=r"like 1\.1x or a size like 6GiB"):
         Budgets.parse(host_peak="lots", host_growth=None, node_peak=None)
     with pytest.raises(UsageError, match=r"^--max-node-peak 1700 has no unit: .* 1700MiB$"):
         Budgets.parse(host_peak=None, host_growth=None, node_peak="1700")
-    with pytest.raises(UsageError, match=r"^--max-host-peak 40 has no unit: .* 40MiB, .* 40x$"):
+    with pytest.raises(UsageError, match=r"^--max-host-peak '40' has no unit: write 40x .* 40GiB"):
         Budgets.parse(host_peak="40", host_growth=None, node_peak=None)
+
+
+@pytest.mark.parametrize("text", ["1.1x", "1.1X", "1.1×", "6GiB", "40", "lots", "0"])
+def test_the_host_peak_grammar_is_every_verbs(text):
+    """``attach --max-host-peak`` reads a word as ``run``'s does: the same multiple, the
+    same size, the same one-line refusal."""
+    from offloadprobe.core.budgets import parse_host_peak
+
+    def parsed(parse):
+        try:
+            return parse(), None
+        except UsageError as exc:
+            return None, str(exc)
+
+    ours, our_error = parsed(
+        lambda: Budgets.parse(host_peak=text, host_growth=None, node_peak=None)
+    )
+    run, run_error = parsed(lambda: parse_host_peak(text))
+    assert our_error == run_error
+    if run is not None:
+        assert (ours.host_peak.ratio, ours.host_peak.nbytes) == (run.limit_x, run.limit_bytes)
+
+
+def test_saved_budget_words_parse_back_and_anything_else_is_one_line():
+    words = ("--max-host-peak 1.1x", "--max-node-peak 1700GiB")
+    assert Budgets.from_words(words, where="f.json").words == words
+    with pytest.raises(UsageError, match=r"^f.json: budget '--max-gpu-residual 1GiB' is not"):
+        Budgets.from_words(("--max-gpu-residual 1GiB",), where="f.json")
+    with pytest.raises(UsageError, match=r"^f.json: its budgets: cannot parse --max-node-peak"):
+        Budgets.from_words(("--max-node-peak 2x",), where="f.json")
 
 
 def test_an_absolute_host_peak_breach_names_the_call():
     record = verdict.judge(
         fake.job(), Budgets.parse(host_peak="40MiB", host_growth=None, node_peak=None)
     )
-    assert [(b.where, b.value) for b in record.breaches] == [("offload #2 (rank 0)", "64.00 MiB")]
+    assert [(b.strategy, b.budget, b.message, b.kind) for b in record.breaches] == [
+        ("offload #2 (rank 0)", "--max-host-peak", "host peak 64.00 MiB > 40.00 MiB", "over budget")
+    ]
+    assert record.budgets == ("--max-host-peak 40MiB",)
+    assert verdict.outcome(record).kind == "over budget"
     assert verdict.exit_code(record) == 1
 
 
@@ -41,8 +76,8 @@ def test_a_ratio_judges_only_calls_whose_device_bytes_were_measured():
     job = fake.job()
     record = verdict.judge(job, Budgets.parse(host_peak="1.5x", host_growth=None, node_peak=None))
     # offload #2 peaked at 64 MiB for 32 MiB moved (2.00x); load #1 moved none
-    assert [(b.where, b.value, b.limit) for b in record.breaches] == [
-        ("offload #2 (rank 0)", "2.00x", "1.50x")
+    assert [(b.strategy, b.message) for b in record.breaches] == [
+        ("offload #2 (rank 0)", "host peak 2.00x > 1.50x")
     ]
     assert record.unjudged and "1 of 4 call(s) not judged" in record.unjudged[0]
 
@@ -51,19 +86,31 @@ def test_growth_and_node_peak():
     record = verdict.judge(
         fake.job(), Budgets.parse(host_peak=None, host_growth="10MiB", node_peak="100MiB")
     )
-    where = sorted(b.where for b in record.breaches)
+    where = sorted(b.strategy for b in record.breaches)
     assert where == ["node vm0 (cgroup v1 memory.max_usage_in_bytes)", "offload #1 (rank 0)"]
 
 
 def test_exit_codes():
+    """Every verb's policy: 0 ok, 1 any failure (the job's own, whatever its status), and
+    128+N where attach itself was stopped by signal N; the job's status stays its own."""
+    from offloadprobe.attach.report_json import attach_json
+
     ok = fake.job()
     assert verdict.exit_code(verdict.judge(ok, Budgets())) == 0
-    assert verdict.exit_code(fake.job(exit_code=3)) == 3
-    assert verdict.exit_code(fake.job(exit_code=-9)) == 137
+    assert verdict.outcome(ok).kind == "ok"
+    crashed, killed = fake.job(exit_code=3), fake.job(exit_code=-9)
+    assert (verdict.outcome(crashed).kind, verdict.exit_code(crashed)) == ("crashed", 1)
+    assert (verdict.outcome(killed).kind, verdict.exit_code(killed)) == ("killed", 1)
+    assert verdict.exit_code(fake.job(exit_code=2)) == 1  # never read as attach's bad input
+    doc = attach_json(killed)
+    assert (doc["exit_code"], doc["job_exit_code"], doc["job_signal"]) == (1, 137, 9)
+    stopped = replace(fake.job(exit_code=-15), interrupted=15)
+    assert (verdict.outcome(stopped).kind, verdict.exit_code(stopped)) == ("interrupted", 143)
     called_never = fake.job(require_calls=False, never=True, never_status="never called")
     assert verdict.exit_code(called_never) == 0
     assert verdict.exit_code(replace(called_never, require_calls=True)) == 1
-    assert verdict.exit_code(fake.job(exit_code=3, never=True)) == 3  # the job's status first
+    failed_first = fake.job(exit_code=3, never=True)
+    assert verdict.outcome(failed_first).kind == "crashed"  # the job's failure first
 
 
 @pytest.mark.parametrize(
@@ -108,13 +155,13 @@ def test_budgets_judge_the_larger_of_the_rss_and_cgroup_views():
     record = replace(fake.tricked(), escaped=(), peak_resets=(), uninstrumented=())
     budgets = Budgets.parse(host_peak="80MiB", host_growth="16MiB", node_peak=None)
     judged = verdict.judge(record, budgets)
-    assert sorted((b.budget, b.where, b.value) for b in judged.breaches) == [
-        ("--max-host-growth 16MiB", "offload #1 (rank 0)", "32.00 MiB"),
-        ("--max-host-growth 16MiB", "offload #2 (rank 0)", "32.00 MiB"),
-        ("--max-host-peak 80MiB", "offload #2 (rank 0)", "96.00 MiB"),
+    assert sorted((b.budget, b.strategy, b.message) for b in judged.breaches) == [
+        ("--max-host-growth", "offload #1 (rank 0)", "host growth 32.00 MiB > 16.00 MiB"),
+        ("--max-host-growth", "offload #2 (rank 0)", "host growth 32.00 MiB > 16.00 MiB"),
+        ("--max-host-peak", "offload #2 (rank 0)", "host peak 96.00 MiB > 80.00 MiB"),
     ]
     rss_only = verdict.judge(fake.job(gpu=False), budgets)
-    assert [b.where for b in rss_only.breaches] == ["offload #1 (rank 0)"]
+    assert [b.strategy for b in rss_only.breaches] == ["offload #1 (rank 0)"]
 
 
 def test_a_stream_cannot_write_the_figures_only_the_parent_reads():

@@ -15,6 +15,7 @@ LAYERS = [
     ("layout",),
     ("measure",),
     ("engine",),
+    ("engines",),
     ("isolation",),
     ("scenarios", "plan", "compare", "repro"),
     ("report", "attach"),
@@ -24,6 +25,9 @@ RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 # verbs of one layer may use each other in this order only (no cycles)
 VERB_ORDER = {"scenarios": 0, "plan": 1, "compare": 1, "repro": 2}
 IMPORT = re.compile(r"^\s*(?:from|import) offloadprobe\.(\w+)", re.M)
+WING = re.compile(r"^\s*(?:from|import) offloadprobe\.engines\.(\w+)", re.M)
+"""An import of an engine's wing (``offloadprobe.engines.<wing>``): wings never import
+each other; the harness (``engine/``, below them) never imports one (an upward import)."""
 
 
 def violations(root: Path) -> list[str]:
@@ -40,6 +44,11 @@ def violations(root: Path) -> list[str]:
             same = RANK[other] == RANK[me]
             if up or (same and VERB_ORDER.get(other, 0) > VERB_ORDER.get(me, 0)):
                 bad.append(f"{path.relative_to(root)}: {me} imports {other}")
+        if me == "engines" and len(parts) > 3:
+            wing = parts[2]
+            for other in WING.findall(path.read_text()):
+                if other != wing:
+                    bad.append(f"{path.relative_to(root)}: engine {wing} imports engine {other}")
     return bad
 
 

@@ -144,7 +144,10 @@ def compare_command(values: dict[str, Any]) -> None:
             "for several ranks per row"
         )
     check_strategies(  # a misspelt name fails before anything starts
-        [spec for _, spec in specs], optimizer_names, model_place="compare {} ..."
+        [spec for _, spec in specs],
+        optimizer_names,
+        model_place="compare {} ...",
+        engine=values.get("engine") or "megatron",
     )
     parsed = option_budgets.budgets({k: values.pop(k) for k in opts.BUDGET_NAMES})
     base = opts.build_config(values)
@@ -158,7 +161,7 @@ def compare_command(values: dict[str, Any]) -> None:
     device = guess_device(base.device)
     for conf in alloc_confs:
         validate_alloc_conf(conf)
-    items = _expecting(candidates(specs, optimizer_names, alloc_confs), expect)
+    items = _expecting(candidates(specs, optimizer_names, alloc_confs, base.engine), expect)
     _unique(items)
     for line in check_rows(parsed.budgets, [c.label for c in items]):
         print(f"offloadprobe: {line}", file=sys.stderr)

@@ -154,7 +154,7 @@ def _probe_plan(values: dict[str, Any], specs: list[str], *, show: bool = False)
     from offloadprobe.plan.probe import ProbePlan, probe_payload, probe_projection
     from offloadprobe.scenarios.schema import param_strategies
 
-    named = _named_specs(specs)
+    named = _named_specs(specs, values.get("engine") or "megatron")
     requested = values["device"]
     device = requested if requested in ("cuda", "cpu") else guess_device(requested)
     cycles = values["cycles"]
@@ -176,14 +176,16 @@ def _probe_plan(values: dict[str, Any], specs: list[str], *, show: bool = False)
     )
 
 
-def _named_specs(specs: list[str]) -> list[tuple[str | None, str]]:
+def _named_specs(specs: list[str], engine: str) -> list[tuple[str | None, str]]:
     """Each ``--strategy`` as (row name or None, spec), checked as ``run`` checks them
     (a misspelt name fails here, with the nearest one), every row's name once."""
     from offloadprobe.cli.strategies import check_strategies, split_label
 
     named = [split_label(s) for s in specs]
     # torch-free: a user's module is read, not imported (its worker imports it)
-    check_strategies([spec for _, spec in named], [], model_place="--strategy {}", load=False)
+    check_strategies(
+        [spec for _, spec in named], [], model_place="--strategy {}", load=False, engine=engine
+    )
     labels = [name or spec for name, spec in named]
     twice = sorted({label for label in labels if labels.count(label) > 1})
     if twice:

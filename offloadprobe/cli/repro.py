@@ -130,5 +130,15 @@ def _check_up_front(s: Scenario, only: Sequence[str], cycles: int | None) -> Non
             f"--cycles would be ignored: {s.path.name} [repro] sequence = {sequence!r} runs its "
             "own steps; drop --cycles (or the sequence)"
         )
+    from offloadprobe.cli.strategies import check_served
+
+    engine = str((s.repro.options.get("engine") if s.repro is not None else None) or "megatron")
     for e in selected(s, only):
         check_unloaded(e.strategy, flag=f"{s.path.name}: [expect]", optimizer=e.kind == "optimizer")
+        optimizer = e.kind == "optimizer"
+        try:  # a strategy of another engine: the scenario's words, exit 2
+            check_served(
+                engine, [] if optimizer else [e.strategy], [e.strategy] if optimizer else []
+            )
+        except UsageError as exc:
+            raise UsageError(f"{s.path.name}: [expect] {exc}") from None

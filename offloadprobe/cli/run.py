@@ -33,6 +33,7 @@ from offloadprobe.core import extras, option_budgets
 from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
 from offloadprobe.core.errors import UsageError
+from offloadprobe.core.records import row_label
 from offloadprobe.core.regression import check_payloads, check_rows
 from offloadprobe.core.units import parse_size
 from offloadprobe.core.world import check_trainable, under_torchrun
@@ -86,7 +87,8 @@ def run_command(values: dict[str, Any]) -> None:
     outputs.check()
     label, strategy = split_label(values.pop("strategy"))
     optimizer_strategy = values.pop("optimizer_strategy")
-    check_strategies([strategy], [optimizer_strategy])  # a misspelt name fails here
+    engine = values.get("engine") or "megatron"
+    check_strategies([strategy], [optimizer_strategy], engine=engine)  # misspelt: fails here
     nproc, nnodes = values.pop("nproc_per_node"), values.pop("nnodes")
     endpoint, timeout, force = (
         values.pop("rdzv_endpoint"),
@@ -96,7 +98,9 @@ def run_command(values: dict[str, Any]) -> None:
     host_limit = values.pop("host_limit")
     limit = parse_size(host_limit, what="--host-limit") if host_limit is not None else None
     parsed = option_budgets.budgets({k: values.pop(k) for k in opts.BUDGET_NAMES})
-    for line in check_rows(parsed.budgets, [label or f"{strategy} + {optimizer_strategy}"]):
+    for line in check_rows(
+        parsed.budgets, [row_label(strategy, optimizer_strategy, engine, label)]
+    ):
         print(f"offloadprobe: {line}", file=sys.stderr)
     cfg = opts.build_config(
         values, strategy=strategy, optimizer_strategy=optimizer_strategy, label=label
@@ -104,7 +108,8 @@ def run_command(values: dict[str, Any]) -> None:
     check_strategy_options([strategy], cfg.strategy_options)  # before any worker starts
     ranks = nproc * nnodes if not under_torchrun() else 2
     check_payloads(
-        parsed.budgets, {label or f"{strategy} + {optimizer_strategy}": row_payload(cfg, ranks)}
+        parsed.budgets,
+        {row_label(strategy, optimizer_strategy, engine, label): row_payload(cfg, ranks)},
     )
     device = guess_device(cfg.device)
     check_trainable(cfg.model, cfg.parallel)
@@ -203,7 +208,7 @@ def _measure(
             f"offloadprobe: starting {nproc} rank(s) on this node through torchrun's launcher",
             file=sys.stderr,
         )
-    label = cfg.label or f"{cfg.strategy} + {cfg.optimizer_strategy}"
+    label = row_label(cfg.strategy, cfg.optimizer_strategy, cfg.engine, cfg.label)
     with contextlib.ExitStack() as stack:
         limited = stack.enter_context(host_limited(host_limit)) if host_limit else None
         on_phase = stack.enter_context(phase_progress(label, cfg, show=show))

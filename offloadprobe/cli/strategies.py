@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from offloadprobe.core.errors import StrategyError, UsageError
 from offloadprobe.core.registry import is_user_spec
@@ -42,6 +43,7 @@ def check_strategies(
     *,
     model_place: str = "--strategy {}",
     load: bool = True,
+    engine: str | None = None,
 ) -> None:
     """Every name registered, or a user's ``package.module:...`` that can be called as
     offloadprobe calls it, before anything starts: exit 2 with every valid name. A name of
@@ -63,7 +65,33 @@ def check_strategies(
                 registry.check(name)
             except StrategyError as exc:
                 raise _other_kind(exc, name, registry, other, place) from None
+    if engine is not None:
+        check_served(engine, models, optimizers)
     check_user_code(models, optimizers, load=load)
+
+
+def served_names(registry: Any, engine: str) -> list[str]:
+    """The registered names whose descriptors serve ``engine`` (imports descriptors)."""
+    return [n for n in registry.names() if registry.get(n).serves(engine)]
+
+
+def check_served(engine: str, models: Iterable[str], optimizers: Iterable[str]) -> None:
+    """Each registered strategy serves ``engine`` (its descriptor's ``engines``), else exit
+    2 naming the ones that do; a user's own code serves any engine."""
+    from offloadprobe.core.engines import ENGINES
+    from offloadprobe.engine.optimizer.strategies import OPTIMIZER_STRATEGIES
+    from offloadprobe.engine.strategies import MODEL_STRATEGIES
+
+    ENGINES.check(engine)
+    for registry, names in ((MODEL_STRATEGIES, models), (OPTIMIZER_STRATEGIES, optimizers)):
+        for name in names:
+            if is_user_spec(name) or registry.get(name).serves(engine):
+                continue
+            mine = ", ".join(served_names(registry, engine)) or "none"
+            raise UsageError(
+                f"{registry.kind} {name!r} does not serve engine {engine!r}: "
+                f"choose one of those that do ({mine}), or your own package.module:object"
+            )
 
 
 def check_user_code(models: Iterable[str], optimizers: Iterable[str], *, load: bool) -> None:

@@ -20,6 +20,7 @@ from offloadprobe.core.records import (
     RunRecord,
     RunSummary,
     judged,
+    row_label,
     run_from_dict,
     run_to_dict,
     verdict_from_dict,
@@ -37,11 +38,13 @@ class Candidate:
     """The row's own name (``--strategy name=spec``)."""
     expect: str | None = None
     """A canary row's expected verdict kind (``--expect naive=over-budget``)."""
+    engine: str | None = None
+    """The training engine (None: the default's; named in the label otherwise)."""
 
     @property
     def label(self) -> str:
         """The row's name, or both strategies: ``lazy + legacy``, ``naive + none``."""
-        label = self.name or f"{self.strategy} + {self.optimizer_strategy or 'none'}"
+        label = row_label(self.strategy, self.optimizer_strategy, self.engine, self.name)
         if self.alloc_conf:
             label += f" [{self.alloc_conf}]"
         return label
@@ -128,6 +131,7 @@ class Comparison:
                 alloc_conf=entry.get("alloc_conf"),
                 name=entry.get("name"),
                 expect=entry.get("expect"),
+                engine=entry.get("engine"),
             )
             run = run_from_dict(entry) if "description" in entry else None
             rows.append(
@@ -156,12 +160,13 @@ def candidates(
     strategies: Sequence[str | tuple[str | None, str]],
     optimizer_strategies: list[str],
     alloc_confs: list[str],
+    engine: str | None = None,
 ) -> list[Candidate]:
     """Every strategy x optimizer strategy x allocator setting, in the given order;
     a strategy is a spec or ``(row name or None, spec)``."""
     strategies = [(None, s) if isinstance(s, str) else s for s in strategies]
     return [
-        Candidate(strategy=s, optimizer_strategy=o, alloc_conf=a, name=n)
+        Candidate(strategy=s, optimizer_strategy=o, alloc_conf=a, name=n, engine=engine)
         for a, (n, s), o in product(
             alloc_confs or [None], strategies, optimizer_strategies or [None]
         )

@@ -303,6 +303,8 @@ class RunConfig:
     emulation_malloc: str = "real"
     """CPU emulation's glibc malloc: ``real`` (the process's own, glibc's dynamic mmap
     threshold, as on a GPU host) or ``fixed`` (the threshold fixed at 128 KiB)."""
+    engine: str = "megatron"
+    """The training engine the run's state lives in (``core.engines``)."""
 
     def __post_init__(self) -> None:
         if self.cycles <= 0:
@@ -319,6 +321,9 @@ class RunConfig:
             raise UsageError(
                 f"--emulation-malloc must be real or fixed, got {self.emulation_malloc!r}"
             )
+        from offloadprobe.core.engines import ENGINES
+
+        ENGINES.check(self.engine)
         self.parallel.check_model(self.model)
 
     def to_dict(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from offloadprobe.core.config import (
     RunConfig,
     size_for_payload,
 )
+from offloadprobe.core.engines import DEFAULT_ENGINE, engine_help
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.units import parse_size
 
@@ -69,6 +70,13 @@ def _o(name: str, help: str, default: Any = None, kind: type = str, **kw: Any) -
 
 
 _M = DEFAULT_MODEL
+
+
+def _m(name: str, help: str, default: Any, kind: type, field: str) -> Option:
+    """A model option: ``model.<field>``, listed with the model's, on every verb and plan."""
+    return _o(name, help, default, kind, target=f"model.{field}", group="model", verbs=WITH_PLAN)
+
+
 OPTIONS: tuple[Option, ...] = (
     # the model
     _o(
@@ -79,51 +87,17 @@ OPTIONS: tuple[Option, ...] = (
         group="model",
         verbs=WITH_PLAN | {SCENARIO},
     ),
-    _o(
-        "layers",
-        "Transformer layers.",
-        _M.num_layers,
-        int,
-        target="model.num_layers",
-        group="model",
-        verbs=WITH_PLAN,
-    ),
-    _o(
-        "hidden",
-        "Hidden size.",
-        _M.hidden_size,
-        int,
-        target="model.hidden_size",
-        group="model",
-        verbs=WITH_PLAN,
-    ),
-    _o(
+    _m("layers", "Transformer layers.", _M.num_layers, int, "num_layers"),
+    _m("hidden", "Hidden size.", _M.hidden_size, int, "hidden_size"),
+    _m(
         "heads",
         "Attention heads (must divide --hidden).",
         _M.num_attention_heads,
         int,
-        target="model.num_attention_heads",
-        group="model",
-        verbs=WITH_PLAN,
+        "num_attention_heads",
     ),
-    _o(
-        "vocab",
-        "Vocabulary size.",
-        _M.vocab_size,
-        int,
-        target="model.vocab_size",
-        group="model",
-        verbs=WITH_PLAN,
-    ),
-    _o(
-        "seq_length",
-        "Tokens per sample.",
-        _M.seq_length,
-        int,
-        target="model.seq_length",
-        group="model",
-        verbs=WITH_PLAN,
-    ),
+    _m("vocab", "Vocabulary size.", _M.vocab_size, int, "vocab_size"),
+    _m("seq_length", "Tokens per sample.", _M.seq_length, int, "seq_length"),
     _o(
         "micro_batch",
         "Samples per train step.",
@@ -223,6 +197,13 @@ OPTIONS: tuple[Option, ...] = (
         "Cap the device memory the run may allocate (a scaled-down GPU).",
         unit="size",
         target="gpu_limit_bytes",
+    ),
+    _o(
+        "engine",
+        engine_help(),
+        DEFAULT_ENGINE,
+        target="engine",
+        verbs=WITH_PLAN | {SCENARIO},
     ),
     _o(
         "emulation_malloc",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from offloadprobe.core.engines import DEFAULT_ENGINE
 from offloadprobe.core.limits import HostLimitRecord, limit_from_dict
 from offloadprobe.core.outcomes import Failure, Verdict, where_text
 from offloadprobe.core.readings import CgroupReading, GpuReading, HostReading, PinnedReading
@@ -32,7 +33,10 @@ takes every verb's conventions: ``budgets`` (as given), ``outcome`` (the verdict
 ``interrupted``, and its ``breaches`` are ``core.budgets.Breach`` (``strategy``,
 ``budget``, ``message``, ``kind``; they were ``budget``, ``value``, ``limit``,
 ``where``, which ``show`` still reads), and ``exit_code`` is every verb's (the job's own
-status stays ``job_exit_code``). Keys are only ever added, but for that one change."""
+status stays ``job_exit_code``); per run and in ``settings``, ``engine`` (the training
+engine, ``core.engines``; a row of another engine than the default carries it in its
+``label``); per residency fact ``param_copies`` (the parameters' bytes found on the device
+by content, by where they hang). Keys are only ever added, but for attach's breaches."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,6 +166,21 @@ class RunSummary:
     """Bytes the whole offload moves: the denominator of ``host_peak_x``/``steady_host_x``."""
 
 
+def row_label(
+    strategy: str,
+    optimizer_strategy: str | None,
+    engine: str | None = None,
+    name: str | None = None,
+) -> str:
+    """A row's name everywhere (tables, budgets, baselines, regression keys): the user's
+    own, or both strategies, ``lazy + legacy``, with the engine where it is not the
+    default, ``lazy + none [fsdp2]``: rows of two engines never match by name."""
+    if name:
+        return name
+    label = f"{strategy} + {optimizer_strategy or 'none'}"
+    return label if engine in (None, DEFAULT_ENGINE) else f"{label} [{engine}]"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunRecord:
     """Everything one strategy's run measured: facts only, judged by ``core.verdicts``."""
@@ -185,6 +204,8 @@ class RunRecord:
     failure: Failure | None = None
     """Why and where the run stopped early (out of memory, a crash, a killed process)."""
     optimizer_strategy: str = "none"
+    engine: str = DEFAULT_ENGINE
+    """The training engine the run's state lived in (``core.engines``)."""
     optimizer: str = ""
     """The optimizer that computed the steps, in words."""
     left_after_offload: list[dict[str, Any]] = field(default_factory=list)
@@ -224,7 +245,7 @@ class RunRecord:
     @property
     def label(self) -> str:
         """Both strategies, ``lazy + legacy``, or the user's own name for the row."""
-        return self.label_override or f"{self.strategy} + {self.optimizer_strategy}"
+        return row_label(self.strategy, self.optimizer_strategy, self.engine, self.label_override)
 
     def cycles(self) -> list[dict[str, Any]]:
         """Phases grouped per cycle, the JSON's ``cycles`` list."""
@@ -389,7 +410,9 @@ def run_from_dict(entry: dict[str, Any]) -> RunRecord:
     fields["residency"] = [ResidencyFact(**r) for r in entry.get("residency") or []]
     fields["construction"] = build_record(PhaseRecord, entry.get("construction"))
     fields["host_limit"] = limit_from_dict(entry.get("host_limit"))
-    pair = f"{entry.get('strategy')} + {entry.get('optimizer_strategy', 'none')}"
+    pair = row_label(
+        entry.get("strategy", ""), entry.get("optimizer_strategy"), entry.get("engine")
+    )
     label = entry.get("label")
     fields["label_override"] = label if label and label != pair else None
     known = {f for f in RunRecord.__dataclass_fields__}

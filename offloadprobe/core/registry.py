@@ -51,8 +51,11 @@ class Registry(Generic[T]):
         adapt: Callable[[str, Any], T],
         *,
         attribute: str = DESCRIPTOR_ATTRIBUTE,
+        user_forms: tuple[str, ...] = USER_FORMS,
     ) -> None:
         self.kind = kind
+        self.user_forms = user_forms
+        """How a user names their own instead of a registered name; () for none."""
         self.entry_point_group = entry_point_group
         self._adapt = adapt
         self.attribute = attribute
@@ -127,12 +130,13 @@ class Registry(Generic[T]):
     def check(self, name: str) -> None:
         """Fail on a name that is not registered, as ``get`` would; imports no plug-in. A
         user's ``package.module:object`` passes: it is checked when it is loaded."""
-        if not is_user_spec(name) and name not in self.names():
+        if (not self.user_forms or not is_user_spec(name)) and name not in self.names():
             raise self._unknown(name)
 
     def choices(self) -> str:
         """Every registered name and the user forms, for help texts and errors."""
-        return ", ".join(self.names()) + ", or your own " + " or ".join(USER_FORMS)
+        names = ", ".join(self.names())
+        return names + ", or your own " + " or ".join(self.user_forms) if self.user_forms else names
 
     def near(self, name: str) -> tuple[str, float] | None:
         """The registered name closest to ``name`` and how close (difflib's ratio, at
@@ -147,8 +151,12 @@ class Registry(Generic[T]):
         module, dot, obj = name.rpartition(".")
         if near:
             hint = f" (did you mean {near[0]!r}?)"
-        elif dot and module and obj:
+        elif dot and module and obj and self.user_forms:
             hint = f" (did you mean {module}:{obj}? a colon separates the module from the object)"
+        elif not self.user_forms:  # a closed set (engines): every name is a suggestion
+            return StrategyError(
+                f"unknown {self.kind} {name!r} (did you mean one of {self.choices()}?)"
+            )
         else:
             hint = ""
         return StrategyError(f"unknown {self.kind} {name!r}{hint}: choose one of {self.choices()}")

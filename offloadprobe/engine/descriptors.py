@@ -146,9 +146,15 @@ class ModelStrategyInfo:
     check_options: Callable[[Mapping[str, str]], object] | None = None
     """Raises ``UsageError`` for ``--strategy-option`` pairs it does not take, in the parent
     before any worker starts (torch-free); None: it reads no options."""
+    engines: tuple[str, ...] = ("megatron",)
+    """The engines it serves (``core.engines``); empty: any (a user's own code, which is
+    called with whatever the engine's strategies receive)."""
 
     def build(self, runtime: Any) -> Any:
         return call_factory(self.factory, runtime)
+
+    def serves(self, engine: str) -> bool:
+        return not self.engines or engine in self.engines
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,9 +170,15 @@ class OptimizerStrategyInfo:
     host_copy: HostCopy = "nothing"
     emulation: str = "runs as written; pinned requests become ordinary host memory"
     part: Part = PART_OPTIMIZER
+    engines: tuple[str, ...] = ("megatron",)
+    """The engines it serves (``core.engines``); empty: any (a user's own code, which is
+    called with whatever the engine's strategies receive)."""
 
     def build(self, runtime: Any) -> Any:
         return call_factory(self.factory, runtime)
+
+    def serves(self, engine: str) -> bool:
+        return not self.engines or engine in self.engines
 
     def moves(self, precision_aware: bool) -> bool:
         """Whether it moves anything; a strategy that does not say (the user's) moves."""

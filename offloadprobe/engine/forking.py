@@ -36,7 +36,7 @@ _PFN = (1 << 55) - 1
 _PR_SET_PDEATHSIG = 1
 
 
-def preload() -> None:
+def preload(engine: str | None = None) -> None:
     """What every CPU-emulation worker imports, imported once (the zygote's work, and a
     launcher's before it forks its ranks), beside the worker module itself: its caller's
     (the zygote imports it; a launcher runs in it)."""
@@ -52,7 +52,7 @@ def preload() -> None:
     from offloadprobe.engine.runtime.imports import import_run_modules
 
     eager_fusions()
-    import_run_modules()
+    import_run_modules(engine)  # the engine's modules: a zygote serves one engine
     collector.resume(freeze=True)
 
 

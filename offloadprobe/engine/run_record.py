@@ -72,6 +72,7 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
         notes.append("every train step after a load compared bit for bit with a no-offload run")
     return RunRecord(
         strategy=cfg.strategy,
+        engine=cfg.engine,
         description=state.info.summary,
         payload_bytes=state.payload,
         grad_bytes=state.model.grad_bytes,
@@ -145,6 +146,7 @@ def report_of(
 def settings(cfg: RunConfig) -> dict[str, Any]:
     """A run's settings as the report's ``settings`` object."""
     return {
+        "engine": cfg.engine,
         "strategy": cfg.strategy,
         "optimizer_strategy": cfg.optimizer_strategy,
         "optimizer": asdict(cfg.optimizer),
@@ -164,6 +166,7 @@ def failed_record(cfg: RunConfig, failure: Failure) -> RunRecord:
     """A row with nothing measured: only why and where the run stopped."""
     return RunRecord(
         strategy=cfg.strategy,
+        engine=cfg.engine,
         description=_summary(cfg.strategy),
         payload_bytes=0,
         grad_bytes=0,

@@ -336,6 +336,7 @@ def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> 
 def run(cfg: RunConfig, hooks: Hooks | None = None) -> Report:
     """One strategy's whole run in this process (one rank)."""
     options = {"strategy_options": cfg.strategy_options, "emulation_malloc": cfg.emulation_malloc}
+    options["engine"] = cfg.engine
     with open_runtime(cfg.device, cfg.seed, **options) as runtime:
         record = run_cycles(cfg, runtime, hooks)
         return report_of(

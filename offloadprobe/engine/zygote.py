@@ -210,7 +210,7 @@ def main() -> None:
     collector.pause_for_imports()  # preload's pause: the worker module's leftovers frozen too
     from offloadprobe.engine import worker  # noqa: F401  (every job runs its main)
 
-    preload()
+    preload(sys.argv[1] if len(sys.argv) > 1 else None)  # the engine it serves
     import torch
 
     # what the imports set (torch: TORCHINDUCTOR_CACHE_DIR; CPU emulation:

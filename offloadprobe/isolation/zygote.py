@@ -48,9 +48,11 @@ READY_TIMEOUT_S = 120.0
 class Zygote:
     """One running zygote: its process and what it said."""
 
-    def __init__(self, env: dict[str, str], python: str = sys.executable) -> None:
+    def __init__(
+        self, env: dict[str, str], python: str = sys.executable, engine: str = "megatron"
+    ) -> None:
         self.proc = subprocess.Popen(
-            [python, "-m", "offloadprobe.engine.zygote"],
+            [python, "-m", "offloadprobe.engine.zygote", engine],
             env=dict(env),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -191,8 +193,10 @@ def expect_a_session() -> None:
     _SESSION[0] = True
 
 
-def _key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, v) for k, v in env.items() if k not in INERT))
+def _key(env: dict[str, str], engine: str = "megatron") -> tuple[tuple[str, str], ...]:
+    """A zygote serves one environment and one engine (it imported that engine's modules:
+    a worker of another engine forked from it would count them in its zero)."""
+    return (("engine", engine), *sorted((k, v) for k, v in env.items() if k not in INERT))
 
 
 def forkable(job: Job) -> bool:
@@ -206,7 +210,9 @@ def forkable(job: Job) -> bool:
     return forks_cleanly(job.config.device)
 
 
-def _zygote(key: tuple[tuple[str, str], ...], env: dict[str, str]) -> Zygote | None:
+def _zygote(
+    key: tuple[tuple[str, str], ...], env: dict[str, str], engine: str = "megatron"
+) -> Zygote | None:
     """The zygote of ``env`` (started if none runs); None where it cannot be."""
     made = _ZYGOTES.pop(key, None)
     if made is not None and made.alive():
@@ -217,7 +223,7 @@ def _zygote(key: tuple[tuple[str, str], ...], env: dict[str, str]) -> Zygote | N
     while len(_ZYGOTES) >= MAX_ZYGOTES:
         _ZYGOTES.pop(next(iter(_ZYGOTES))).close()
     try:
-        made = Zygote(env)
+        made = Zygote(env, engine=engine)
     except OSError:
         _FAILED.append(True)
         return None
@@ -237,12 +243,13 @@ def fork_worker(job: Job, env: dict[str, str], procs: str) -> ForkedWorker | Non
     imports and no fork) unless the caller ``expect``-ed several."""
     if not forkable(job):
         return None
-    key = _key(env)
+    engine = job.config.engine
+    key = _key(env, engine)
     _SEEN[key] = _SEEN.get(key, 0) + 1
     expected, _EXPECTED[0] = _EXPECTED[0] > 1 or _SESSION[0], 0
     if key not in _ZYGOTES and _SEEN[key] < 2 and not expected:
         return None
-    made = _zygote(key, env)
+    made = _zygote(key, env, engine)
     if made is None:
         return None
     folder = job.folder

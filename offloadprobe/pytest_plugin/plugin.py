@@ -240,7 +240,9 @@ def measure_row(options: dict[str, Any], extra: Sequence[Any] = ()) -> Any:
         config = _config(options)
     except UsageError as exc:
         raise pytest.UsageError(f"{MARKER}: {_keyword_words(str(exc))}") from None
-    label = f"{config.strategy} + {config.optimizer_strategy}"
+    from offloadprobe.core.records import row_label
+
+    label = row_label(config.strategy, config.optimizer_strategy, config.engine)
     budgets = _held(budgets, str(options.get("baseline_row") or label)) + list(extra)
     try:  # every stored row it is held to (baseline_row=, its --offloadprobe-compare record)
         check_stored_payload(budgets, config)  # before the worker starts

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from offloadprobe.core.errors import UsageError
+from offloadprobe.core.records import row_label
 
 
 def check_up_front(options: dict[str, Any]) -> None:
@@ -19,7 +20,8 @@ def check_up_front(options: dict[str, Any]) -> None:
     check_given(options, options, spell=lambda name: f"{name}=")
     model, optimizer = options.get("strategy", "lazy"), options.get("optimizer_strategy", "none")
     try:
-        check_strategies([str(model)], [str(optimizer)], load=False)
+        engine = str(options.get("engine", "megatron"))
+        check_strategies([str(model)], [str(optimizer)], load=False, engine=engine)
     except UsageError as exc:
         words = str(exc).replace("--optimizer-strategy ", "optimizer_strategy=")
         raise UsageError(words.replace("--strategy ", "strategy=")) from None
@@ -30,5 +32,5 @@ def check_stored_payload(budgets: list[Any], config: Any) -> None:
     from offloadprobe.cli.budget_report import row_payload
     from offloadprobe.core.regression import check_payloads
 
-    label = f"{config.strategy} + {config.optimizer_strategy}"
+    label = row_label(config.strategy, config.optimizer_strategy, config.engine)
     check_payloads(budgets, {label: row_payload(config)})

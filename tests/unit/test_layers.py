@@ -21,6 +21,22 @@ def test_check_layers_catches_an_upward_import(tmp_path):
     assert check_layers.violations(tmp_path) == ["offloadprobe/core/bad.py: core imports engine"]
 
 
+def test_check_layers_catches_the_harness_importing_an_engine_and_engines_each_other(tmp_path):
+    engine = tmp_path / "offloadprobe" / "engine"
+    fsdp2 = tmp_path / "offloadprobe" / "engines" / "fsdp2"
+    for folder in (engine, fsdp2):
+        folder.mkdir(parents=True)
+    (engine / "runner.py").write_text("from offloadprobe.engines.megatron import builder\n")
+    (fsdp2 / "model.py").write_text(
+        "from offloadprobe.engines.fsdp2 import presets\n"  # its own wing: fine
+        "from offloadprobe.engines.megatron.buffers import ddp_buffers\n"
+    )
+    assert check_layers.violations(tmp_path) == [
+        "offloadprobe/engine/runner.py: engine imports engines",
+        "offloadprobe/engines/fsdp2/model.py: engine fsdp2 imports engine megatron",
+    ]
+
+
 def test_help_and_every_verb_import_no_torch():
     code = (
         "import sys, offloadprobe.cli as cli; cli._register(); "

@@ -46,19 +46,26 @@ def test_present_runs_take_every_present_page():
     assert present_runs(entries) == [(0, 1), (2, 2)]
 
 
-def _job(device: str = "cpu", launch: object = None, ranked: bool = False) -> SimpleNamespace:
+def _job(
+    device: str = "cpu", launch: object = None, ranked: bool = False, engine: str = "megatron"
+) -> SimpleNamespace:
     return SimpleNamespace(
         launch=launch,
         rank_of_launch=ranked,
-        config=SimpleNamespace(device=device),
+        config=SimpleNamespace(device=device, engine=engine),
         folder=Path("/w"),
         path=Path("/w/job.json"),
     )
 
 
+ENGINES_STARTED: list[str] = []
+"""The engine of each zygote the ``started`` fixture's fake started, in order."""
+
+
 @pytest.fixture
 def started(monkeypatch) -> list[dict]:
     """No zygote runs or failed; starting one records its environment instead."""
+    ENGINES_STARTED.clear()
     monkeypatch.setattr(zygote, "_ZYGOTES", {})
     monkeypatch.setattr(zygote, "_FAILED", [])
     monkeypatch.setattr(zygote, "_SEEN", {})
@@ -67,8 +74,9 @@ def started(monkeypatch) -> list[dict]:
     monkeypatch.setattr(devices, "has_gpu", lambda: False)
     made: list[dict] = []
 
-    def fake(env: dict) -> SimpleNamespace:
+    def fake(env: dict, engine: str = "megatron") -> SimpleNamespace:
         made.append(env)
+        ENGINES_STARTED.append(engine)
         return SimpleNamespace(
             env=env,
             alive=lambda: True,
@@ -139,3 +147,14 @@ def test_rows_expected_fork_from_the_first(started):
     assert zygote.fork_worker(_job(), {}, "")[0] == "forked"
     assert zygote._EXPECTED == [0]  # taken by that row
     assert zygote.fork_worker(_job(), {"X": "1"}, "") is None  # another env, alone
+
+
+def test_each_engine_has_a_zygote_of_its_own(started):
+    """A zygote imported one engine's modules before its zero: a worker of another engine
+    is never forked from it (its host figures would count those imports)."""
+    env = {"PATH": "/bin"}
+    for engine in ("megatron", "fsdp2", "megatron"):
+        zygote.expect(2)  # rows of a compare: the first of each forks too
+        assert zygote.fork_worker(_job(engine=engine), env, "") is not None
+    assert ENGINES_STARTED == ["megatron", "fsdp2"]
+    assert started == [env, env]

@@ -175,6 +175,7 @@ def open_runtime(
     *,
     strategy_options: dict[str, str] | None = None,
     emulation_malloc: str = "real",
+    engine: str = "megatron",
 ) -> Iterator[Runtime]:
     """Join the ranks torchrun started (or make a one-rank process group) and initialise
     megatron's parallel state at ``parallel``'s layout; undo on exit. In CPU emulation
@@ -184,7 +185,7 @@ def open_runtime(
     notes = [emulation.NOTE, glibc_malloc.note(emulation_malloc)] if emulated else []
     if emulated and eager_fusions():
         notes.append(EAGER_NOTE)
-    import_run_modules()  # after eager_fusions: megatron-core is imported uncompiled
+    import_run_modules(engine)  # after eager_fusions: megatron-core is imported uncompiled
     # The CLI collected seldom while it imported; from here a run collects as training
     # does. On CUDA nothing is frozen, as in any training process; CPU emulation freezes
     # the long-lived objects at a run's start anyway.

@@ -186,6 +186,7 @@ def user_model_strategy(spec: str) -> Any:
         summary=f"user strategy {spec}",
         factory=load_object(spec, flag="--strategy", needs=("offload", "load")),
         emulation="the user's code, run as written",
+        engines=(),  # a user's own code serves any engine
     )
 
 
@@ -203,6 +204,7 @@ def third_party(info_class: Callable[[], type], flag: str) -> Callable[[str, Any
             summary=doc.split("\n")[0],
             factory=checked(found, spec=name, flag=flag),
             emulation="third-party code, run as written",
+            engines=(),  # a bare class: called with whatever the engine's strategies get
         )
 
     return adapt

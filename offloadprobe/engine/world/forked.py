@@ -110,7 +110,7 @@ def plan(
     zero = forking.zero_pfns()
     if not zero[0]:
         return None
-    forking.preload()
+    forking.preload(job.config.engine)
     import torch
 
     from offloadprobe.engine.world import run  # noqa: F401  (what every rank imports)

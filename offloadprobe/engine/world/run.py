@@ -77,7 +77,12 @@ def run_rank(job: Job, log: PhaseLog, *, on_abort: Callable[[Failure], None]) ->
     options = cfg.strategy_options
     malloc = cfg.emulation_malloc
     with open_runtime(
-        cfg.device, cfg.seed, cfg.parallel, strategy_options=options, emulation_malloc=malloc
+        cfg.device,
+        cfg.seed,
+        cfg.parallel,
+        strategy_options=options,
+        emulation_malloc=malloc,
+        engine=cfg.engine,
     ) as runtime:
         world = runtime.world
         group = runtime.control_group()

@@ -47,6 +47,7 @@ def optimizer_strategy(spec: str) -> Any:
             summary=f"user optimizer strategy {spec}",
             factory=load_object(spec, flag=FLAG, needs=("offload", "load")),
             emulation="the user's code, run as written",
+            engines=(),  # a user's own code serves any engine
         )
     return OPTIMIZER_STRATEGIES.get(spec)
 

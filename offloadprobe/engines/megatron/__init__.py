@@ -1,0 +1,1 @@
+"""megatron-core as an engine: GPTModel, DDP buffers, the DistributedOptimizer."""

@@ -2,10 +2,14 @@
 
 A model strategy that moves parameters, run against an inventory with no parameter bytes
 (``Role.PARAMETERS``), or an optimizer strategy that moves state, run against one with no
-optimizer state (``Role.OPTIMIZER``), would pass every check it could not fail: nothing
-to leave on the device, nothing to corrupt. Either is bad input (exit 2), raised as soon
-as the state is built, before any strategy code runs (a registered strategy's descriptor
-says whether it moves; a user's function pair always does).
+optimizer state (``Role.OPTIMIZER``) and no parameter its optimizer could make state for,
+would pass every check it could not fail: nothing to leave on the device, nothing to
+corrupt. (State an optimizer makes in its first step, as Adam's moments and a
+precision-aware optimizer's master weights are, is not there at the build; the residency
+rules judge it at each offload: ``optimizer state X: none of it left the device``.)
+Either is bad input (exit 2), raised as soon as the state is built, before any strategy
+code runs (a registered strategy's descriptor says whether it moves; a user's function
+pair always does).
 
 Torch-free at import.
 """
@@ -30,6 +34,13 @@ def moves_params(spec: str) -> bool:
     return bool(MODEL_STRATEGIES.get(spec).moves_params)
 
 
+def _optimized(state: Any) -> bool:
+    """Whether the state's optimizer has parameters to make state for."""
+    groups = getattr(state, "optimizer_groups", None)
+    found = groups() if groups is not None else []
+    return any(group.get("params") for each in found for group in each)
+
+
 def check_holdings(cfg: Any, state: Any, *, moves_optimizer: bool) -> None:
     """Raise :class:`UsageError` (one line) where a strategy has nothing to move."""
     holdings = inventory_of(state)
@@ -39,7 +50,7 @@ def check_holdings(cfg: Any, state: Any, *, moves_optimizer: bool) -> None:
             "parameter bytes it could move: choose --strategy none or an engine whose "
             "inventory names its parameters"
         )
-    if moves_optimizer and not role_bytes(holdings, Role.OPTIMIZER):
+    if moves_optimizer and not role_bytes(holdings, Role.OPTIMIZER) and not _optimized(state):
         raise UsageError(
             f"--optimizer-strategy {cfg.optimizer_strategy} moves optimizer state, but the "
             "training state holds none: choose --optimizer-strategy none or an engine "

@@ -39,6 +39,7 @@ def window_start(state: Any) -> None:
         hint = device_bytes(state.runtime)
         state.anchors = param_copies.take_anchors(buffers, hint, previous)
     state.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model, own).values())
+    state.window_roles = roles_of(model)  # what an offload frees may leave the inventory
 
 
 def window_fields(
@@ -55,7 +56,7 @@ def window_fields(
     optimizer = state.optimizer_bytes if moves_optimizer else 0
     served = served_bytes(param_to_move, sum(moved.values()), optimizer)
     fields = {**fact_fields(hidden, served), "parts_to_move": moved, "param_copies": copies}
-    return {**fields, "roles": roles_of(model)}
+    return {**fields, "roles": {**getattr(state, "window_roles", {}), **roles_of(model)}}
 
 
 STAYS = (Role.BATCH, Role.FRAMEWORK)

@@ -84,6 +84,11 @@ class ResidencyFact:
     own storage and the parts', by where they hang (``grad_data``, an optimizer key, a
     ``Type.attribute``, ``device memory no part owns``): found by content, so a copy is
     the parameters' wherever it hangs (``engine/model/param_copies.py``)."""
+    roles: dict[str, str] = field(default_factory=dict)
+    """Each owner's role, by the engine's inventory (``core.roles``: ``parameters``,
+    ``gradients``, ``optimizer state``, ``frozen``, ``reference model``): what the rules
+    judge it by. Empty in records written before owners carried roles (megatron-core's:
+    ``core.owner_roles``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from offloadprobe.core.owner_roles import MODEL_ROLES, bytes_of, role_of
 from offloadprobe.core.records import PhaseRecord, ResidencyFact, RunRecord, RunSummary
+from offloadprobe.core.roles import Role
 from offloadprobe.core.units import format_bytes
 
-MODEL_OWNERS = ("param_data", "grad_data", "frozen", "ref_model")
-"""The model's owners: its DDP buffers and its parts outside them (``engine/model/parts``)."""
 UNOWNED = "allocated during offload"
 """The audit's owner of device storages an offload made that nothing in the model reaches
-(counted with the unreferenced tensors, never as optimizer state)."""
+(counted with the unreferenced tensors, never as optimizer state: it has no role)."""
 GPU = "GPU left after offload"
 AUDITED = "left on device (audited, CPU emulation)"
 
@@ -44,7 +44,7 @@ def optimizer_left(fact: ResidencyFact) -> dict[str, int]:
     return {
         key: nbytes
         for key, nbytes in fact.left_by_owner.items()
-        if nbytes and key not in MODEL_OWNERS and key != UNOWNED
+        if nbytes and role_of(fact.roles, key) is Role.OPTIMIZER
     }
 
 
@@ -56,7 +56,7 @@ def not_to_move(fact: ResidencyFact, *, moves_params: bool) -> dict[str, int]:
         if state:
             kept["optimizer state"] = state
     if moves_params and not fact.param_bytes_to_move:
-        model = sum(fact.left_by_owner.get(owner, 0) for owner in MODEL_OWNERS)
+        model = bytes_of(fact.left_by_owner, fact.roles, *MODEL_ROLES)
         if model:
             kept["parameters"] = model
     return kept

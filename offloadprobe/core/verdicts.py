@@ -18,8 +18,10 @@ from offloadprobe.core.budgets import Breach, Budget, node_breaches
 from offloadprobe.core.host_zero import negative_figures
 from offloadprobe.core.limits import reclaim_words
 from offloadprobe.core.outcomes import Failure, Verdict
+from offloadprobe.core.owner_roles import bytes_of, part_word, word
 from offloadprobe.core.records import ResidencyFact, RunRecord
 from offloadprobe.core.residual import optimizer_left
+from offloadprobe.core.roles import Role
 from offloadprobe.core.units import format_bytes
 
 OK = Verdict(kind="ok")
@@ -30,7 +32,6 @@ under 1/STAGING_FRACTION of ``param_data`` kept a copy on the device (a staging 
 for reuse is less than that)."""
 ALLOWANCE_FRACTION = 8
 ALLOWANCE_FLOOR = 4 * 2**20
-PART_WORDS = {"frozen": "frozen parameters", "ref_model": "reference model"}
 
 
 COPY_MARGIN = 64
@@ -69,7 +70,8 @@ def _copies_line(fact: ResidencyFact) -> str | None:
     named = ", ".join(f"{name} {format_bytes(n)}" for name, n in where[:2])
     more = f" (+{len(where) - 2} more)" if len(where) > 2 else ""
     return (
-        f"param_data {format_bytes(found)} of {format_bytes(fact.param_bytes_to_move)} still "
+        f"{word(fact.roles, Role.PARAMETERS)} {format_bytes(found)} of "
+        f"{format_bytes(fact.param_bytes_to_move)} still "
         f"on device after offload, by content: a copy in {named}{more}"
     )
 
@@ -220,8 +222,9 @@ def cycle_residency_problems(fact: ResidencyFact) -> list[str]:
     """What one cycle's offload should have moved off the device and did not."""
     lines = []
     left = fact.param_bytes_left
+    params = word(fact.roles, Role.PARAMETERS)
     if fact.param_bytes_to_move and left:
-        lines.append(f"param_data {format_bytes(left)} still on device after offload")
+        lines.append(f"{params} {format_bytes(left)} still on device after offload")
     elif fact.param_bytes_to_move:
         # What the offload gave back for the parameters: its net device change, less what
         # the strategy made on the device when it was built (a buffer there could hold the
@@ -235,9 +238,9 @@ def cycle_residency_problems(fact: ResidencyFact) -> list[str]:
         gave = max(0, fact.param_offload_gave_bytes - paid - parts)
         if gave < fact.param_bytes_to_move // STAGING_FRACTION:
             less = [f"{format_bytes(paid)} the strategy holds otherwise"] if paid else []
-            less += [f"{format_bytes(parts)} the parts outside param_data gave"] if parts else []
+            less += [f"{format_bytes(parts)} the parts outside {params} gave"] if parts else []
             lines.append(
-                f"param_data freed, but the device gave back {format_bytes(gave)} net of "
+                f"{params} freed, but the device gave back {format_bytes(gave)} net of "
                 f"{format_bytes(fact.param_bytes_to_move)}"
                 + (f" (less {' and '.join(less)})" if less else "")
                 + " (a copy kept on the device?)"
@@ -249,7 +252,7 @@ def cycle_residency_problems(fact: ResidencyFact) -> list[str]:
         stayed = fact.left_by_owner.get(part, 0)
         if nbytes and stayed:
             lines.append(
-                f"{PART_WORDS.get(part, part)} {format_bytes(stayed)} of "
+                f"{part_word(fact.roles, part)} {format_bytes(stayed)} of "
                 f"{format_bytes(nbytes)} still on device after offload"
             )
     if fact.moves_optimizer and fact.optimizer_state_bytes and not fact.optimizer_moved_bytes:
@@ -283,9 +286,11 @@ def partly_offloaded(facts: Sequence[ResidencyFact]) -> tuple[str, ...]:
     staging allowance: room for a copy of the parameters, as a bare buffer holds none)."""
     lines = []
     for fact in facts:
-        grads = fact.left_by_owner.get("grad_data", 0)
+        grads = bytes_of(fact.left_by_owner, fact.roles, Role.GRADIENTS)
         if fact.param_bytes_to_move and not fact.param_bytes_left and grads > fact.allowance_bytes:
-            lines.append(f"grad_data {format_bytes(grads)} still on device")
+            lines.append(
+                f"{word(fact.roles, Role.GRADIENTS)} {format_bytes(grads)} still on device"
+            )
         if not fact.moves_optimizer or not fact.optimizer_moved_bytes:
             continue  # moved nothing: the "not offloaded" rule's
         for key, nbytes in sorted(optimizer_left(fact).items(), key=lambda kv: -kv[1]):

@@ -1,9 +1,10 @@
 """The ``checkpoint`` step of a sequence: save the model and the optimizer with
 ``torch.distributed.checkpoint`` to a temporary folder, then remove it.
 
-What is saved: every chunk's ``state_dict()`` (its bf16 parameters, read through the DDP
-buffers) and every tensor the optimizer holds (``holdings``: Adam's moments, fp32 master
-weights, scales, each storage once, named by owner), with the param groups' values. On
+What is saved: every module's ``state_dict()`` (megatron: each chunk's bf16 parameters,
+read through the DDP buffers) and every tensor of the inventory's optimizer state
+(megatron: Adam's moments, fp32 master weights, scales; each storage once, named by
+owner), with the param groups' values. On
 CUDA ``torch.distributed.checkpoint`` stages device tensors through host memory: that is
 the transient the phase measures (its host peak over its start), and what stays resident
 after it is its host after over its start (verl #5665: 17 to 20 GB per rank of host growth
@@ -28,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from offloadprobe.core.errors import OffloadProbeError
-from offloadprobe.engine.optimizer.holdings import holdings, megatron_optimizers, storage_key
+from offloadprobe.core.roles import Role
+from offloadprobe.engine.engine_state import inventory_of
 
 DIR_ENV = "TMPDIR"
 """Read at every checkpoint step (``tempfile`` reads it once per process)."""
@@ -41,19 +43,20 @@ def state_to_save(model: Any) -> dict[str, Any]:
     import torch.distributed as dist
 
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    chunks = {f"chunk{i}": chunk.state_dict() for i, chunk in enumerate(model.chunks)}
+    chunks = {f"chunk{i}": chunk.state_dict() for i, chunk in enumerate(model.modules)}
     seen: set[int] = set()
     tensors: dict[str, Any] = {}
-    for index, held in enumerate(holdings([model.optimizer])):
-        key = storage_key(held.tensor)
+    state = [h for h in inventory_of(model) if h.role is Role.OPTIMIZER]
+    for index, held in enumerate(state):
+        key = held.tensor.untyped_storage()._cdata
         if key in seen:
             continue
         seen.add(key)
         tensors[f"{index}.{held.owner}"] = held.tensor
     groups = {
         f"{p}.{g}": {k: v for k, v in group.items() if k != "params"}
-        for p, part in enumerate(megatron_optimizers([model.optimizer]))
-        for g, group in enumerate(part.optimizer.param_groups)
+        for p, part in enumerate(model.optimizer_groups())
+        for g, group in enumerate(part)
     }
     optimizer = {"state": tensors, "param_groups": groups}
     return {f"rank{rank}": {"model": chunks, "optimizer": optimizer}}

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from offloadprobe.core.roles import Role
 from offloadprobe.core.verdicts import served_bytes
-from offloadprobe.engine.model import audit, param_copies, parts
-from offloadprobe.engine.model.buffers import ddp_buffers
+from offloadprobe.engine.engine_state import inventory_of, part_bytes
+from offloadprobe.engine.model import audit, param_copies
 from offloadprobe.engine.model.copy_owners import copies_on_device
 from offloadprobe.engine.model.device_regions import device_bytes
 from offloadprobe.engine.model.ledger import Hidden, fact_fields
@@ -23,8 +24,8 @@ from offloadprobe.engine.transfers import claimed
 
 
 def parts_to_move(model: Any, moves_params: bool) -> dict[str, int]:
-    """The model's parts outside the DDP buffers a parameter strategy must move."""
-    return parts.part_bytes(model) if moves_params else {}
+    """The model's parts beside its parameters a parameter strategy must move."""
+    return part_bytes(inventory_of(model)) if moves_params else {}
 
 
 def window_start(state: Any) -> None:
@@ -35,12 +36,13 @@ def window_start(state: Any) -> None:
     state.snapshot = audit.snapshot_device_storage(model, own)
     previous, state.anchors = state.anchors, None
     if state.param_to_move:
-        buffers = [b.param_data for b in ddp_buffers(model.chunks)]
+        buffers = [h.tensor for h in inventory_of(model) if h.role is Role.PARAMETERS]
         hint = device_bytes(state.runtime)
         state.anchors = param_copies.take_anchors(buffers, hint, previous)
         if state.anchors is not previous:  # the search's temporaries, freed: given back,
             trim_host_heap()  # so a strategy's host copies never reuse pages they made
     state.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model, own).values())
+    state.window_roles = roles_of(model)  # what an offload frees may leave the inventory
 
 
 def window_fields(
@@ -56,4 +58,21 @@ def window_fields(
         copies = copies_on_device(model, state.runtime, state.anchors, own=own, exclude=exclude)
     optimizer = state.optimizer_bytes if moves_optimizer else 0
     served = served_bytes(param_to_move, sum(moved.values()), optimizer)
-    return {**fact_fields(hidden, served), "parts_to_move": moved, "param_copies": copies}
+    fields = {**fact_fields(hidden, served), "parts_to_move": moved, "param_copies": copies}
+    return {**fields, "roles": {**getattr(state, "window_roles", {}), **roles_of(model)}}
+
+
+STAYS = (Role.BATCH, Role.FRAMEWORK)
+
+
+def roles_of(model: Any) -> dict[str, str]:
+    """Each owner of the model's inventory (but what stays by design) and its role."""
+    return {h.owner: h.role.value for h in inventory_of(model) if h.role not in STAYS}
+
+
+def left_numbers(left: dict[str, int], model: Any) -> tuple[int, int]:
+    """Of what an offload left (``audit.bytes_by_key``): the parameters' bytes and the
+    optimizer state's, by the owners' roles."""
+    roles = roles_of(model)
+    params = sum(n for owner, n in left.items() if roles.get(owner) == Role.PARAMETERS.value)
+    return params, audit.optimizer_bytes_left(left, roles)

@@ -12,7 +12,7 @@ from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.records import Report, RunRecord
 from offloadprobe.core.units import format_bytes
 from offloadprobe.engine.descriptors import notes_of
-from offloadprobe.engine.model.parts import part_bytes
+from offloadprobe.engine.engine_state import inventory_of, part_bytes
 from offloadprobe.measure.summary import LOADS, OFFLOADS, summarise
 
 
@@ -27,7 +27,9 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
     counted = counted_growth(growth, framework) if growth is not None else 0
     baseline = offloads[0].host.host_rss_before - held - counted if offloads else 0
     summary = None
-    moved_parts = sum(part_bytes(state.model).values()) if state.info.moves_params else 0
+    moved_parts = (
+        sum(part_bytes(inventory_of(state.model)).values()) if state.info.moves_params else 0
+    )
     if offloads and any(p.phase in LOADS for p in phases):
         summary = summarise(
             phases,
@@ -90,7 +92,7 @@ def record_of(state: Any, runtime: Any) -> RunRecord:
         label_override=cfg.label,
         construction=state.construction,
         sequence=list(cfg.sequence),
-        part_bytes=part_bytes(state.model),
+        part_bytes=part_bytes(inventory_of(state.model)),
         pre_offload_growth_bytes=growth,
         framework_growth_bytes=framework,
         pre_offload_counted_bytes=counted,

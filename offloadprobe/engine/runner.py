@@ -20,15 +20,15 @@ from offloadprobe.core.records import PhaseRecord, Report, ResidencyFact, RunRec
 from offloadprobe.core.verdicts import cycle_residency_problems
 from offloadprobe.engine.channel import Findings
 from offloadprobe.engine.descriptors import close, registered_bytes
+from offloadprobe.engine.fail_closed import check_holdings
 from offloadprobe.engine.model import audit, param_copies
-from offloadprobe.engine.model.builder import ProbeModel, build_probe_model
+from offloadprobe.engine.model.builder import build_probe_model
 from offloadprobe.engine.model.integrity import fingerprint_state, verify_round_trip
 from offloadprobe.engine.model.ledger import DeviceLedger
 from offloadprobe.engine.model.prior_regions import PriorRegions
 from offloadprobe.engine.model.reference import Checkpoint, checkpoint, differences
 from offloadprobe.engine.model.residency import device_bytes
-from offloadprobe.engine.model.train import train_step
-from offloadprobe.engine.offload_window import window_fields, window_start
+from offloadprobe.engine.offload_window import left_numbers, window_fields, window_start
 from offloadprobe.engine.optimizer.strategies import optimizer_strategy
 from offloadprobe.engine.phase_errors import check_bypass, phase_failure, setup_failure
 from offloadprobe.engine.rollout import claim, limit_device_memory
@@ -49,6 +49,8 @@ from offloadprobe.measure.sampler import Sampler
 from offloadprobe.measure.summary import LOADS, OFFLOADS
 
 PhaseCallback = Callable[[PhaseRecord], None]
+BuildState = Callable[..., Any]
+"""``(model config, runtime, *, seed, optimizer) -> training state`` (``engine_state``)."""
 
 COLLECTIVE_PHASES = ("train",)
 """Phases whose work includes collectives: over several ranks, a rank that fails in one
@@ -77,19 +79,6 @@ def moves_optimizer(cfg: RunConfig) -> bool:
     return bool(optimizer_strategy(cfg.optimizer_strategy).moves(cfg.optimizer.precision_aware))
 
 
-def phases_per_run(cfg: RunConfig) -> int:
-    """How many phases a run records (for progress bars)."""
-    per_cycle = 3 + bool(cfg.rollout_claim_bytes) + 2 * moves_optimizer(cfg)
-    return cfg.cycles * per_cycle
-
-
-def _train(model: ProbeModel, steps: int) -> float | None:
-    loss = None
-    for _ in range(steps):
-        loss = train_step(model)
-    return loss
-
-
 def _within(code: Callable[[], Any], action: Callable[[Any], Any], arg: Any) -> Any:
     """``action(arg)`` inside ``code()`` (the runtime's context for a strategy's code)."""
     with code():
@@ -103,8 +92,11 @@ class _Stopped(Exception):
 class _Cycles:
     """One run's moving parts and what it has recorded so far."""
 
-    def __init__(self, cfg: RunConfig, runtime: Runtime, hooks: Hooks) -> None:
+    def __init__(
+        self, cfg: RunConfig, runtime: Runtime, hooks: Hooks, build_state: BuildState | None
+    ) -> None:
         self.cfg, self.runtime, self.hooks = cfg, runtime, hooks
+        self.build_state = build_state or build_probe_model
         memory = runtime.device_memory
         self.meter = PhaseMeter(
             runtime,
@@ -124,6 +116,7 @@ class _Cycles:
         self.ledger = DeviceLedger(runtime)
         self.prior_regions = PriorRegions.take(runtime)  # the search leaves these alone
         self.model = self.build()
+        check_holdings(cfg, self.model, moves_optimizer=moves_optimizer(cfg))
         import_builtins(cfg)  # offloadprobe's own modules, before the zero
         before = self.ledger.before(self.model)  # before a user's strategy module is imported
         self.construction, built = self.meter.measure(0, "construction", self.construct)
@@ -148,9 +141,9 @@ class _Cycles:
         self.registered = 0
         self.notes: list[str] = []
 
-    def build(self) -> ProbeModel:
+    def build(self) -> Any:
         cfg = self.cfg
-        return build_probe_model(cfg.model, self.runtime, seed=cfg.seed, optimizer=cfg.optimizer)
+        return self.build_state(cfg.model, self.runtime, seed=cfg.seed, optimizer=cfg.optimizer)
 
     def construct(self) -> tuple[Any, Any, Any]:
         """Both strategies, their modules imported and built as the user's code runs (the
@@ -214,19 +207,21 @@ class _Cycles:
 
     def audit(self, cycle: int) -> ResidencyFact:
         """After a cycle's offloads: the residency audit, and the cycle's residency facts."""
-        released = confirmed_released(self.strategy, self.model.chunks, self.phases)
+        released = confirmed_released(
+            self.strategy, self.model.strategy_args("params"), self.phases
+        )
         own = self.ledger.own
         self.residents = audit.audit(self.model, self.runtime, self.snapshot, released, own)
         left = audit.bytes_by_key(self.residents)
         hidden = self.ledger.after_offload(self.model)
-        left_optimizer = audit.optimizer_bytes_left(left)
+        params_left, left_optimizer = left_numbers(left, self.model)
         self.optimizer_moved = max(0, self.optimizer_bytes - left_optimizer)
         index = max(i for i, p in enumerate(self.phases) if p.phase == "offload")
         self.phases[index] = replace(self.phases[index], left_on_device=left)
         fact = ResidencyFact(
             cycle=cycle,
             param_bytes_to_move=self.param_to_move,
-            param_bytes_left=left.get("param_data", 0),
+            param_bytes_left=params_left,
             param_offload_gave_bytes=self.phases[index].bytes_moved,
             built_on_device_bytes=self.built_on_device,
             moves_optimizer=self.moves_optimizer,
@@ -245,10 +240,11 @@ class _Cycles:
         verb = "offload" if offload else "load"
         params = getattr(self.strategy, verb)
         code = self.runtime.strategy_code
-        steps = [(verb, lambda: _within(code, params, self.model.offload_chunks))]
+        steps = [(verb, lambda: _within(code, params, self.model.strategy_args("params")))]
         if self.moves_optimizer:
             optimizer = getattr(self.optimizer_strategy, verb)
-            step = (f"{verb} optimizer", lambda: _within(code, optimizer, [self.model.optimizer]))
+            args = self.model.strategy_args("optimizer")
+            step = (f"{verb} optimizer", lambda: _within(code, optimizer, args))
             steps.insert(0 if self.cfg.optimizer_first else 1, step)
         return steps
 
@@ -259,7 +255,7 @@ class _Cycles:
     def cycle(self, cycle: int) -> bool:
         """One cycle; True when the facts say the run cannot go on (not offloaded)."""
         cfg, model = self.cfg, self.model
-        loss = self.phase(cycle, "train", lambda: _train(model, cfg.train_steps))
+        loss = self.phase(cycle, "train", lambda: model.train(cfg.train_steps))
         before = fingerprint_state(model)
         self.check_step(f"cycle {cycle} train step", cycle, Checkpoint.of(loss, before))
         window_start(self)
@@ -321,10 +317,16 @@ class _Cycles:
                         self.failure = phase_failure(exc, self.cfg.cycles - 1, "close")
 
 
-def run_cycles(cfg: RunConfig, runtime: Runtime, hooks: Hooks | None = None) -> RunRecord:
-    """Build the model, then train/offload/load ``cfg.cycles`` times, measuring each phase."""
+def run_cycles(
+    cfg: RunConfig,
+    runtime: Runtime,
+    hooks: Hooks | None = None,
+    build_state: BuildState | None = None,
+) -> RunRecord:
+    """Build the training state (``build_state``: megatron-core's ``ProbeModel`` by
+    default), then train/offload/load ``cfg.cycles`` times, measuring each phase."""
     try:
-        state = _Cycles(cfg, runtime, hooks or Hooks())
+        state = _Cycles(cfg, runtime, hooks or Hooks(), build_state)
     except UsageError:
         raise
     except Exception as exc:  # megatron or a strategy failed while building: a fact
@@ -344,4 +346,4 @@ def run(cfg: RunConfig, hooks: Hooks | None = None) -> Report:
         )
 
 
-__all__ = ["Hooks", "failed_record", "phases_per_run", "run", "run_cycles"]
+__all__ = ["Hooks", "failed_record", "run", "run_cycles"]

@@ -40,8 +40,7 @@ from offloadprobe.engine.model import audit
 from offloadprobe.engine.model.integrity import Fingerprints, fingerprint_state, verify_round_trip
 from offloadprobe.engine.model.reference import Checkpoint, checkpoint, differences
 from offloadprobe.engine.model.residency import device_bytes
-from offloadprobe.engine.model.train import train_step
-from offloadprobe.engine.offload_window import window_fields, window_start
+from offloadprobe.engine.offload_window import left_numbers, window_fields, window_start
 from offloadprobe.engine.rollout import claim
 from offloadprobe.engine.transfers import confirmed_released
 
@@ -188,10 +187,7 @@ def run_sequence(state: Any) -> None:
 
     def train(step: Step) -> float | None:
         def steps() -> float | None:
-            loss = None
-            for _ in range(cfg.train_steps):
-                loss = train_step(model)
-            return loss
+            return model.train(cfg.train_steps)
 
         return state.phase(step.number, "train", steps)
 
@@ -260,12 +256,12 @@ def _audit(state: Any, steps: Steps, step: Step, since: int) -> bool:
     (what every offload since the model was last on the device gave back); True when the
     run cannot go on (``cycle_residency_problems``)."""
     model = state.model
-    released = confirmed_released(state.strategy, model.chunks, state.phases)
+    released = confirmed_released(state.strategy, model.strategy_args("params"), state.phases)
     own = state.ledger.own
     state.residents = audit.audit(model, state.runtime, state.snapshot, released, own)
     left = audit.bytes_by_key(state.residents)
     hidden = state.ledger.after_offload(model)
-    left_optimizer = audit.optimizer_bytes_left(left)
+    params_left, left_optimizer = left_numbers(left, model)
     moves_optimizer = state.moves_optimizer and not steps.loaded[OPTIMIZER]
     if moves_optimizer:
         state.optimizer_moved = max(0, state.optimizer_bytes - left_optimizer)
@@ -276,7 +272,7 @@ def _audit(state: Any, steps: Steps, step: Step, since: int) -> bool:
     fact = ResidencyFact(
         cycle=step.number,
         param_bytes_to_move=param_to_move,
-        param_bytes_left=left.get("param_data", 0) if param_to_move else 0,
+        param_bytes_left=params_left if param_to_move else 0,
         param_offload_gave_bytes=sum(p.bytes_moved for p in window if p.phase == "offload"),
         built_on_device_bytes=state.built_on_device,
         moves_optimizer=moves_optimizer,

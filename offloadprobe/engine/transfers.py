@@ -20,9 +20,10 @@ from dataclasses import replace
 from typing import Any
 
 from offloadprobe.core.records import GpuReading, PhaseRecord
+from offloadprobe.core.roles import Role
 from offloadprobe.core.units import gbps
 from offloadprobe.engine.descriptors import ReleasesThroughDriver, released_storages
-from offloadprobe.engine.model.buffers import ddp_buffers
+from offloadprobe.engine.engine_state import inventory_of
 from offloadprobe.engine.runtime.emulation import on_device
 from offloadprobe.measure.summary import OFFLOADS
 
@@ -98,15 +99,18 @@ def confirmed_released(
 def claimed(state: Any) -> list[tuple[int, int]]:
     """``(address, bytes)`` of the storages a run's strategy says it released through the
     driver, confirmed or not: their addresses need not be mapped, so nothing reads them."""
-    storages = released_storages(state.strategy, state.model.chunks)
+    storages = released_storages(state.strategy, state.model.strategy_args("params"))
     return [(s.data_ptr(), s.nbytes()) for s in storages]
 
 
 def grad_device_bytes(model: Any) -> int:
-    """Device bytes the DDP ``grad_data`` buffers hold right now (by fact)."""
+    """Device bytes the gradients of the inventory (megatron: the DDP ``grad_data``
+    buffers) hold right now (by fact)."""
     seen: dict[int, int] = {}
-    for buffer in ddp_buffers(model.chunks):
-        storage = buffer.grad_data.untyped_storage()
-        if on_device(buffer.grad_data):
+    for holding in inventory_of(model):
+        if holding.role is not Role.GRADIENTS:
+            continue
+        storage = holding.tensor.untyped_storage()
+        if on_device(holding.tensor):
             seen[storage._cdata] = storage.nbytes()
     return sum(seen.values())

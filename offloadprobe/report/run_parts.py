@@ -11,16 +11,16 @@ device after the offload) was kept; a part that moved yet left bytes behind left
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from offloadprobe.core.owner_roles import MODEL_ROLES, merged, part_word, role_of, word
 from offloadprobe.core.records import PartSummary, RunRecord
+from offloadprobe.core.roles import Role
 from offloadprobe.core.verdicts import residency_problems
 
-MODEL_BUFFERS = ("param_data", "grad_data", "frozen", "ref_model")
-"""Residency owners that belong to the model (its DDP buffers, its frozen parameters, the
-reference model); every other owner is optimizer state."""
-PART_NAMES = {"frozen": "frozen params", "ref_model": "ref model"}
-"""The model's parts outside the DDP buffers, as rows under ``parameters``."""
+PART_NAMES = {Role.FROZEN: "frozen params", Role.REFERENCE: "ref model"}
+"""The model's parts beside its parameters, by role, as rows under ``parameters``."""
 
 PARAMETERS = "parameters"
 OPTIMIZER = "optimizer"
@@ -51,28 +51,36 @@ class Part:
     part's, which moves it in the same phases."""
 
 
-def is_model_owner(owner: str) -> bool:
-    """Whether a residency owner is a DDP buffer (parameters) rather than optimizer state."""
-    return owner in MODEL_BUFFERS
+def run_roles(run: RunRecord) -> dict[str, str]:
+    """Each owner's role, as the run's residency facts say (``core.owner_roles``)."""
+    return merged(fact.roles for fact in run.residency)
+
+
+def is_model_owner(owner: str, roles: Mapping[str, str] | None = None) -> bool:
+    """Whether a residency owner is the model's (parameters, gradients, frozen parameters,
+    the reference model) rather than optimizer state, by its role in ``roles``."""
+    return role_of(roles or {}, owner) in MODEL_ROLES
 
 
 def _left(run: RunRecord, *, model: bool) -> int | None:
     by_key = run.summary.left_after_offload_bytes_by_key if run.summary else None
     if by_key is None:
         return None
-    return sum(v for k, v in by_key.items() if is_model_owner(k) == model)
+    roles = run_roles(run)
+    return sum(v for k, v in by_key.items() if is_model_owner(k, roles) == model)
 
 
 def left_owners(run: RunRecord, *, model: bool) -> list[str]:
     """Owners of one part left on the device after the last offload, largest first."""
     by_key = (run.summary.left_after_offload_bytes_by_key if run.summary else None) or {}
-    owners = [(v, k) for k, v in by_key.items() if v and is_model_owner(k) == model]
+    roles = run_roles(run)
+    owners = [(v, k) for k, v in by_key.items() if v and is_model_owner(k, roles) == model]
     return [k for _, k in sorted(owners, reverse=True)]
 
 
 def _failed_to_move(run: RunRecord, name: str) -> bool:
     """The record says this part should have moved and did not (a verdict, not a design)."""
-    words = "param_data" if name == PARAMETERS else "optimizer state"
+    words = word(run_roles(run), Role.PARAMETERS) if name == PARAMETERS else "optimizer state"
     return any(line.startswith(words) for line in residency_problems(run.residency))
 
 
@@ -99,11 +107,15 @@ def parts(run: RunRecord) -> list[Part]:
 
 
 def _sub_parts(run: RunRecord) -> list[Part]:
-    """One row per model part outside the DDP buffers: its bytes, what it left."""
+    """One row per model part beside its parameters: its bytes, what it left."""
     by_key = (run.summary.left_after_offload_bytes_by_key if run.summary else None) or {}
+    roles = run_roles(run)
     return [
         Part(
-            name=PART_NAMES.get(key, key), moves=nbytes, left=by_key.get(key, 0), within=PARAMETERS
+            name=part_word(roles, key, PART_NAMES),
+            moves=nbytes,
+            left=by_key.get(key, 0),
+            within=PARAMETERS,
         )
         for key, nbytes in run.part_bytes.items()
         if nbytes

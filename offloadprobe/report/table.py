@@ -16,7 +16,13 @@ from rich.text import Text
 from offloadprobe.core.outcomes import Verdict
 from offloadprobe.core.records import PhaseRecord, Report, RunRecord
 from offloadprobe.core.units import format_bytes, format_ratio
-from offloadprobe.report.run_parts import OPTIMIZER, PARAMETERS, is_model_owner, kept_parts
+from offloadprobe.report.run_parts import (
+    OPTIMIZER,
+    PARAMETERS,
+    is_model_owner,
+    kept_parts,
+    run_roles,
+)
 from offloadprobe.report.run_summary import label, summary_block, verdict
 from offloadprobe.report.tables import NOT_MEASURED, Column, Left, column_table
 from offloadprobe.report.world_table import world_table
@@ -144,11 +150,12 @@ class _Owner:
     name: str
     first: int
     last: int
+    part: str
 
 
 RESIDENCY_COLUMNS: list[Column[_Owner]] = [
     Left("owner", lambda o: o.name),
-    Left("part", lambda o: PARAMETERS if is_model_owner(o.name) else OPTIMIZER),
+    Left("part", lambda o: o.part),
     Column("after first offload", lambda o: format_bytes(o.first)),
     Column("after last offload", lambda o: format_bytes(o.last)),
 ]
@@ -165,14 +172,18 @@ def residency_table(run: RunRecord, *, gpu: bool) -> RenderableType | None:
         return None
 
     kept = kept_parts(run)
+    roles = run_roles(run)
+
+    def part(owner: str) -> str:
+        return PARAMETERS if is_model_owner(owner, roles) else OPTIMIZER
 
     def expected(owner: str) -> bool:
-        return (PARAMETERS if is_model_owner(owner) else OPTIMIZER) in kept
+        return part(owner) in kept
 
     names = {k for left in offloads for k, v in left.items() if v and not expected(k)}
     if not names:
         return None
-    owners = [_Owner(k, offloads[0].get(k, 0), offloads[-1].get(k, 0)) for k in names]
+    owners = [_Owner(k, offloads[0].get(k, 0), offloads[-1].get(k, 0), part(k)) for k in names]
     owners.sort(key=lambda o: (-o.last, o.name))
     where = "GPU" if gpu else "device (emulated)"
     return column_table(

@@ -1,10 +1,11 @@
 """Residency audit: which model and optimizer tensors are still on the device after offload.
 
 Take :func:`snapshot_device_storage` just before an offload and call :func:`audit` right
-after it. Every DDP buffer (``param_data``, ``grad_data``) and every tensor the optimizer
-holds (see :mod:`offloadprobe.engine.optimizer.holdings`) that still occupies device memory comes
-back as a :class:`ResidentTensor`, named by its owner and, where the DistributedOptimizer's
-groups say so, by the model parameter it belongs to.
+after it. Every tensor of the model's inventory (``engine_state``; megatron's:
+``engine/model/inventory.py``) but what stays by design (the batch, what the engine names
+its framework's) that still occupies device memory comes back as a
+:class:`ResidentTensor`, named by its owner in the engine's words and, where the engine
+says so, by the model parameter it belongs to.
 
 "Still on the device" is decided by where the bytes live, never by who references them or
 how they were made: on CUDA, ``is_cuda`` with allocated storage; in CPU emulation,
@@ -28,10 +29,11 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from offloadprobe.engine.model import parts
-from offloadprobe.engine.model.buffers import ddp_buffers, nbytes
-from offloadprobe.engine.optimizer.holdings import main_param_names, storage_key
-from offloadprobe.engine.optimizer.own_state import OwnState, own_holdings
+from offloadprobe.core.roles import Role
+from offloadprobe.engine.engine_state import inventory_of
+from offloadprobe.engine.model.buffers import nbytes
+from offloadprobe.engine.optimizer.holdings import storage_key
+from offloadprobe.engine.optimizer.own_state import OwnState
 from offloadprobe.engine.runtime import Runtime, emulation
 
 
@@ -40,9 +42,9 @@ class ResidentTensor:
     """A model or optimizer tensor whose device memory an offload did not release."""
 
     owner: str
-    """``param_data``/``grad_data`` (DDP buffers), a state key (``exp_avg``, ``master_param``
-    ...), ``<key>.scale``, ``shard_fp32_from_float16_groups``/``shard_fp32_groups``, or
-    ``main_param.grad``/``main_param.decoupled_grad``."""
+    """The inventory's owner, in the engine's words (megatron: ``param_data``/``grad_data``,
+    a state key such as ``exp_avg`` or ``master_param``, ``<key>.scale``, an fp32 group's
+    attribute, ``main_param.grad``)."""
     param_name: str | None
     """Model parameter the tensor belongs to (``decoder.layers.0.mlp.linear_fc1.weight``);
     None for whole DDP buffers and where the optimizer's groups do not say."""
@@ -84,22 +86,29 @@ class _Entry:
     owner: str
     param_name: str | None
     tensor: torch.Tensor
-    host_by_design: bool = False
+
+
+STAYS = (Role.BATCH, Role.FRAMEWORK)
+"""Roles that stay on the device by design: not the audit's."""
 
 
 def _entries(model: Any, own: OwnState | None = None) -> Iterator[_Entry]:
-    """DDP buffers first, then the optimizer's own holdings (``own``: see
+    """The inventory's holdings in its order but what stays by design (``own``: see
     ``engine.optimizer.own_state``; a tensor that only hangs off the optimizer is none of
-    its), each with a parameter name."""
-    for buffer in ddp_buffers(model.chunks):
-        yield _Entry("param_data", None, buffer.param_data)
-        yield _Entry("grad_data", None, buffer.grad_data)
-    for part, name, param in parts.named(model):
-        yield _Entry(part, name, param)
-    names = main_param_names([model.optimizer], model.chunks)
-    for held in own_holdings(model.optimizer, own):
-        name = names.get(id(held.param)) if held.param is not None else None
-        yield _Entry(held.owner, name, held.tensor, held.host_by_design)
+    its), each with a parameter name where the engine gives one."""
+    holdings = [h for h in inventory_of(model, own) if h.role not in STAYS]
+    labels = _labels(model)
+    for holding in holdings:
+        yield _Entry(holding.owner, labels.get(holding.key), holding.tensor)
+
+
+def _labels(model: Any) -> dict[str, str]:
+    method = getattr(model, "labels", None)
+    if method is not None:
+        return dict(method())
+    from offloadprobe.engine.model.inventory import labels
+
+    return labels(model)
 
 
 def _dtype(tensor: torch.Tensor) -> str:
@@ -178,13 +187,12 @@ def audit(
 
 ALLOCATED_DURING_OFFLOAD = "allocated during offload"
 """The owner of device storages an offload made and nothing in the model reaches."""
-MODEL_OWNERS = ("param_data", "grad_data", *parts.PARTS)
-"""Owners that are the model's, not optimizer state."""
 
 
-def optimizer_bytes_left(left: dict[str, int]) -> int:
-    """Of what an offload left (``bytes_by_key``), the optimizer state's bytes."""
-    return sum(v for k, v in left.items() if k not in (*MODEL_OWNERS, ALLOCATED_DURING_OFFLOAD))
+def optimizer_bytes_left(left: dict[str, int], roles: dict[str, str]) -> int:
+    """Of what an offload left (``bytes_by_key``), the optimizer state's bytes (the owners
+    whose role, in ``roles`` (``engine_state.owner_roles``), is optimizer state)."""
+    return sum(v for k, v in left.items() if roles.get(k) == Role.OPTIMIZER.value)
 
 
 def _unreached_emulated(memory: Any, reached: dict[int, str], snapshot: DeviceSnapshot) -> list:
@@ -230,14 +238,15 @@ def bytes_by_key(records: list[ResidentTensor]) -> dict[str, int]:
 
 def optimizer_state_bytes_by_key(model: Any, own: OwnState | None = None) -> dict[str, int]:
     """Bytes the optimizer itself holds on the device, per owner (the denominator of
-    "left behind x optimizer-state bytes"): every device tensor of the optimizer's own
-    (``own``: as it made them, at the sizes it made them) whose storage is not a DDP
-    buffer's, each storage once. Logical sizes, so it reads the same before and after an
-    offload."""
-    seen = {storage_key(b.param_data) for b in ddp_buffers(model.chunks)}
-    seen |= {storage_key(b.grad_data) for b in ddp_buffers(model.chunks)}
+    "left behind x optimizer-state bytes"): every device tensor of the inventory's
+    optimizer state (``own``: as the optimizer made them, at the sizes it made them) whose
+    storage is not a parameter's or a gradient's, each storage once. Logical sizes, so it
+    reads the same before and after an offload."""
+    holdings = inventory_of(model, own)
+    model_roles = (Role.PARAMETERS, Role.GRADIENTS)
+    seen = {storage_key(h.tensor) for h in holdings if h.role in model_roles}
     totals: dict[str, int] = {}
-    for held in own_holdings(model.optimizer, own):
+    for held in (h for h in holdings if h.role is Role.OPTIMIZER):
         key = storage_key(held.tensor)
         if not emulation.on_device(held.tensor) or key in seen:
             continue

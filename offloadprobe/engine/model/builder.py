@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from offloadprobe.core.config import ModelConfig, OptimizerChoice
+from offloadprobe.core.roles import Holding
 from offloadprobe.core.world import check_layout
 from offloadprobe.engine.model import workspace
 from offloadprobe.engine.optimizer.build import build_optimizer
@@ -74,6 +75,58 @@ class ProbeModel:
     def param_count(self) -> int:
         """Parameters in the model (without DDP padding)."""
         return sum(p.numel() for c in self.chunks for p in c.parameters())
+
+    # -- the training state's interface (``engine/engine_state.py``)
+
+    def inventory(self, own: Any = None) -> list[Holding]:
+        """Every tensor the model holds, once (``engine/model/inventory.py``)."""
+        from offloadprobe.engine.model import inventory
+
+        return inventory.inventory(self, own)
+
+    def labels(self) -> dict[str, str]:
+        from offloadprobe.engine.model import inventory
+
+        return inventory.labels(self)
+
+    def restores(self, holding: Holding) -> bool:
+        from offloadprobe.engine.model import inventory
+
+        return inventory.restores(holding)
+
+    def hung(self, own: Any) -> list[Holding]:
+        from offloadprobe.engine.model import inventory
+
+        return inventory.hung(self, own)
+
+    def optimizer_groups(self) -> list[list[dict[str, Any]]]:
+        from offloadprobe.engine.model import inventory
+
+        return inventory.optimizer_groups(self)
+
+    def view_problems(self, cycle: int) -> list[str]:
+        """Every view of each DDP buffer still at its place (``buffer_views.py``)."""
+        from offloadprobe.engine.model.buffer_views import view_problems
+
+        return view_problems(self, cycle)
+
+    @property
+    def modules(self) -> list[Any]:
+        """The modules a checkpoint saves (their ``state_dict``): the DDP chunks."""
+        return self.chunks
+
+    def strategy_args(self, part: str) -> list[Any]:
+        """What a ``params`` or ``optimizer`` strategy's offload and load receive."""
+        return self.offload_chunks if part == "params" else [self.optimizer]
+
+    def train(self, steps: int) -> float | None:
+        """``steps`` train steps; the last loss (None for none)."""
+        from offloadprobe.engine.model.train import train_step
+
+        loss = None
+        for _ in range(steps):
+            loss = train_step(self)
+        return loss
 
 
 def _transformer_config(cfg: ModelConfig, runtime: Runtime) -> Any:

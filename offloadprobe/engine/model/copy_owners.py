@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from offloadprobe.core.roles import Role
+from offloadprobe.engine.engine_state import inventory_of
 from offloadprobe.engine.model.device_regions import regions_of, storage_range
 from offloadprobe.engine.model.param_copies import Anchors, find
 
@@ -80,33 +82,51 @@ def _held_as(holder: Any, attr: str, labels: dict[int, str]) -> str:
 
 
 UNNAMED = "device memory no part owns"
+MOVED = (Role.PARAMETERS, Role.FROZEN, Role.REFERENCE)
+"""Roles whose own storages the search leaves out (theirs by storage, judged by their
+own rule)."""
+
+
+SEARCHED = (Role.GRADIENTS, Role.OPTIMIZER, Role.BATCH, Role.FRAMEWORK)
+"""Roles whose storages the search reads (a copy of the parameters there is found)."""
 
 
 def _owners(model: Any, own: Any) -> dict[int, str]:
-    """``{storage address: its owner}`` for what the model and the optimizer reach."""
-    from offloadprobe.engine.model.buffers import ddp_buffers
-    from offloadprobe.engine.optimizer.own_state import places
+    """``{storage address: its owner}`` for what the inventory names in the storages the
+    search reads, then what only hangs off the optimizer (``hung``)."""
+    holdings = [h for h in inventory_of(model, own) if h.role in SEARCHED]
+    hung = getattr(model, "hung", None)
+    if hung is not None:
+        holdings += hung(own)
+    else:
+        from offloadprobe.engine.model.inventory import hung as megatron_hung
 
+        holdings += megatron_hung(model, own)
     names: dict[int, str] = {}
-    for buffer in ddp_buffers(model.chunks):
-        names.setdefault(storage_range(buffer.grad_data)[0], "grad_data")
-    for place, held in places(model.optimizer).items():
-        mine = own is None or own.is_own(place, held)
-        name = held.owner if mine else f"{held.owner} (hung on the optimizer, not its own)"
-        names.setdefault(storage_range(held.tensor)[0], name)
-    for key, tensor in getattr(model, "batch", {}).items():
-        names.setdefault(storage_range(tensor)[0], f"the batch's {key}")
+    for holding in holdings:
+        if holding.role is Role.BATCH:
+            name = f"the batch's {holding.key.rsplit('/', 1)[-1]}"
+        else:
+            name = holding.owner
+        names.setdefault(storage_range(holding.tensor)[0], name)
     return names
 
 
 def _labels(model: Any) -> dict[int, str]:
-    """The model's and the optimizer's parameters, by ``id``, in words."""
-    from offloadprobe.engine.optimizer.holdings import megatron_optimizers
+    """The optimizers' and the model's parameters, by ``id``, in words (a parameter that is
+    both, as a plain ``torch.optim`` optimizer holds them, is the model's)."""
+    groups = getattr(model, "optimizer_groups", None)
+    if groups is None:
+        from offloadprobe.engine.model.inventory import optimizer_groups
 
-    labels = {id(p): "a model parameter" for c in model.chunks for p in c.parameters()}
-    for part in megatron_optimizers([model.optimizer]):
-        for group in part.optimizer.param_groups:
-            labels.update((id(p), "a main parameter") for p in group["params"])
+        found = optimizer_groups(model)
+    else:
+        found = groups()
+    labels = {id(p): "a main parameter" for each in found for g in each for p in g["params"]}
+    modules = getattr(model, "modules", None)
+    if not isinstance(modules, list):
+        modules = model.chunks
+    labels.update((id(p), "a model parameter") for m in modules for p in m.parameters())
     return labels
 
 
@@ -124,11 +144,7 @@ def copies_on_device(
     released through the driver (their addresses need not be mapped)."""
     if anchors is None:
         return {}
-    from offloadprobe.engine.model import parts
-    from offloadprobe.engine.model.buffers import ddp_buffers
-
-    skip = [storage_range(b.param_data) for b in ddp_buffers(model.chunks)]
-    skip += [storage_range(p) for *_, p in parts.named(model)]
+    skip = [storage_range(h.tensor) for h in inventory_of(model) if h.role in MOVED]
     found = find(anchors, regions_of(runtime), [*skip, *exclude])
     if not found:
         return {}

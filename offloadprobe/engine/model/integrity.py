@@ -44,17 +44,13 @@ from typing import Any
 
 import torch
 
-from offloadprobe.engine.model import parts
+from offloadprobe.core.roles import Holding, Role
+from offloadprobe.engine.engine_state import inventory_of
 from offloadprobe.engine.model.buffer_views import view_problems
 from offloadprobe.engine.model.buffers import ddp_buffers, nbytes
 from offloadprobe.engine.model.fingerprint import FingerprintKey, fingerprint, fingerprints
 from offloadprobe.engine.model.finite import nonfinite_counts
-from offloadprobe.engine.optimizer.holdings import (
-    holdings,
-    main_param_names,
-    megatron_optimizers,
-    storage_key,
-)
+from offloadprobe.engine.optimizer.holdings import storage_key
 from offloadprobe.engine.runtime import glibc_malloc
 
 __all__ = [
@@ -91,14 +87,21 @@ class HeldName:
 
 @dataclass(frozen=True, slots=True)
 class Fingerprints:
-    """Everything a round trip must bring back: each DDP ``param_data`` (in buffer order),
-    each optimizer tensor (by name) and each optimizer param-group value (by name)."""
+    """Everything a round trip must bring back: each parameter holding (megatron: each DDP
+    ``param_data``, in buffer order), each optimizer tensor (by name) and each optimizer
+    param-group value (by name)."""
 
     buffers: list[tuple[int, ...]]
     optimizer: list[tuple[HeldName, tuple[int, ...]]] = field(default_factory=list)
     groups: list[tuple[str, Any]] = field(default_factory=list)
     parts: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
-    """Each parameter outside the DDP buffers (``parts.py``), by ``part name``."""
+    """Each frozen or reference-model parameter, by its key (``part name``)."""
+    keys: list[str] = field(default_factory=list)
+    """The key of each entry of ``buffers``."""
+
+
+def _role(holdings: list[Holding], *roles: Role) -> list[Holding]:
+    return [h for h in holdings if h.role in roles]
 
 
 def fingerprint_buffers(models: list[Any]) -> list[tuple[int, ...]]:
@@ -106,51 +109,63 @@ def fingerprint_buffers(models: list[Any]) -> list[tuple[int, ...]]:
     return fingerprints(b.param_data for b in ddp_buffers(models))
 
 
-def _param_indices(model: Any) -> dict[int, int]:
-    """``id(inner optimizer parameter) -> its index`` over every inner optimizer's groups."""
-    found: dict[int, int] = {}
-    for part in megatron_optimizers([model.optimizer]):
-        for group in part.optimizer.param_groups:
-            for param in group["params"]:
-                found.setdefault(id(param), len(found))
-    return found
+def _labels(model: Any) -> dict[str, str]:
+    method = getattr(model, "labels", None)
+    if method is not None:
+        return dict(method())
+    from offloadprobe.engine.model.inventory import labels
+
+    return labels(model)
+
+
+def _restores(model: Any, holding: Holding) -> bool:
+    method = getattr(model, "restores", None)
+    if method is not None:
+        return bool(method(holding))
+    from offloadprobe.engine.model.inventory import restores
+
+    return restores(holding)
+
+
+def _held_name(holding: Holding, labels: dict[str, str]) -> HeldName:
+    """``exp_avg`` of ``param 3``: the key less its owner (``param 3/exp_avg``)."""
+    suffix = f"/{holding.owner}"
+    param = holding.key[: -len(suffix)] if holding.key.endswith(suffix) else holding.key
+    return HeldName(owner=holding.owner, param=param, label=labels.get(holding.key, ""))
 
 
 def _optimizer_tensors(model: Any) -> list[tuple[HeldName, torch.Tensor]]:
-    """Optimizer tensors to check, each by its name: views into the DDP buffers and the
-    gradients on the main params (rebuilt every step) are left out (see the module doc)."""
-    ddp = set()
-    for buffer in ddp_buffers(model.chunks):
-        ddp.add(storage_key(buffer.param_data))
-        ddp.add(storage_key(buffer.grad_data))
-    index = _param_indices(model)
-    labels = main_param_names([model.optimizer], model.chunks)
-    seen: dict[tuple[str, str], int] = {}
-    found = []
-    for held in holdings([model.optimizer]):
-        if held.owner.startswith("main_param.") or storage_key(held.tensor) in ddp:
-            continue
-        at = index.get(id(held.param)) if held.param is not None else None
-        if at is None:  # no param group lists its parameter: numbered among its owner's
-            outside = (held.owner, "outside")
-            seen[outside] = seen.get(outside, 0) + 1
-            param = f"tensor {seen[outside] - 1} outside the param groups"
-        else:
-            param = f"param {at}"
-        count = seen[(held.owner, param)] = seen.get((held.owner, param), 0) + 1
-        if count > 1:  # one state entry of several tensors (a wrapper subclass's leaves)
-            param = f"{param} #{count}"
-        label = labels.get(id(held.param), "") if held.param is not None else ""
-        found.append((HeldName(owner=held.owner, param=param, label=label), held.tensor))
-    return found
+    """Optimizer tensors to check, each by its name: those whose storage is a parameter's
+    or a gradient's (checked there) and those the engine rebuilds in every step (megatron:
+    the gradients on the main params) are left out (see the module doc)."""
+    holdings = inventory_of(model)
+    model_storages = {storage_key(h.tensor) for h in _role(holdings, *MODEL_ROLES)}
+    labels = _labels(model)
+    return [
+        (_held_name(h, labels), h.tensor)
+        for h in _role(holdings, Role.OPTIMIZER)
+        if storage_key(h.tensor) not in model_storages and _restores(model, h)
+    ]
+
+
+MODEL_ROLES = (Role.PARAMETERS, Role.GRADIENTS)
+
+
+def _groups(model: Any) -> list[list[dict[str, Any]]]:
+    method = getattr(model, "optimizer_groups", None)
+    if method is not None:
+        return list(method())
+    from offloadprobe.engine.model.inventory import optimizer_groups
+
+    return optimizer_groups(model)
 
 
 def _group_values(model: Any) -> list[tuple[str, Any]]:
-    """Every inner optimizer param group's entries but its params (``step`` where the
-    optimizer counts per group, ``lr``, betas ...): a value, or a tensor's fingerprint."""
+    """Every optimizer param group's entries but its params (``step`` where the optimizer
+    counts per group, ``lr``, betas ...): a value, or a tensor's fingerprint."""
     found: list[tuple[str, Any]] = []
-    for p, part in enumerate(megatron_optimizers([model.optimizer])):
-        for g, group in enumerate(part.optimizer.param_groups):
+    for p, groups in enumerate(_groups(model)):
+        for g, group in enumerate(groups):
             for name, value in group.items():
                 if name == "params":
                     continue
@@ -164,23 +179,38 @@ def _group_values(model: Any) -> list[tuple[str, Any]]:
 
 @glibc_malloc.device_work  # CPU emulation: its temporaries are device memory on a GPU
 def fingerprint_state(model: Any) -> Fingerprints:
-    """Fingerprint every DDP buffer and every optimizer tensor of ``model`` (before offload)."""
+    """Fingerprint every parameter holding, every part and every optimizer tensor of the
+    model's inventory (before offload)."""
+    holdings = inventory_of(model)
     tensors = _optimizer_tensors(model)
     values = fingerprints(t for _, t in tensors)
-    loose = parts.named(model)
+    params = _role(holdings, Role.PARAMETERS)
+    loose = _role(holdings, Role.FROZEN, Role.REFERENCE)
     return Fingerprints(
-        buffers=fingerprint_buffers(model.chunks),
+        buffers=fingerprints(h.tensor for h in params),
         optimizer=[(name, fp) for (name, _), fp in zip(tensors, values, strict=True)],
         groups=_group_values(model),
         parts=[
-            (f"{part} {name}", fp)
-            for (part, name, _), fp in zip(loose, fingerprints(p for *_, p in loose), strict=True)
+            (h.key, fp) for h, fp in zip(loose, fingerprints(h.tensor for h in loose), strict=True)
         ],
+        keys=[h.key for h in params],
     )
 
 
 def _storage_ok(tensor: torch.Tensor) -> bool:
     return tensor.untyped_storage().size() >= nbytes(tensor)
+
+
+def _where(holding: Holding) -> str:
+    """``buffer 3`` of ``buffer 3/param_data``: the place a parameter and its gradient share."""
+    return holding.key.rsplit("/", 1)[0]
+
+
+def _view_problems(model: Any, cycle: int) -> list[str]:
+    method = getattr(model, "view_problems", None)
+    if method is not None:
+        return list(method(cycle))
+    return view_problems(model, cycle)
 
 
 @glibc_malloc.device_work
@@ -189,44 +219,63 @@ def verify_round_trip(
 ) -> list[str]:
     """Problems found after a load; an empty list means every byte came back.
 
-    ``grads_zeroed``: the strategy freed ``grad_data``, so load must hand it back zeroed.
+    ``grads_zeroed``: the strategy freed the gradients, so load must hand them back zeroed.
     """
-    problems = view_problems(model, cycle)
-    buffers = list(ddp_buffers(model.chunks))
-    restored = [_storage_ok(b.param_data) for b in buffers]
-    found = iter(fingerprints(b.param_data for b, ok in zip(buffers, restored, strict=True) if ok))
-    for index, (buffer, ok) in enumerate(zip(buffers, restored, strict=True)):
-        label = f"cycle {cycle}, buffer {index} ({buffer.param_data.dtype})"
+    problems = _view_problems(model, cycle)
+    holdings = inventory_of(model)
+    params = _role(holdings, Role.PARAMETERS)
+    grads: dict[str, list[Holding]] = {}
+    for grad in _role(holdings, Role.GRADIENTS):
+        grads.setdefault(_where(grad), []).append(grad)
+    want = dict(zip(before.keys, before.buffers, strict=True)) if before.keys else {}
+    if not before.keys:  # fingerprints taken without keys: by order
+        want = {h.key: fp for h, fp in zip(params, before.buffers, strict=False)}
+    restored = [_storage_ok(h.tensor) for h in params]
+    found = iter(fingerprints(h.tensor for h, ok in zip(params, restored, strict=True) if ok))
+    for param, ok in zip(params, restored, strict=True):
+        where = _where(param)
+        label = f"cycle {cycle}, {where} ({param.tensor.dtype})"
         if not ok:
-            problems.append(f"{label}: param_data storage was not restored by load")
+            problems.append(f"{label}: {param.owner} storage was not restored by load")
+            grads.pop(where, None)
             continue
-        if index >= len(before.buffers) or next(found) != before.buffers[index]:
-            problems.append(f"{label}: param_data differs from before offload")
-        if not _storage_ok(buffer.grad_data):
-            problems.append(f"{label}: grad_data storage was not restored by load")
-        elif grads_zeroed and bool(buffer.grad_data.any()):
-            problems.append(f"{label}: grad_data is not zero after load")
+        if next(found) != want.get(param.key):
+            problems.append(f"{label}: {param.owner} differs from before offload")
+        for grad in grads.pop(where, []):
+            problems += _grad_problems(grad, label, grads_zeroed)
+    for where, rest in grads.items():
+        for grad in rest:
+            label = f"cycle {cycle}, {where} ({grad.tensor.dtype})"
+            problems += _grad_problems(grad, label, grads_zeroed)
     return problems + _verify_optimizer(model, before, cycle) + _verify_parts(model, before, cycle)
 
 
+def _grad_problems(grad: Holding, label: str, grads_zeroed: bool) -> list[str]:
+    if not _storage_ok(grad.tensor):
+        return [f"{label}: {grad.owner} storage was not restored by load"]
+    if grads_zeroed and bool(grad.tensor.any()):
+        return [f"{label}: {grad.owner} is not zero after load"]
+    return []
+
+
 def _verify_parts(model: Any, before: Fingerprints, cycle: int) -> list[str]:
-    """Each parameter outside the DDP buffers, as the modules hold it now: still there, its
-    storage back, its bytes unchanged."""
-    loose = parts.named(model)
-    ok = [_storage_ok(p) for *_, p in loose]
-    found = iter(fingerprints(p for (*_, p), good in zip(loose, ok, strict=True) if good))
+    """Each frozen or reference-model parameter, as the engine holds it now (megatron: read
+    from the modules by name): still there, its storage back, its bytes unchanged."""
+    loose = _role(inventory_of(model), Role.FROZEN, Role.REFERENCE)
+    ok = [_storage_ok(h.tensor) for h in loose]
+    found = iter(fingerprints(h.tensor for h, good in zip(loose, ok, strict=True) if good))
     want = dict(before.parts)
-    now = {f"{part} {name}" for part, name, _ in loose}
+    now = {h.key for h in loose}
     problems = [
         f"cycle {cycle}: {label}: no module holds it as a parameter after load"
         for label, _ in before.parts
         if label not in now
     ]
-    for (part, name, _), good in zip(loose, ok, strict=True):
+    for holding, good in zip(loose, ok, strict=True):
         if not good:
-            problems.append(f"cycle {cycle}: {part} {name}: storage was not restored by load")
-        elif next(found) != want.get(f"{part} {name}"):
-            problems.append(f"cycle {cycle}: {part} {name} differs from before offload")
+            problems.append(f"cycle {cycle}: {holding.key}: storage was not restored by load")
+        elif next(found) != want.get(holding.key):
+            problems.append(f"cycle {cycle}: {holding.key} differs from before offload")
     return problems
 
 

@@ -11,8 +11,11 @@ offloads. After an offload, the process's device bytes over the zero are split i
 - live Python tensors on the device that none of those reach (a copy in the strategy's own
   tensor, a module-level cache like TransformerEngine's FP8 workspaces), named by when they
   were made: before the first train step, during train, or during the cycles' moves;
-- the framework's own live tensors: those the model's build made before any strategy
-  existed (megatron-core's, the same under every strategy);
+- the framework's own live tensors: those the engine's inventory names its framework's
+  (``Role.FRAMEWORK``), and device tensors that were there before the model was built
+  (the no-offload reference's and the warm-up's, which megatron-core may keep alive: in
+  the zero already), the same under every strategy. A device tensor the model's build
+  made that the inventory does not name is device memory no part owns;
 - the framework's residue: what no Python tensor holds at the first offload's start
   (cuBLAS workspaces, allocator internals), measured once and expected to stay;
 - the rest, unattributed: device memory that appeared and nothing names (another
@@ -26,11 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from offloadprobe.core.verdicts import GROWN, staging_allowance
-from offloadprobe.engine.model import parts
-from offloadprobe.engine.model.buffers import ddp_buffers
+from offloadprobe.engine.engine_state import inventory_of
 from offloadprobe.engine.model.device_totals import DeviceTotal, device_total, walk
 from offloadprobe.engine.optimizer.holdings import storage_key
-from offloadprobe.engine.optimizer.own_state import OwnState, own_holdings
+from offloadprobe.engine.optimizer.own_state import OwnState
 from offloadprobe.engine.runtime import emulation
 
 
@@ -51,13 +53,10 @@ class Hidden:
 
 
 def _known_tensors(model: Any, own: OwnState | None) -> list[Any]:
-    """Every tensor the audit names: DDP buffers, the optimizer's own holdings (``own``: a
-    tensor that only hangs off the optimizer is none of its), the batch, the parts."""
-    tensors = [t for b in ddp_buffers(model.chunks) for t in (b.param_data, b.grad_data)]
-    tensors += [h.tensor for h in own_holdings(model.optimizer, own)]
-    tensors += list(getattr(model, "batch", {}).values())
-    tensors += [p for *_, p in parts.named(model)]
-    return tensors
+    """Every tensor the model's inventory names (``own``: a tensor that only hangs off
+    the optimizer is none of its): parameters, gradients, optimizer state, the parts, the
+    batch, what the engine names its framework's."""
+    return [h.tensor for h in inventory_of(model, own)]
 
 
 def _known(model: Any, own: OwnState | None = None) -> set[int]:
@@ -87,11 +86,14 @@ class DeviceLedger:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
         self.zero: DeviceTotal = device_total(runtime)
+        self.prior: set[int] = set(walk(set()))
+        """Live device tensors before the model is built (in the zero)."""
         self.framework: dict[int, int] = {}
-        """Live device tensors no part reaches that exist once the model is built, before
-        any strategy module is imported (megatron's own; in a run over several ranks, what
-        the reference model's build left), with their bytes then: the framework's, the
-        same under every strategy. Bytes they grow by later are not."""
+        """Of the live device tensors no part reaches once the model is built, before any
+        strategy module is imported, those that were there before the build (a reference
+        model megatron-core keeps alive), with their bytes then: the same under every
+        strategy. Bytes they grow by later are not theirs. What the build made that the
+        inventory does not name is not among them."""
         self.before_train: set[int] = set()
         self.before_moves: set[int] = set()
         self.first_offload: DeviceTotal | None = None
@@ -105,7 +107,8 @@ class DeviceLedger:
         """The moment after the model's build, before any strategy module is imported."""
         self.own.record(model.optimizer)
         walked = walk(_known(model, self.own))
-        self.framework = dict(walked)
+        self.framework = {key: n for key, n in walked.items() if key in self.prior}
+        self.prior = set()
         return device_total(self.runtime), set(walked)
 
     def after_construction(self, model: Any, before: tuple[DeviceTotal, set[int]]) -> int:

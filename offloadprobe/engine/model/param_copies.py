@@ -225,7 +225,8 @@ def take_anchors(
         regions = [Region(*storage_range(t), real_device(t)) for t in tensors]
     found = find(anchors, regions)
     for index, (region, size) in enumerate(zip(regions, anchors.sizes, strict=True)):
-        if anchors.kept(index) and found.get(region.address, 0) < size * (1 - 1 / 64):
+        # a region's last word is never a window's start (each reads the word after it)
+        if anchors.kept(index) and found.get(region.address, 0) < size * (1 - 1 / 64) - 8:
             raise BlindSearch(
                 f"the content search found {found.get(region.address, 0)} of the {size} "
                 "bytes of a param_data buffer in the buffer itself: it cannot look for copies"

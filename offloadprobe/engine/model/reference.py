@@ -30,7 +30,6 @@ from offloadprobe.engine.model.integrity import (
     nonfinite_of,
     nonfinite_words,
 )
-from offloadprobe.engine.model.train import train_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +55,9 @@ class Checkpoint:
 
 
 def train_phase(model: Any, steps: int) -> float | None:
-    """``steps`` train steps; the last loss (None for none)."""
-    loss = None
-    for _ in range(steps):
-        loss = train_step(model)
-    return loss
+    """``steps`` train steps of the training state (``engine_state``); the last loss (None
+    for none)."""
+    return model.train(steps)
 
 
 def checkpoint(model: Any, steps: int) -> Checkpoint:

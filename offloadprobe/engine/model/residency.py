@@ -7,19 +7,17 @@ from typing import Any
 
 import torch
 
-from offloadprobe.engine.model import parts
-from offloadprobe.engine.model.buffers import ddp_buffers
-from offloadprobe.engine.optimizer.holdings import holdings
+from offloadprobe.core.roles import Role
+from offloadprobe.engine.engine_state import inventory_of
 from offloadprobe.engine.runtime import emulation
+
+STAYS = (Role.BATCH, Role.FRAMEWORK)
 
 
 def device_tensors(model: Any) -> Iterator[torch.Tensor]:
-    """DDP param/grad buffers, the parameters outside them, every optimizer tensor."""
-    for buffer in ddp_buffers(model.chunks):
-        yield buffer.param_data
-        yield buffer.grad_data
-    yield from (p for *_, p in parts.named(model))
-    yield from (h.tensor for h in holdings([model.optimizer]))
+    """Every tensor of the model's inventory but what stays by design (the batch, what
+    the engine names its framework's): parameters, gradients, the parts, optimizer state."""
+    yield from (h.tensor for h in inventory_of(model) if h.role not in STAYS)
 
 
 def device_bytes(model: Any) -> int:

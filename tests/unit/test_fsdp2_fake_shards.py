@@ -57,3 +57,34 @@ def test_a_fake_rank_state_names_its_padded_shards_and_trains():
         assert len({h.tensor.untyped_storage()._cdata for h in grads}) == shape.blocks + 1
         moments = [h for h in found if h.owner in ("exp_avg", "exp_avg_sq")]
         assert storage_bytes(moments) == 2 * sum(s.numel for s in expected.values()) * 4
+
+
+def test_the_root_parameters_a_forward_leaves_unsharded_are_named():
+    # FSDP2's default: blocks reshard after forward, the root (embedding, final norm,
+    # head) keeps its bf16 all-gather outputs until backward, or after a forward without
+    # one (a no-grad log-prob pass) until something reshards it
+    shape = ModelShape.for_payload("plain", 1, vocab=1001)
+    root = {"embed.weight": 2 * 501, "norm.weight": 256, "head.weight": 2 * 501}  # padded rows
+
+    def unsharded(state) -> dict[str, int]:
+        return {
+            h.key.removesuffix("/unsharded_param"): h.tensor.untyped_storage().nbytes()
+            for h in state.inventory()
+            if h.owner == "unsharded_param" and h.tensor.untyped_storage().nbytes()
+        }
+
+    with fake_rank(1, 2, device="cpu") as world:
+        state = build_state(shape, world, batch=1, seq=8)
+        assert unsharded(state) == {}
+        logits = state.module(state.batch[0])
+        held = {
+            name: rows * (256 if name != "norm.weight" else 1) * 2 for name, rows in root.items()
+        }
+        assert unsharded(state) == held
+        logits.float().sum().backward()
+        assert unsharded(state) == {}
+        with torch.no_grad():
+            state.module(state.batch[0])
+        assert unsharded(state) == held
+        state.module.reshard()
+        assert unsharded(state) == {}

@@ -89,10 +89,13 @@ class Gpt(nn.Module):
         return self.head(self.norm(x))
 
 
-def shard(model: Gpt, mesh: object, reshard_after_forward: bool = True) -> Gpt:
+def shard(model: Gpt, mesh: object, reshard_after_forward: bool | None = None) -> Gpt:
     """One ``fully_shard`` per block, then the root (embedding, final norm, head), with
     bf16 parameters for compute and fp32 gradient reduction; the fp32 shards stay the
-    parameters (the master weights)."""
+    parameters (the master weights). ``reshard_after_forward``: FSDP2's own default
+    (None) reshards the blocks after forward and keeps the root's parameters unsharded
+    until backward (or, after a forward without one, until the next reshard); True or
+    False for every ``fully_shard`` (verl passes its config's, True by default)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -102,13 +105,19 @@ def shard(model: Gpt, mesh: object, reshard_after_forward: bool = True) -> Gpt:
     return model
 
 
-def build_model(shape: ModelShape, mesh: object, device: str, seed: int) -> Gpt:
+def build_model(
+    shape: ModelShape,
+    mesh: object,
+    device: str,
+    seed: int,
+    reshard_after_forward: bool | None = None,
+) -> Gpt:
     """The sharded model, its initial values a function of ``seed`` and the device type
     alone (every rank draws the same whole model, then keeps its shards)."""
     torch.manual_seed(seed)
     with torch.device(device):
         model = Gpt(shape)
-    return shard(model, mesh)
+    return shard(model, mesh, reshard_after_forward)
 
 
 def make_batch(

@@ -37,7 +37,9 @@ def on_gpu(tensor: torch.Tensor) -> bool:
 def settle() -> None:
     gc.collect()
     torch.cuda.synchronize()
-    torch._C._cuda_clearCublasWorkspaces()
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()  # cuBLAS's per-handle workspaces come from the caching allocator too
     torch.cuda.empty_cache()
 
 

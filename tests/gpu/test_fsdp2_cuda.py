@@ -4,9 +4,11 @@ the fake process group on one GPU, and real NCCL ranks where there are 2 GPUs
 
 The truth is the caching allocator's requested bytes (``requested_bytes.all.current``,
 cuBLAS's workspaces cleared first), never the inventory under test: the inventory must
-name every requested byte (1 MiB of margin), after training and after verl's blocking
+name every requested byte, after training and after verl's blocking
 FSDP2 offload (``model.to("cpu")``), on every cycle; each shard's storage is the presets'
 padded chunk; the round trip is bit-exact by key. Each run prints its figures by owner.
+Margin: 64 MiB, for what no engine owns and clearing cuBLAS's workspaces may leave (a
+cuBLASLt workspace); the 1.08 GiB the reference saw stay behind is far above it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1024**2
+UNOWNED = 64 * MiB
 WORKER = [sys.executable, "-m", "tests.gpu.fsdp2_cuda_worker"]
 
 
@@ -64,7 +67,7 @@ def _check(rank: dict) -> None:
         moments += [cycle["trained"], cycle["offloaded"], cycle["loaded"]]
         assert set(cycle["offloaded"]["owners"]) <= {"exp_avg", "exp_avg_sq", "batch"}, cycle
     for seen in moments:
-        assert 0 <= seen["requested"] - seen["named"] <= MiB, seen
+        assert 0 <= seen["requested"] - seen["named"] <= UNOWNED, seen
 
 
 @pytest.mark.parametrize(("rank", "shards"), [(7, 8), (23, 24)])

@@ -13,6 +13,7 @@ set. Collectives are gloo's own, on host memory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 from collections.abc import Iterator
 from unittest import mock
@@ -30,7 +31,8 @@ NOTE = (
 )
 
 
-def _cuda_calls() -> list[contextlib.AbstractContextManager[object]]:
+def cuda_calls() -> list[contextlib.AbstractContextManager[object]]:
+    """The ``torch.cuda`` calls FSDP2 and ``DeviceMesh`` make, answered as a GPU would."""
     return [
         mock.patch("torch.cuda.current_device", lambda: 0),
         mock.patch("torch.cuda.is_initialized", lambda: True),  # DeviceMesh sets no device
@@ -58,7 +60,7 @@ def emulated_gloo_ranks(malloc: str = "real") -> Iterator[tuple[Fsdp2World, Devi
             stack.callback(dist.destroy_process_group)
         if dist.get_backend() != "gloo":
             raise RuntimeError(f"CPU ranks need a gloo process group, not {dist.get_backend()}")
-        for patch in _cuda_calls():
+        for patch in cuda_calls():
             stack.enter_context(patch)
         memory = stack.enter_context(emulated_device(malloc))
         shards = dist.get_world_size()
@@ -72,3 +74,25 @@ def emulated_gloo_ranks(malloc: str = "real") -> Iterator[tuple[Fsdp2World, Devi
             note=NOTE,
         )
         yield world, memory
+
+
+FAKE_NOTE = (
+    "CPU: rank {rank} of {shards} through PyTorch's fake process group, FSDP2's device "
+    "emulated: sharding and padding are real, collectives are not"
+)
+
+
+@contextlib.contextmanager
+def emulated_fake_rank(
+    rank: int, shards: int, malloc: str = "real"
+) -> Iterator[tuple[Fsdp2World, DeviceMemory]]:
+    """Rank ``rank`` of any ``shards`` in this one CPU process: the fake process group
+    (``ranks_fake``) on the emulated device, which counts each shard as on the GPU."""
+    from offloadprobe.engines.fsdp2.ranks_fake import fake_rank
+
+    with contextlib.ExitStack() as stack:
+        for patch in cuda_calls():
+            stack.enter_context(patch)
+        memory = stack.enter_context(emulated_device(malloc))
+        world = stack.enter_context(fake_rank(rank, shards, device="cuda"))
+        yield dataclasses.replace(world, note=FAKE_NOTE.format(rank=rank, shards=shards)), memory

@@ -81,6 +81,7 @@ from typing import Any
 
 import torch
 
+from offloadprobe.engine.runtime.emulated_ops import local
 from offloadprobe.engine.runtime.host_pages import (
     PAGE,
     Ballast,
@@ -230,7 +231,7 @@ class DeviceMemory:
     # -- facts ---------------------------------------------------------------------------
     def holds(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor``'s storage is emulated device memory (allocated or freed)."""
-        return tensor.untyped_storage()._cdata in self._storages
+        return local(tensor).untyped_storage()._cdata in self._storages
 
     def holds_storage(self, storage: torch.UntypedStorage) -> bool:
         """Whether ``storage`` is emulated device memory (allocated or freed)."""
@@ -238,7 +239,7 @@ class DeviceMemory:
 
     def resident(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` occupies emulated device memory right now."""
-        storage = tensor.untyped_storage()
+        storage = local(tensor).untyped_storage()
         return storage._cdata in self._storages and storage.nbytes() > 0
 
     def held_in_python(self) -> dict[int, int]:
@@ -436,7 +437,7 @@ def _storages_of(result: Any) -> list[torch.UntypedStorage]:
     found = []
     for t in tensors:
         if isinstance(t, torch.Tensor) and not t.is_meta:
-            found.append(t.untyped_storage())
+            found.append(local(t).untyped_storage())
         elif isinstance(t, torch.UntypedStorage):
             found.append(t)
     return found

@@ -8,6 +8,20 @@ from collections.abc import Iterator
 
 import torch
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor whose storage holds ``tensor``'s bytes on this rank: a DTensor's local
+    shard (``_local_tensor``; a wrapper subclass's own storage is a placeholder of its
+    global size), the tensor itself otherwise."""
+    while type(tensor) not in _PLAIN:
+        inner = getattr(tensor, "_local_tensor", None)
+        if not isinstance(inner, torch.Tensor):
+            return tensor
+        tensor = inner
+    return tensor
+
 
 def host_device(device: object) -> object:
     if device is None:
@@ -51,6 +65,7 @@ resident."""
 
 def as_meta(value: object) -> object:
     if isinstance(value, torch.Tensor):
+        value = local(value)  # a DTensor op allocates its local shard's bytes here
         return torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device="meta")
     if isinstance(value, (list, tuple)):
         return type(value)(as_meta(v) for v in value)
@@ -105,11 +120,12 @@ def fresh_copy(result: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
 def same_storage(result: object, tensor: torch.Tensor) -> bool:
     return (
         isinstance(result, torch.Tensor)
-        and result.untyped_storage()._cdata == tensor.untyped_storage()._cdata
+        and local(result).untyped_storage()._cdata == local(tensor).untyped_storage()._cdata
     )
 
 
 def tensor_nbytes(tensor: torch.Tensor) -> int:
+    tensor = local(tensor)
     return tensor.numel() * tensor.element_size()
 
 

@@ -30,6 +30,7 @@ from offloadprobe.engine.runtime.emulated_ops import (
     fresh_copy,
     host_device,
     is_device,
+    local,
     meta_nbytes,
     requested_place,
     same_storage,
@@ -37,6 +38,7 @@ from offloadprobe.engine.runtime.emulated_ops import (
     tensor_nbytes,
 )
 from offloadprobe.engine.runtime.glibc_malloc import trim_host_heap  # noqa: F401 (callers)
+from offloadprobe.engine.runtime.unmoded import hooks_under
 
 NOTE = (
     "CPU emulation: no pinned memory, no GPU readings; emulated device memory is a "
@@ -57,7 +59,7 @@ def on_device(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` occupies device memory right now: ``is_cuda`` on a GPU, the
     emulated device's registry in CPU emulation (by fact, never by who references it)."""
     if tensor.is_cuda:
-        return tensor.untyped_storage().nbytes() > 0
+        return local(tensor).untyped_storage().nbytes() > 0
     return ACTIVE is not None and ACTIVE.resident(tensor)
 
 
@@ -179,7 +181,7 @@ def strategy_code() -> Iterator[None]:
 def _resize_tensor(func: object, args: tuple, kwargs: dict) -> object:
     """``Tensor.resize_``/``resize_as_`` of a device tensor: a storage it outgrows grows
     through the emulated device first (torch would grow it behind the accounting)."""
-    tensor, memory = args[0], ACTIVE
+    tensor, memory = local(args[0]), ACTIVE
     if memory is not None and memory.holds(tensor):
         if func is torch.Tensor.resize_as_:
             shape = tuple(args[1].shape)
@@ -202,7 +204,7 @@ def _device_op(func: object, args: tuple, kwargs: dict) -> object:
     """An op on device memory in strategy code: its new storages are device memory (its
     inputs' storages, views and in-place results included, are not new)."""
     memory = ACTIVE
-    inputs = frozenset(t.untyped_storage()._cdata for t in tensor_args(args, kwargs))
+    inputs = frozenset(local(t).untyped_storage()._cdata for t in tensor_args(args, kwargs))
     size = meta_nbytes(func, args, kwargs)
     run = lambda: func(*args, **kwargs)  # noqa: E731
     if size == RETURNS_INPUT:
@@ -227,6 +229,7 @@ def _require_storage(tensor: torch.Tensor) -> None:
 
     (Reading it on the host would be an out-of-bounds read, not an error.)
     """
+    tensor = local(tensor)
     if tensor.numel() == 0:
         return
     last = sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride(), strict=True))
@@ -452,5 +455,6 @@ def emulated_device(malloc: str = "real") -> Iterator[DeviceMemory]:
         stack.enter_context(
             mock.patch.object(threading.Thread, "_bootstrap_inner", _thread_under_the_mode)
         )
+        stack.enter_context(hooks_under(_CudaToHost, lambda: ACTIVE is not None))
         stack.enter_context(_CudaToHost())
         yield memory

@@ -1,0 +1,2 @@
+"""Training engines offloadprobe runs strategies on: one package each, never importing
+another."""

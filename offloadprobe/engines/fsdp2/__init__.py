@@ -1,0 +1,1 @@
+"""PyTorch FSDP2 (``fully_shard``) as an engine: its strategies, readings and layout."""

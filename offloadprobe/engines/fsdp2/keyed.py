@@ -59,3 +59,32 @@ def _bytes(tensor: Any) -> Any:
     import torch
 
     return tensor.contiguous().view(-1).view(torch.uint8)
+
+
+CHUNK = 1 << 26
+"""Words per step of :func:`fingerprint` (bounds its device temporaries to 512 MiB)."""
+
+
+def fingerprint(model: Any, optimizer: Any | None = None) -> dict[str, tuple[Any, ...]]:
+    """Two sums of every tensor's words, by key, computed where the tensor lives: no host
+    copy of the payload (the benchmark's host figures stay the strategy's). A change of
+    any byte shows unless it keeps both the sum and the sum of squares (mod 2**64)."""
+    import torch
+
+    prints: dict[str, tuple[Any, ...]] = {}
+    with torch.no_grad():
+        for key, tensor in _tensors(model, optimizer).items():
+            flat = tensor.detach().contiguous().view(-1).view(torch.uint8)
+            words = flat.view(torch.int32) if flat.numel() % 4 == 0 else flat
+            total = square = 0
+            for start in range(0, words.numel(), CHUNK):
+                part = words[start : start + CHUNK].to(torch.int64)
+                total += int(part.sum())
+                square += int((part * part).sum())
+            prints[key] = (*tensor.shape, str(tensor.dtype), total, square % 2**64)
+    return prints
+
+
+def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Keys whose fingerprints differ (or that exist on one side only)."""
+    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))

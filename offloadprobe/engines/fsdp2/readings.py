@@ -188,3 +188,59 @@ def glibc_share() -> tuple[int, int]:
     before = rss()
     trim_host_heap()
     return before, rss()
+
+
+def _walk(obj: Any, path: str, depth: int, found: dict[int, tuple[str, int]]) -> None:
+    """Device tensors reachable from ``obj``'s attributes, NamedTuples and lists, each
+    storage once, named by the first path that reaches it."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        tensor = local_tensor(obj)
+        storage = tensor.untyped_storage()
+        if tensor.device.type != "cpu" and storage.nbytes() and storage.data_ptr():
+            found.setdefault(storage.data_ptr(), (path, storage.nbytes()))
+        return
+    if depth <= 0 or isinstance(obj, (str, bytes, int, float, bool, torch.nn.Module)):
+        return
+    if isinstance(obj, tuple | list):
+        for i, item in enumerate(obj):
+            _walk(item, f"{path}[{i}]", depth - 1, found)
+    elif hasattr(obj, "__dict__") and type(obj).__module__.startswith("torch.distributed"):
+        for name, value in vars(obj).items():
+            _walk(value, f"{path}.{name}", depth - 1, found)
+
+
+def device_owners(model: Any, optimizer: Any | None = None) -> dict[str, int]:
+    """Device bytes that the model, its optimizer and FSDP2's own objects still hold, by
+    owner: ``sharded_param`` (a shard's padded storage), ``grad``, ``exp_avg``, ``buffer``,
+    and whatever else an ``FSDPParam`` or ``FSDPParamGroup`` references, by its attribute
+    (``FSDPParam._unsharded_param``, ``FSDPParamGroup.comm_ctx.all_gather_state``, ...).
+    Each storage counts once, for the first owner that reaches it; bytes the caller's
+    ``memory_allocated`` has beyond the sum belong to no part."""
+    from torch.distributed.fsdp import FSDPModule
+
+    found: dict[int, tuple[str, int]] = {}
+    for fsdp_param in fsdp_params(model):
+        _walk(fsdp_param._sharded_param_data, "sharded_param", 1, found)
+        _walk(fsdp_param.sharded_param.grad, "grad", 1, found)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            for group in module._get_fsdp_state()._fsdp_param_groups:
+                for fsdp_param in group.fsdp_params:
+                    _walk(fsdp_param, "FSDPParam", 3, found)
+                _walk(group, "FSDPParamGroup", 4, found)
+    for param in model.parameters():
+        _walk(param, "param (not FSDP's)", 1, found)
+        _walk(param.grad, "grad", 1, found)
+    for buffer in model.buffers():
+        _walk(buffer, "buffer", 1, found)
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            for key, value in state.items():
+                _walk(value, str(key), 1, found)
+    owners: dict[str, int] = {}
+    for path, nbytes in found.values():
+        owner = path.split("[")[0]
+        owners[owner] = owners.get(owner, 0) + nbytes
+    return owners

@@ -84,9 +84,13 @@ def shard_homes(
     moved = list(strategies)
     names = {id(p): name for name, p in model.named_parameters()}
     homes = []
-    for fsdp_param in fsdp_params(model):
-        key = names.get(id(fsdp_param.sharded_param), fsdp_param._param_fqn)
-        homes.append(_shard(key, fsdp_param.sharded_param, moved, is_device))
+    shards = list(fsdp_params(model))
+    if shards:
+        for fsdp_param in shards:
+            key = names.get(id(fsdp_param.sharded_param), fsdp_param._param_fqn)
+            homes.append(_shard(key, fsdp_param.sharded_param, moved, is_device))
+    else:  # FSDP1: its flat parameters are the shards
+        homes += [_shard(name, p, moved, is_device) for name, p in model.named_parameters()]
     if optimizer is not None:
         for param, state in optimizer.state.items():
             for name, value in state.items():

@@ -235,7 +235,7 @@ def device_owners(model: Any, optimizer: Any | None = None) -> dict[str, int]:
                     _walk(fsdp_param, "FSDPParam", 3, found)
                 _walk(group, "FSDPParamGroup", 4, found)
     for param in model.parameters():
-        _walk(param, "param (not FSDP's)", 1, found)
+        _walk(param, "parameter", 1, found)
         _walk(param.grad, "grad", 1, found)
     for buffer in model.buffers():
         _walk(buffer, "buffer", 1, found)

@@ -161,7 +161,10 @@ def rank(rank_: int, out: str, port: int) -> None:
     result: dict[str, Any] = {"reference": reference(), "rows": {}}
     for name, opt_name in PAIRS.items():
         if name in MODULES:
-            result["rows"][name] = run_row(name, opt_name)
+            try:
+                result["rows"][name] = run_row(name, opt_name)
+            except Exception as error:  # the row's failure, reported by name
+                result["rows"][name] = {"error": f"{type(error).__name__}: {error}"}
     result["corrupt"] = run_row("exact", "exact_optimizer", corrupt=True)["mismatches"]
     result["refusals"] = {
         "verl_fsdp1": refusal("verl_fsdp1", build.DEFAULT_BUILD),

@@ -56,6 +56,8 @@ PRESETS = {  # hidden, intermediate, heads, kv heads, head dim, qkv bias, q/k no
     "tiny": (64, 200, 4, 1, 16, True, False),
 }
 GB = 1e9
+BATCH = 4
+"""Tokens per train step: the activations stay small beside the payload."""
 NOTE = (
     "fake process group: rank {rank} of {shards}; sharding and padding are real, "
     "collectives are not"
@@ -150,14 +152,10 @@ def build(args: argparse.Namespace, row_build: Any, device: str) -> tuple[Any, A
 def train(model: Any, optimizer: Any, device: str, hidden: int) -> None:
     import torch
 
-    x = torch.randn(args_batch(), hidden, device=device)
+    x = torch.randn(BATCH, hidden, device=device)
     model(x).float().square().mean().backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-
-
-def args_batch() -> int:
-    return 4
 
 
 def sync(device: str) -> None:
@@ -181,6 +179,27 @@ def payload_bytes(model: Any, optimizer: Any) -> int:
         if k in ("exp_avg", "exp_avg_sq")
     )
     return params + moments
+
+
+def project(model: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What ``engines/fsdp2/layout.py`` (``plan``) projects for verl FSDP2 on this model's
+    real shapes and this rank: beside the measured figures, its error shows."""
+    from offloadprobe.engines.fsdp2.layout import Tensor, rank_layout
+
+    units = [
+        [Tensor(name=f"{i}.{n}", shape=tuple(p.shape)) for n, p in layer.named_parameters()]
+        for i, layer in enumerate(model)
+    ]
+    got = rank_layout(units, args.shards, args.rank)
+    return {
+        "requested": got.requested,
+        "pinned_held": got.pinned_held,
+        "pinned_x": got.pinned_ratio,
+        "host_peak_x": got.peak_ratio,
+        "uneven": got.uneven,
+        "padding_bytes": got.padding_bytes,
+        "exact_host": got.exact_host,
+    }
 
 
 def one_row(args: argparse.Namespace) -> dict[str, Any]:
@@ -215,6 +234,9 @@ def one_row(args: argparse.Namespace) -> dict[str, Any]:
     )
     device_id = torch.cuda.current_device() if device == "cuda" else "cpu"
     payload = payload_bytes(model, optimizer)
+    projected = project(model, args) if row_build.wrap == "fully_shard" else None
+    if payload == 0:
+        return {"row": args.row, "refused": f"rank {args.rank} of {args.shards} holds no bytes"}
     moves = not isinstance(strategy, builds.PolicyKeepsHost)  # the policy rows move nothing
     gc.collect()
     sync(device)
@@ -302,6 +324,7 @@ def one_row(args: argparse.Namespace) -> dict[str, Any]:
         "bit_exact": all(not c["changed_keys"] for c in cycles),
         "glibc_heap_x": (trim_before - trim_after) / payload,
         "fingerprint_trims": host_sums,
+        "projected_verl_fsdp2": projected,
         "build_note": row_build.note(can_pin=device == "cuda"),
         "cycles": cycles,
     }

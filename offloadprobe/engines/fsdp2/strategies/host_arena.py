@@ -53,7 +53,8 @@ class _Block:
         import torch
 
         self.nbytes = nbytes
-        self.mapping = mmap.mmap(-1, max(nbytes, 1))
+        private = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS  # not shared memory (Python's default)
+        self.mapping = mmap.mmap(-1, max(nbytes, 1), flags=private)
         self.tensor = torch.frombuffer(self.mapping, dtype=torch.uint8, count=nbytes)
         self.pinned = False
         if pin and nbytes:

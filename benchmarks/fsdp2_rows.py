@@ -11,8 +11,9 @@ step, then ``--cycles`` offload/load cycles with a train step between.
 
 Per cycle, read outside the strategies: offload and load seconds (synchronized) and GB/s
 of the payload (local parameter shards plus both Adam moments); the host peak (VmHWM
-after writing 5 to ``/proc/self/clear_refs`` just before the offload) and the host held
-after the load (RSS over its value before cycle 0), both in payload multiples; pinned
+after writing 5 to ``/proc/self/clear_refs`` just before the offload), the host held
+after the load (RSS over its value before cycle 0) and the cycle's residue (RSS after
+the load over its value just before this offload), in payload multiples; pinned
 bytes owned and cached (``torch.cuda.host_memory_stats``); shards and moments pinned
 after the offload (``Tensor.is_pinned``); device bytes left after the offload
 (``torch.cuda.memory_allocated``) and by owner; whether the bytes came back (device-side
@@ -248,6 +249,8 @@ def one_row(args: argparse.Namespace) -> dict[str, Any]:
         if host_sums:  # the sums' host temporaries are the tool's, not the row's
             trim_host_heap()
         sync(device)
+        residue = readings.HostResidue()
+        residue.start()
         exact_hwm = reset_hwm()
         start = time.perf_counter()
         strategy.offload(model)
@@ -273,6 +276,7 @@ def one_row(args: argparse.Namespace) -> dict[str, Any]:
         sync(device)
         load_s = time.perf_counter() - start
         status = read_status()
+        left_behind = residue.after_load()
         pinned_load = readings.pinned_now()
         registered = sum(getattr(s, "registered_bytes", 0) for s in (strategy, opt) if s)
         locked_off = registered + (pinned_off.owned if pinned_off else 0)
@@ -292,6 +296,7 @@ def one_row(args: argparse.Namespace) -> dict[str, Any]:
                 "host_peak_x": (status["VmHWM"] - rss0) / payload,
                 "host_peak_exact": exact_hwm,
                 "held_after_load_x": (status["VmRSS"] - rss0) / payload,
+                "residue_x": left_behind / payload,
                 "resident_over_start_x": (status["VmRSS"] - rss_start) / payload,
                 "pinned_owned_after_offload": pinned_off.owned if pinned_off else None,
                 "pinned_owned_after_load": pinned_load.owned if pinned_load else None,

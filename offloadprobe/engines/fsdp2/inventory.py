@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from offloadprobe.core.roles import Holding, Role
+from offloadprobe.engines.fsdp2.strategies.common import param_groups
 
 
 def local(tensor: Any) -> Any:
@@ -55,8 +56,7 @@ def fsdp_groups(model: nn.Module) -> Iterator[tuple[str, Any]]:
         get = getattr(module, "_get_fsdp_state", None)
         if get is None:
             continue
-        group = get()._fsdp_param_group
-        if group is not None:
+        for group in param_groups(module):
             yield name or "root", group
 
 
@@ -108,15 +108,16 @@ def _param_holdings(model: nn.Module) -> Iterator[Holding]:
 
 
 def _group_holdings(model: nn.Module) -> Iterator[Holding]:
+    """FSDP2's own buffers of each group, read by attribute where this torch has it (2.11
+    and 2.13 differ in which they keep): never assumed absent where present."""
     contexts: dict[int, Any] = {}
     for name, group in fsdp_groups(model):
-        yield Holding(
-            "all_gather_output",
-            Role.FRAMEWORK,
-            f"{name}/empty_all_gather_output",
-            group._all_gather_output,
-        )
-        result = group._all_gather_result
+        empty = getattr(group, "_all_gather_output", None)
+        if isinstance(empty, torch.Tensor):
+            yield Holding(
+                "all_gather_output", Role.FRAMEWORK, f"{name}/empty_all_gather_output", empty
+            )
+        result = getattr(group, "_all_gather_result", None)
         if result is not None:
             yield Holding(
                 "all_gather_output",
@@ -124,19 +125,18 @@ def _group_holdings(model: nn.Module) -> Iterator[Holding]:
                 f"{name}/all_gather_output",
                 result.all_gather_output,
             )
-        if group._partial_reduce_output is not None:
+        partial = getattr(group, "_partial_reduce_output", None)
+        if partial is not None:
             yield Holding(
-                "partial_reduce_output",
-                Role.FRAMEWORK,
-                f"{name}/partial_reduce_output",
-                group._partial_reduce_output,
+                "partial_reduce_output", Role.FRAMEWORK, f"{name}/partial_reduce_output", partial
             )
-        if group._all_reduce_state is not None:
+        reduce_state = getattr(group, "_all_reduce_state", None)
+        if reduce_state is not None:
             yield Holding(
                 "all_reduce_input",
                 Role.FRAMEWORK,
                 f"{name}/all_reduce_input",
-                group._all_reduce_state.all_reduce_input,
+                reduce_state.all_reduce_input,
             )
         contexts.setdefault(id(group.comm_ctx), group.comm_ctx)
     for n, ctx in enumerate(contexts.values()):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from offloadprobe.core import pinned_stats
-from offloadprobe.engines.fsdp2.strategies.common import fsdp_params, local_tensor
+from offloadprobe.engines.fsdp2.strategies.common import fsdp_params, local_tensor, param_groups
 from offloadprobe.measure.probes.host import read_status
 
 Home = Literal["device", "host", "nowhere"]
@@ -230,7 +230,7 @@ def device_owners(model: Any, optimizer: Any | None = None) -> dict[str, int]:
         _walk(fsdp_param.sharded_param.grad, "grad", 1, found)
     for module in model.modules():
         if isinstance(module, FSDPModule):
-            for group in module._get_fsdp_state()._fsdp_param_groups:
+            for group in param_groups(module):
                 for fsdp_param in group.fsdp_params:
                     _walk(fsdp_param, "FSDPParam", 3, found)
                 _walk(group, "FSDPParamGroup", 4, found)

@@ -65,8 +65,19 @@ def fsdp_params(model: Any) -> Iterator[Any]:
     for module in model.modules():
         if not isinstance(module, FSDPModule):
             continue
-        for group in module._get_fsdp_state()._fsdp_param_groups:
+        for group in param_groups(module):
             yield from group.fsdp_params
+
+
+def param_groups(module: Any) -> list[Any]:
+    """The ``FSDPParamGroup``s of one ``fully_shard``'ed module: torch 2.13 keeps a list
+    (``_fsdp_param_groups``), torch 2.11 one group or None (``_fsdp_param_group``)."""
+    state = module._get_fsdp_state()
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is not None:
+        return list(groups)
+    group = getattr(state, "_fsdp_param_group", None)
+    return [group] if group is not None else []
 
 
 def local_tensor(tensor: Any) -> Any:

@@ -12,8 +12,8 @@ lowered by it. The parent (``isolation.warden``) holds what the worker cannot to
   upwards in a phase is a floor under its peak that a reset cannot lower. Each
   registration waits for an RCU grace period (some 8 ms here), so the levels are laid
   once, at the first phase, over the usage then, in multiples of the run's payload
-  (``FRACTIONS``), and more only where the usage at a phase start has left too few of
-  them above it. The kernel checks them every 128 page charges of a CPU: a peak
+  (``FRACTIONS``: a quarter payload apart up to 4x), and more only where the usage at a
+  phase start has left too few of them above it. The kernel checks them every 128 page charges of a CPU: a peak
   is seen to within the spacing of the levels and 512 KiB.
 * cgroup v2: ``memory.peak`` through a file the parent keeps open (Linux >= 6.12: a
   write resets the peak for reads through that file only; the worker's own writes reset
@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from offloadprobe.measure.cgroup import MemoryGroup, PeakCounter
 from offloadprobe.measure.reclaim import page_cache
 
-FRACTIONS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 8.0, 16.0)
-"""The thresholds over the usage where they are laid, in multiples of the payload."""
+FRACTIONS = (*(k / 4 for k in range(1, 17)), 6.0, 8.0, 16.0)
+"""The thresholds over the usage where they are laid, in multiples of the payload: a
+quarter payload apart up to 4x (a phase that starts between two levels, above where they
+were laid, still sees a 2x transient to within a quarter payload), coarser beyond."""
 NEAR = 4
 """More levels are laid where fewer than this many lie within ``NEAR`` payloads above the
 usage at a phase start (those laid before stay: the usage may come back to them)."""

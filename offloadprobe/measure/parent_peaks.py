@@ -13,8 +13,8 @@ lowered by it. The parent (``isolation.warden``) holds what the worker cannot to
   registration waits for an RCU grace period (some 8 ms here), so the levels are laid
   once, at the first phase, over the usage then, in multiples of the run's payload
   (``FRACTIONS``: a quarter payload apart up to 4x), and more only where the usage at a
-  phase start has left too few of them above it. The kernel checks them every 128 page charges of a CPU: a peak
-  is seen to within the spacing of the levels and 512 KiB.
+  phase start has left too few of them above it. The kernel checks them every 128 page
+  charges of a CPU: a peak is seen to within the spacing of the levels and 512 KiB.
 * cgroup v2: ``memory.peak`` through a file the parent keeps open (Linux >= 6.12: a
   write resets the peak for reads through that file only; the worker's own writes reset
   its files, never this one). On older kernels the peak cannot be reset by anyone, and is

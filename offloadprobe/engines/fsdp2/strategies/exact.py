@@ -61,8 +61,9 @@ def model_tensors(model: Any) -> list[Any]:
     return tensors
 
 
-class ExactPinned:
-    """Exact-size reused host slice per device storage; device storage freed in place."""
+class ArenaStrategy:
+    """A strategy whose host copies are slices of one reused ``HostArena``: the model's
+    (``ExactPinned``) and the optimizer's (``exact_optimizer.ExactOptimizer``)."""
 
     def __init__(self, runtime: Any | None = None) -> None:
         self.runtime = runtime
@@ -75,6 +76,10 @@ class ExactPinned:
 
     def _sync(self) -> None:
         synchronize(self.runtime)
+
+
+class ExactPinned(ArenaStrategy):
+    """Exact-size reused host slice per device storage; device storage freed in place."""
 
     def offload(self, model: Any) -> None:
         import torch

@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from offloadprobe.engine.descriptors import OptimizerStrategyInfo
-from offloadprobe.engines.fsdp2.strategies.common import can_pin, local_tensor, synchronize
-from offloadprobe.engines.fsdp2.strategies.exact import device_storages
-from offloadprobe.engines.fsdp2.strategies.host_arena import HostArena
+from offloadprobe.engines.fsdp2.strategies.common import local_tensor
+from offloadprobe.engines.fsdp2.strategies.exact import ArenaStrategy, device_storages
 
 
 def state_tensors(optimizer: Any) -> list[Any]:
@@ -29,19 +28,8 @@ def state_tensors(optimizer: Any) -> list[Any]:
     ]
 
 
-class ExactOptimizer:
+class ExactOptimizer(ArenaStrategy):
     """Exact-size reused host slice per optimizer state storage; freed in place."""
-
-    def __init__(self, runtime: Any | None = None) -> None:
-        self.runtime = runtime
-        self.arena = HostArena(pin=can_pin(runtime))
-
-    @property
-    def registered_bytes(self) -> int:
-        return self.arena.registered_bytes
-
-    def _sync(self) -> None:
-        synchronize(self.runtime)
 
     def offload(self, optimizer: Any) -> None:
         storages = device_storages(state_tensors(optimizer), self.runtime)

@@ -19,13 +19,25 @@ parent then finds facts missing, and the record is judged ``inconsistent``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import socket
 from collections.abc import Iterable
 from typing import Any
 
+from offloadprobe.measure.threshold_sync import check_thresholds_now
+
 ACK = b"\n"
 ACK_TIMEOUT_S = 60.0
+
+
+@functools.cache
+def _on_v1() -> bool:
+    """Whether this process's memory cgroup is a v1 one (thresholds are v1's)."""
+    from offloadprobe.measure.cgroup import own_group
+
+    group = own_group()
+    return group is not None and group.version == 1
 
 
 class ParentChannel:
@@ -66,6 +78,8 @@ class ParentChannel:
         return False
 
     def mark(self, event: str, cycle: int, phase: str) -> None:
+        if event == "start" and self.owns_peaks and _on_v1():
+            check_thresholds_now()  # what came before is no phase's (``threshold_sync``)
         self.send({"mark": event, "cycle": cycle, "phase": phase})
 
     def problems(self, lines: list[str]) -> None:

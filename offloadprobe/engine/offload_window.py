@@ -15,11 +15,11 @@ from typing import Any
 from offloadprobe.core.roles import Role
 from offloadprobe.core.verdicts import served_bytes
 from offloadprobe.engine.engine_state import inventory_of, part_bytes
-from offloadprobe.engine.model import audit, param_copies
+from offloadprobe.engine.model import audit
 from offloadprobe.engine.model.copy_owners import copies_on_device
 from offloadprobe.engine.model.device_regions import device_bytes
 from offloadprobe.engine.model.ledger import Hidden, fact_fields
-from offloadprobe.engine.runtime.glibc_malloc import trim_host_heap
+from offloadprobe.engine.model.search_apart import ContentSearch, search_for
 from offloadprobe.engine.transfers import claimed
 
 
@@ -28,19 +28,24 @@ def parts_to_move(model: Any, moves_params: bool) -> dict[str, int]:
     return part_bytes(inventory_of(model)) if moves_params else {}
 
 
+def param_buffers(model: Any) -> list[Any]:
+    """The tensors of the model's parameters (what the content search anchors)."""
+    return [h.tensor for h in inventory_of(model) if h.role is Role.PARAMETERS]
+
+
+def make_search(runtime: Any, model: Any) -> ContentSearch:
+    """The run's content search, made before the zero (``search_apart``)."""
+    return search_for(runtime, param_buffers(model), device_bytes(runtime))
+
+
 def window_start(state: Any) -> None:
     """Before a window's offloads (every part on the device): see the module. The last
     anchors stay where the buffers' bytes did not change."""
     model, own = state.model, state.ledger.own
     state.ledger.at_offload_start(model)
     state.snapshot = audit.snapshot_device_storage(model, own)
-    previous, state.anchors = state.anchors, None
     if state.param_to_move:
-        buffers = [h.tensor for h in inventory_of(model) if h.role is Role.PARAMETERS]
-        hint = device_bytes(state.runtime)
-        state.anchors = param_copies.take_anchors(buffers, hint, previous)
-        if state.anchors is not previous:  # the search's temporaries, freed: given back,
-            trim_host_heap()  # so a strategy's host copies never reuse pages they made
+        state.search.take(param_buffers(model), device_bytes(state.runtime))
     state.optimizer_bytes = sum(audit.optimizer_state_bytes_by_key(model, own).values())
     state.window_roles = roles_of(model)  # what an offload frees may leave the inventory
 
@@ -53,9 +58,16 @@ def window_fields(
     moved = parts_to_move(model, state.info.moves_params and bool(param_to_move))
     copies = {}
     if param_to_move:
-        exclude = [*claimed(state), *state.prior_regions.unchanged(state.runtime)]
-        own = state.ledger.own
-        copies = copies_on_device(model, state.runtime, state.anchors, own=own, exclude=exclude)
+        prior = state.prior_regions
+        same = prior.same_allocations(state.runtime)
+        copies = copies_on_device(
+            model,
+            state.runtime,
+            state.search,
+            own=state.ledger.own,
+            exclude=claimed(state),
+            kept=lambda: prior.unchanged_in(same),
+        )
     optimizer = state.optimizer_bytes if moves_optimizer else 0
     served = served_bytes(param_to_move, sum(moved.values()), optimizer)
     fields = {**fact_fields(hidden, served), "parts_to_move": moved, "param_copies": copies}

@@ -18,10 +18,11 @@ from offloadprobe.core.errors import UsageError
 from offloadprobe.core.outcomes import Failure
 from offloadprobe.core.records import PhaseRecord, Report, ResidencyFact, RunRecord
 from offloadprobe.core.verdicts import cycle_residency_problems
+from offloadprobe.engine import offload_window
 from offloadprobe.engine.channel import Findings
 from offloadprobe.engine.descriptors import close, registered_bytes
 from offloadprobe.engine.fail_closed import check_holdings
-from offloadprobe.engine.model import audit, param_copies
+from offloadprobe.engine.model import audit
 from offloadprobe.engine.model.builder import build_probe_model
 from offloadprobe.engine.model.integrity import fingerprint_state, verify_round_trip
 from offloadprobe.engine.model.ledger import DeviceLedger
@@ -116,12 +117,12 @@ class _Cycles:
         self.ledger = DeviceLedger(runtime)
         self.prior_regions = PriorRegions.take(runtime)  # the search leaves these alone
         self.model = self.build()
+        self.search = offload_window.make_search(runtime, self.model)  # its memory in the zero
         check_holdings(cfg, self.model, moves_optimizer=moves_optimizer(cfg))
         import_builtins(cfg)  # offloadprobe's own modules, before the zero
         before = self.ledger.before(self.model)  # before a user's strategy module is imported
         self.construction, built = self.meter.measure(0, "construction", self.construct)
-        """Measured from before the strategies' modules are imported: what they hold from
-        then on counts in every host figure (the zero: ``engine.zero``)."""
+        """From before the strategies' modules are imported (the zero: ``engine.zero``)."""
         self.info, self.strategy, self.optimizer_strategy = built
         self.built_on_device = self.ledger.after_construction(self.model, before)
         """Device bytes (by totals) they hold from construction (a copy could sit there)."""
@@ -136,7 +137,6 @@ class _Cycles:
         self.problems: list[str] = Findings(hooks.channel)  # each told to the parent
         self.failure: Failure | None = None
         self.residency: list[ResidencyFact] = []
-        self.anchors: param_copies.Anchors | None = None
         self.residents: list[audit.ResidentTensor] = []
         self.registered = 0
         self.notes: list[str] = []

@@ -330,7 +330,9 @@ def run_worker(spec: WorkerSpec) -> WorkerOutcome:
         )
         escaped = [m for m in (_escape_file(folder), warden and warden.escape_message()) if m]
         if escaped:  # its figures miss what the escaped process held
-            where = warden.where if warden is not None and warden.escaped else None
+            # placed where the worker was when it was found out and killed: the phase
+            # then under way, or the last one that started (either watch may find it)
+            where = (warden.where if warden is not None else None) or last_started(job.phase_log(0))
             ended_as = Failure(
                 kind="escaped",
                 message="; ".join(escaped),

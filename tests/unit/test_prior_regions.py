@@ -26,3 +26,20 @@ def test_only_unchanged_allocations_from_before_are_left_out(monkeypatch):
     # two words changed, anywhere, change the digests too
     twin[:2] = twin[:2].flip(0).clone() + 1
     assert before.unchanged(None) == []
+
+
+def test_in_cpu_emulation_another_storage_at_the_same_address_is_searched(monkeypatch):
+    """A twin's storage freed and the measured model's made at its address and size with
+    the same bytes: not the same allocation (the registry's storage objects differ)."""
+    twin = torch.randn(4096, generator=torch.Generator().manual_seed(1))
+    address, nbytes = dr.storage_range(twin)
+    held = [twin.untyped_storage()]
+    memory = type("Memory", (), {"storages": lambda self: list(held)})()
+    runtime = type("Runtime", (), {"device_memory": memory})()
+    monkeypatch.setattr(prior_regions, "regions_of", lambda r: [dr.Region(address, nbytes, CPU)])
+    before = prior_regions.PriorRegions.take(runtime)
+    assert before.unchanged(runtime) == [(address, nbytes)]
+    # another storage object at the very address, size and bytes
+    held[:] = [torch._C._construct_storage_from_data_pointer(address, CPU, nbytes)]
+    assert held[0]._cdata != twin.untyped_storage()._cdata
+    assert before.unchanged(runtime) == []

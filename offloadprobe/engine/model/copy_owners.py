@@ -14,7 +14,7 @@ import torch
 from offloadprobe.core.roles import Role
 from offloadprobe.engine.engine_state import inventory_of
 from offloadprobe.engine.model.device_regions import regions_of, storage_range
-from offloadprobe.engine.model.param_copies import Anchors, find
+from offloadprobe.engine.model.search_apart import ContentSearch, Kept
 
 
 def attribute_names(addresses: set[int], labels: dict[int, str] | None = None) -> dict[int, str]:
@@ -133,19 +133,19 @@ def _labels(model: Any) -> dict[int, str]:
 def copies_on_device(
     model: Any,
     runtime: Any,
-    anchors: Anchors | None,
+    search: ContentSearch,
     *,
     own: Any = None,
     exclude: Iterable[tuple[int, int]] = (),
+    kept: Kept = None,
 ) -> dict[str, int]:
     """After an offload: bytes of the parameters found on the device outside their own
     storages and the parts', by where they hang (the owner of the storage, the attribute
     that keeps it, or ``device memory no part owns``). ``exclude``: storages a strategy
-    released through the driver (their addresses need not be mapped)."""
-    if anchors is None:
-        return {}
+    released through the driver (their addresses need not be mapped); ``kept()``: the
+    allocations before the build still unchanged (``prior_regions``)."""
     skip = [storage_range(h.tensor) for h in inventory_of(model) if h.role in MOVED]
-    found = find(anchors, regions_of(runtime), [*skip, *exclude])
+    found = search.find(regions_of(runtime), [*skip, *exclude], kept)
     if not found:
         return {}
     names = _owners(model, own)

@@ -50,6 +50,7 @@ figure's baseline); on CUDA a few kernels over the allocator's blocks.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -155,7 +156,8 @@ def _maybe(table: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
     return torch.nonzero(slots).reshape(-1)
 
 
-def _count(device_bytes: int, words: int) -> int:
+def anchor_count(device_bytes: int, words: int) -> int:
+    """Anchors taken of ``words`` 8-byte words on a device of ``device_bytes``."""
     wanted = min(MAX_ANCHORS, max(ANCHORS, device_bytes >> 14))
     return max(1, min(words, wanted))
 
@@ -201,7 +203,10 @@ def _unchanged(anchors: Anchors, tensors: list[torch.Tensor]) -> bool:
 
 
 def take_anchors(
-    buffers: Iterable[torch.Tensor], device_bytes: int, previous: Anchors | None = None
+    buffers: Iterable[torch.Tensor],
+    device_bytes: int,
+    previous: Anchors | None = None,
+    limit: int | None = None,
 ) -> Anchors | None:
     """Anchors of each buffer (``param_data``) as it is now; None where there is nothing
     to look for (no buffer of 8 bytes or more, none but equal words). The first ones of a
@@ -209,14 +214,14 @@ def take_anchors(
     fails: a search that cannot see what it looks for must not pass), which also makes,
     before the first offload, whatever the search's first call in a process allocates.
     ``previous`` anchors whose every word still reads the same are kept (no train step
-    changed the buffers)."""
+    changed the buffers). ``limit``: at most this many anchors (a store's room)."""
     tensors = [t for t in buffers if t.numel() * t.element_size() >= 8]
     if not tensors:
         return None
     if previous is not None and _unchanged(previous, tensors):
         return previous
     with _serial():
-        anchors = _anchors(tensors, device_bytes)
+        anchors = _anchors(tensors, device_bytes, limit)
     if not anchors.values.numel():
         return None
     if previous is not None:  # the search was checked on these buffers before
@@ -239,9 +244,10 @@ def take_anchors(
     return anchors
 
 
-def _anchors(tensors: list[torch.Tensor], device_bytes: int) -> Anchors:
+def _anchors(tensors: list[torch.Tensor], device_bytes: int, limit: int | None) -> Anchors:
     sizes = tuple(int(t.numel() * t.element_size()) for t in tensors)
-    count = _count(device_bytes, sum(sizes) // 8)
+    count = anchor_count(device_bytes, sum(sizes) // 8)
+    count = min(count, limit) if limit else count
     spacing = max(8, -(-sum(sizes) // count // 8) * 8)
     positions, values, owners = [], [], []
     with torch._C.DisableTorchFunction():
@@ -263,29 +269,49 @@ def _anchors(tensors: list[torch.Tensor], device_bytes: int) -> Anchors:
         twice[1:] |= same
         twice[:-1] |= same
         single = torch.ones_like(twice).index_put_((order,), ~twice)
-        all_values, all_positions = all_values[single], all_positions[single]
-        all_owners = all_owners[single]
-        sorted_values, order = sorted_values[~twice], order[~twice]
-        # ``order`` indexes the arrays before the drop: renumber it into the kept ones
-        kept_index = torch.cumsum(single, 0) - 1
-        order = kept_index[order]
-        per = [int((all_owners == i).sum()) for i in range(len(tensors))]
+        per = [int((all_owners[single] == i).sum()) for i in range(len(tensors))]
         on_host = all(real_device(t).type == "cpu" for t in tensors)
-        table = _table(sorted_values) if on_host else None
     starts = [0]
     for n in per:
         starts.append(starts[-1] + n)
-    return Anchors(
+    return rebuilt(
         spacing=spacing,
-        positions=all_positions,
-        values=all_values,
+        positions=all_positions[single],
+        values=all_values[single],
         starts=tuple(starts),
-        sorted_values=sorted_values,
-        sorted_positions=all_positions[order],
-        sorted_buffer=all_owners[order],
         sizes=sizes,
-        table=table,
+        table=on_host,
     )
+
+
+def rebuilt(
+    *,
+    spacing: int,
+    positions: torch.Tensor,
+    values: torch.Tensor,
+    starts: tuple[int, ...],
+    sizes: tuple[int, ...],
+    table: bool = True,
+) -> Anchors:
+    """Anchors from their positions and values, buffer by buffer (``starts``), each value
+    seen once: the sorted lookups and, for a host search (``table``), the hash table."""
+    with torch._C.DisableTorchFunction():
+        sorted_values, order = torch.sort(values)
+        owners = torch.repeat_interleave(
+            torch.arange(len(sizes), dtype=torch.int64),
+            torch.tensor([b - a for a, b in itertools.pairwise(starts)], dtype=torch.int64),
+        )
+        return Anchors(
+            spacing=spacing,
+            positions=positions,
+            values=values,
+            starts=starts,
+            sorted_values=sorted_values,
+            sorted_positions=positions[order],
+            sorted_buffer=owners[order],
+            sizes=sizes,
+            table=_table(sorted_values) if table else None,
+        )
 
 
 def _overlaps(region: Region, ranges: Iterable[tuple[int, int]]) -> bool:

@@ -20,7 +20,10 @@ def main_params(buffer) -> list[torch.Tensor]:
     """The main parameters (the fp32 shards of megatron's inner optimizer) of the
     DistributedOptimizer that shards ``buffer``: what a strategy finds from the buffer."""
     for obj in gc.get_objects():
-        buffers = getattr(obj, "buffers", None)
+        try:  # some objects answer an unknown name with another error (torch.jit's
+            buffers = getattr(obj, "buffers", None)  # Module proxy: RuntimeError)
+        except Exception:
+            continue
         if isinstance(buffers, list) and any(b is buffer for b in buffers):
             inner = getattr(obj, "optimizer", None)
             if isinstance(inner, torch.optim.Optimizer):

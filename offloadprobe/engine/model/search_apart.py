@@ -184,11 +184,20 @@ SLACK = 128 * 1024
 
 
 def _own_group() -> Any:
-    """This process's memory cgroup, or None where it has none readable."""
+    """This process's memory cgroup where it is the group of this process and what it
+    started (a worker's own: its figures come from it), else None (a group shared with
+    others, whose usage any wait would follow: this process's figures are its own)."""
+    import psutil
+
     from offloadprobe.measure.cgroup import own_group
 
-    with contextlib.suppress(OSError, ValueError):
-        return own_group()
+    with contextlib.suppress(OSError, ValueError, psutil.Error):
+        group = own_group()
+        if group is None:
+            return None
+        me = psutil.Process()
+        ours = {me.pid, *(p.pid for p in me.children(recursive=True))}
+        return group if set(group.pids()) <= ours else None
     return None
 
 

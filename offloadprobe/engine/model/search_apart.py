@@ -224,15 +224,14 @@ def _readings(group: Any) -> tuple[int, int | None] | None:
 
 
 def _settle(group: Any, before: tuple[int, int | None] | None) -> None:
-    """Wait until the group's usage and kernel memory are back to their readings before
-    the fork. A reaped child's page tables (about 1 MiB for 350 MB of anonymous memory)
-    are freed after an RCU grace period, 13 to 17 ms later on the 2-core host, and its
-    own pages where another process still held its address space when it exited (a
-    reader of its ``/proc`` files: the parent's watch) when that one lets go. Read at
-    once, the next phase's starting figure would include them: its peak read up to
-    1.5 MiB high, every figure after it low (``lazy`` at 8 MiB: 0.83x steady for 1.01x).
-    A strategy's helper process in the group that grows meanwhile makes this wait its
-    longest, never a figure wrong."""
+    """Wait until the group's kernel memory (its usage, where that is not read) is back
+    to its reading before the fork. A reaped child's page tables (about 1 MiB for 350 MB
+    of anonymous memory) are freed after an RCU grace period, 9 to 22 ms later on the
+    2-core host: read at once, the next phase's starting figure would include them, and
+    every figure after it would read low (``lazy`` at 8 MiB: 0.83x steady for 1.01x).
+    Kernel memory, not usage: a helper process of the strategy's in the group moves
+    usage, hardly this. Limit: a wait that runs out (``SETTLE_S``, over 20 times the
+    longest measured) leaves what was still charged in the next figures' start."""
     if before is None:
         return
     import time
@@ -243,7 +242,7 @@ def _settle(group: Any, before: tuple[int, int | None] | None) -> None:
         now = _readings(group)
         if now is None:
             break
-        if now[0] <= usage + SLACK and (kernel is None or (now[1] or 0) <= kernel + SLACK):
+        if (now[0] <= usage + SLACK) if kernel is None else ((now[1] or 0) <= kernel + SLACK):
             break
         time.sleep(0.001)
 

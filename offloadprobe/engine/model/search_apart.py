@@ -41,6 +41,7 @@ import gc
 import mmap
 import os
 import pickle
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
@@ -234,8 +235,6 @@ def _settle(group: Any, before: tuple[int, int | None] | None) -> None:
     longest measured) leaves what was still charged in the next figures' start."""
     if before is None:
         return
-    import time
-
     usage, kernel = before
     deadline = time.monotonic() + SETTLE_S
     while time.monotonic() < deadline:
@@ -278,8 +277,6 @@ class ApartSearch:
 
     def __init__(self, store: AnchorStore) -> None:
         self.store = store
-        self.checked = False
-        """Whether anchors were found where their buffers are (the first ones are)."""
 
     @classmethod
     def made(cls, buffers: list[torch.Tensor], device_bytes: int) -> ApartSearch:
@@ -289,18 +286,16 @@ class ApartSearch:
         return cls(AnchorStore(param_copies.anchor_count(4 * device_bytes, max(1, words))))
 
     def take(self, buffers: list[torch.Tensor], device_bytes: int) -> bool:
-        store, checked, capacity = self.store, self.checked, self.store.capacity
+        store, capacity = self.store, self.store.capacity
 
         def work() -> bool:
-            previous = store.read() if checked else None
+            previous = store.read()  # kept only once found where their buffers are
             anchors = param_copies.take_anchors(buffers, device_bytes, previous, limit=capacity)
             if anchors is not previous:
                 store.write(anchors)
             return anchors is not None
 
-        taken = in_child(work)
-        self.checked = self.checked or taken
-        return taken
+        return in_child(work)
 
     def find(
         self, regions: list[Region], exclude: Iterable[tuple[int, int]], kept: Kept = None

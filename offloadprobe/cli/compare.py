@@ -22,7 +22,7 @@ from offloadprobe.cli.strategies import (
     split_label,
 )
 from offloadprobe.cli.timeline import TimelineOutputs, compare_rows, output_parameters
-from offloadprobe.compare.comparison import Candidate
+from offloadprobe.compare.comparison import Candidate, split_pair
 from offloadprobe.core import environment, extras, option_budgets
 from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
@@ -46,7 +46,9 @@ EXTRA = [
         Annotated[
             list[str],
             typer.Argument(
-                help="Strategies to compare, e.g. naive lazy registered. " + model_help()
+                help="Strategies to compare, e.g. naive lazy registered; MODEL+OPTIMIZER "
+                "(verl_fsdp2+verl_optimizer) is one row with its own optimizer strategy. "
+                + model_help()
             ),
         ],
     ),
@@ -143,15 +145,16 @@ def compare_command(values: dict[str, Any]) -> None:
             "compare starts its own workers: run it outside torchrun, with --nproc-per-node "
             "for several ranks per row"
         )
+    given = [split_pair(spec) for _, spec in specs]
     check_strategies(  # a misspelt name fails before anything starts
-        [spec for _, spec in specs],
-        optimizer_names,
+        [model for model, _ in given],
+        optimizer_names + [o for _, o in given if o],
         model_place="compare {} ...",
         engine=values.get("engine") or "megatron",
     )
     parsed = option_budgets.budgets({k: values.pop(k) for k in opts.BUDGET_NAMES})
     base = opts.build_config(values)
-    check_strategy_options([spec for _, spec in specs], base.strategy_options)
+    check_strategy_options([model for model, _ in given], base.strategy_options)
     if nproc < 1:
         raise UsageError("--nproc-per-node must be at least 1")
     base.parallel.dp(nproc)

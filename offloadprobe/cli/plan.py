@@ -163,7 +163,7 @@ def _probe_plan(values: dict[str, Any], specs: list[str], *, show: bool = False)
     model = opts.build_config(values).model
     rows = [
         probe_projection(model, name, emulated=device == "cpu", cycles=cycles)
-        for name in param_strategies()
+        for name in param_strategies("megatron")
     ]
     measured = _measured(values, named, device=device, show=show) if named else ()
     return ProbePlan(

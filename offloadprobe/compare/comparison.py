@@ -163,14 +163,23 @@ def candidates(
     engine: str | None = None,
 ) -> list[Candidate]:
     """Every strategy x optimizer strategy x allocator setting, in the given order;
-    a strategy is a spec or ``(row name or None, spec)``."""
+    a strategy is a spec or ``(row name or None, spec)``. A spec ``model+optimizer``
+    (``verl_fsdp2+verl_optimizer``) is one row with its own optimizer strategy."""
     strategies = [(None, s) if isinstance(s, str) else s for s in strategies]
-    return [
-        Candidate(strategy=s, optimizer_strategy=o, alloc_conf=a, name=n, engine=engine)
-        for a, (n, s), o in product(
-            alloc_confs or [None], strategies, optimizer_strategies or [None]
-        )
-    ]
+    found = []
+    for a, (n, s) in product(alloc_confs or [None], strategies):
+        model, paired = split_pair(s)
+        for o in [paired] if paired else optimizer_strategies or [None]:
+            found.append(
+                Candidate(strategy=model, optimizer_strategy=o, alloc_conf=a, name=n, engine=engine)
+            )
+    return found
+
+
+def split_pair(spec: str) -> tuple[str, str | None]:
+    """``(model strategy, optimizer strategy or None)`` of a ``model+optimizer`` spec."""
+    model, plus, optimizer = spec.partition("+")
+    return (model, optimizer) if plus and model and optimizer else (spec, None)
 
 
 Measure = Callable[[int, Candidate, RunConfig, dict[str, str]], Any]

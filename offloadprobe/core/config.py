@@ -96,6 +96,10 @@ class ModelConfig:
     workspace_cache_bytes: int = 0
     """Device bytes the forward pass puts in a module-level cache no parameter references,
     as TransformerEngine's FP8 weight workspaces (``engine/model/workspace.py``); 0: none."""
+    preset: str | None = None
+    """A shape preset of the engine's (FSDP2: ``qwen2.5-7b``, ``qwen3-8b``, ``llama3.1-8b``,
+    ``plain``): block shapes from a real model, ``num_layers`` of them; None: megatron's
+    shape from the fields above."""
 
     def __post_init__(self) -> None:
         if self.num_experts < 0:
@@ -197,11 +201,23 @@ class ParallelConfig:
     """Context-parallel size."""
     vpp: int | None = None
     """Virtual pipeline stages per pipeline rank (interleaved schedule), or None."""
+    shards: int | None = None
+    """FSDP2: the shard count to reproduce in one process (rank ``shard_rank`` of it,
+    through PyTorch's fake process group); None: as many shards as ranks."""
+    shard_rank: int = 0
+    """FSDP2: which rank of ``shards`` this process plays."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "ep", "cp"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name} must be at least 1, got {getattr(self, name)}")
+        if self.shards is not None and self.shards < 1:
+            raise UsageError(f"--shards must be at least 1, got {self.shards}")
+        if not 0 <= self.shard_rank < (self.shards or 1):
+            raise UsageError(
+                f"--shard-rank {self.shard_rank} is not a rank of {self.shards or 1} shards: "
+                "give a rank from 0 to --shards minus 1"
+            )
         if self.vpp is not None and (self.vpp < 2 or self.pp < 2):
             raise UsageError("--vpp needs --pp 2 or more and at least 2 virtual stages")
 
@@ -323,7 +339,9 @@ class RunConfig:
             )
         from offloadprobe.core.engines import ENGINES
 
-        ENGINES.check(self.engine)
+        info = ENGINES.get(self.engine)
+        if info.check is not None:
+            info.check(self)
         self.parallel.check_model(self.model)
 
     def to_dict(self) -> dict[str, Any]:

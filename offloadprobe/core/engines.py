@@ -54,6 +54,13 @@ class EngineInfo:
     check: Callable[[Any], None] | None = None
     """``check(cfg)`` raises ``UsageError`` for a configuration the engine cannot run, in
     the parent before any worker starts (torch-free); None: nothing to check."""
+    session: str | None = None
+    """``"package.module:object"``: ``object(context)``, a context manager that joins the
+    engine's ranks and makes its parallel state for one runtime (``engine.runtime.
+    engine_session``), imported in the worker; None: a one-rank group and nothing else."""
+    size_model: Callable[[Any, int], Any] | None = None
+    """``size_model(model_config, payload_bytes)``: ``--payload`` in the engine's terms
+    (torch-free); None: megatron's (``core.config.size_for_payload``)."""
     layout: str | None = None
     """``"package.module:object"`` of its torch-free ``plan`` layout; None: not projectable."""
     default: bool = False
@@ -77,11 +84,28 @@ ENGINES: Registry[EngineInfo] = Registry(
     "engine", GROUP, _adapt, attribute=ATTRIBUTE, user_forms=()
 )
 ENGINES.register_module("megatron", "offloadprobe.engines.megatron.descriptor")
+ENGINES.register_module("fsdp2", "offloadprobe.engines.fsdp2.descriptor")
 
 
 def engine(name: str) -> EngineInfo:
     """The descriptor of a registered engine; an unknown name exits 2 with the near one."""
     return ENGINES.get(name)
+
+
+def register_engine_strategies(registry: Registry[Any], of: str) -> None:
+    """Register in ``registry`` every engine's built-in strategies of its kind (``of``: the
+    descriptor class their ``STRATEGY`` calls), from each engine's ``strategy_packages``,
+    read by text as the harness's own are (only the packages' parents are imported)."""
+    import importlib.util
+    from pathlib import Path
+
+    for info in ENGINES.entries():
+        for package in info.strategy_packages:
+            spec = importlib.util.find_spec(package)
+            if spec is None or not spec.submodule_search_locations:
+                raise UsageError(f"engine {info.name!r}: no strategy package {package!r}")
+            for folder in spec.submodule_search_locations:
+                registry.register_package(package, Path(folder), of=of)
 
 
 def engine_help() -> str:
@@ -90,4 +114,11 @@ def engine_help() -> str:
     return f"Training engine: {'; '.join(parts)}. Default {DEFAULT_ENGINE}."
 
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "EngineInfo", "engine", "engine_help"]
+__all__ = [
+    "DEFAULT_ENGINE",
+    "ENGINES",
+    "EngineInfo",
+    "engine",
+    "engine_help",
+    "register_engine_strategies",
+]

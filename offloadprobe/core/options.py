@@ -21,7 +21,7 @@ from offloadprobe.core.config import (
     RunConfig,
     size_for_payload,
 )
-from offloadprobe.core.engines import DEFAULT_ENGINE, engine_help
+from offloadprobe.core.engines import DEFAULT_ENGINE, engine, engine_help
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.units import parse_size
 
@@ -70,6 +70,16 @@ def _o(name: str, help: str, default: Any = None, kind: type = str, **kw: Any) -
 
 
 _M = DEFAULT_MODEL
+_FS = WITH_PLAN | {SCENARIO}
+SHARDS_HELP = (
+    "FSDP2: reproduce this many shards in one process, as rank --shard-rank of them "
+    "(PyTorch's fake process group: real sharding and padding, no real collectives)."
+)
+RANK_HELP = "FSDP2: which rank of --shards this process plays (the last carry the padding)."
+PRESET_HELP = (
+    "FSDP2: the block shapes of a real model: qwen2.5-7b, qwen3-8b, llama3.1-8b or plain "
+    "(default plain; --payload then sets the number of blocks)."
+)
 
 
 def _m(name: str, help: str, default: Any, kind: type, field: str) -> Option:
@@ -87,7 +97,14 @@ OPTIONS: tuple[Option, ...] = (
         group="model",
         verbs=WITH_PLAN | {SCENARIO},
     ),
-    _m("layers", "Transformer layers.", _M.num_layers, int, "num_layers"),
+    _m(
+        "layers",
+        "Transformer layers (FSDP2: blocks of the preset).",
+        _M.num_layers,
+        int,
+        "num_layers",
+    ),
+    _o("preset", PRESET_HELP, None, target="model.preset", group="model", verbs=_FS),
     _m("hidden", "Hidden size.", _M.hidden_size, int, "hidden_size"),
     _m(
         "heads",
@@ -282,6 +299,8 @@ OPTIONS: tuple[Option, ...] = (
         target="parallel.vpp",
         group="ranks",
     ),
+    _o("shards", SHARDS_HELP, None, int, target="parallel.shards", group="ranks", verbs=_FS),
+    _o("shard_rank", RANK_HELP, 0, int, target="parallel.shard_rank", group="ranks", verbs=_FS),
     _o(
         "nproc_per_node",
         "Ranks on this node, started through torchrun's launcher inside one "
@@ -462,9 +481,9 @@ def build_config(
         model["workspace_cache_bytes"] = 0
     config_model = ModelConfig(**model)
     if merged.get("payload") is not None:
-        config_model = size_for_payload(
-            config_model, parse_size(str(merged["payload"]), what="--payload")
-        )
+        payload = parse_size(str(merged["payload"]), what="--payload")
+        size = engine(str(merged.get("engine") or DEFAULT_ENGINE)).size_model or size_for_payload
+        config_model = size(config_model, payload)
     fields = dict(
         model=config_model,
         optimizer=OptimizerChoice(**optimizer),

@@ -74,12 +74,21 @@ class Registry(Generic[T]):
             )
         self._modules[name] = module
 
-    def register_package(self, package: str, folder: Path, first: tuple[str, ...] = ()) -> None:
+    def module_of(self, name: str) -> str | None:
+        """The module a built-in name is registered by (None for any other name)."""
+        return self._modules.get(name)
+
+    def register_package(
+        self, package: str, folder: Path, first: tuple[str, ...] = (), of: str | None = None
+    ) -> None:
         """Register every module in ``folder`` (the package ``package``) that assigns the
         registry's attribute (``STRATEGY``, ``REPORTER``) at its top level, found by reading
         its text (nothing is imported); listed with ``first``'s names first, then the rest
-        by name. A new built-in plug-in is its module alone."""
-        declares = re.compile(rf"^{re.escape(self.attribute)}\s*(:[^=]*)?=", re.M)
+        by name. A new built-in plug-in is its module alone. ``of``: only modules whose
+        assignment calls this name (``ModelStrategyInfo``), where one package holds
+        plug-ins of two registries."""
+        kind = rf"\s*{re.escape(of)}\(" if of else ""
+        declares = re.compile(rf"^{re.escape(self.attribute)}\s*(:[^=]*)?={kind}", re.M)
         found = [
             path.stem
             for path in sorted(folder.glob("*.py"))

@@ -141,7 +141,8 @@ class ModelStrategyInfo:
     emulation: str = "runs as written; pinned requests become ordinary host memory"
     """How it behaves in CPU emulation, in words."""
     moves_params: bool = True
-    """False only for ``none``: parameters are meant to stay on the device."""
+    """False where its offload is not meant to move parameters: ``none`` keeps them on the
+    device; FSDP2's ``CPUOffloadPolicy`` rows keep them in host memory all the time."""
     part: Part = PART_PARAMS
     check_options: Callable[[Mapping[str, str]], object] | None = None
     """Raises ``UsageError`` for ``--strategy-option`` pairs it does not take, in the parent
@@ -183,6 +184,24 @@ class OptimizerStrategyInfo:
     def moves(self, precision_aware: bool) -> bool:
         """Whether it moves anything; a strategy that does not say (the user's) moves."""
         return self.moved_keys is None or bool(self.moved_keys(precision_aware))
+
+
+def call_move(action: Callable[..., Any], arg: Any, device: Any) -> Any:
+    """A strategy's ``offload(arg)`` or ``load(arg)``; a load that takes a device id after
+    its argument (``load(optimizer, device_id)``, verl's FSDP signature) gets ``device``,
+    one with a keyword-only ``device`` (a function pair's) gets it by name."""
+    from offloadprobe.engine.strategies.user_calls import takes_device
+
+    try:
+        sig = inspect.signature(action)
+    except (TypeError, ValueError):
+        return action(arg)
+    if takes_device(sig):
+        return action(arg, device)
+    device_kw = sig.parameters.get("device")
+    if device_kw is not None and device_kw.kind is inspect.Parameter.KEYWORD_ONLY:
+        return action(arg, device=device)
+    return action(arg)
 
 
 def resolve(factory: Factory) -> Any:

@@ -63,6 +63,26 @@ class TrainingState(Protocol):
         """``steps`` train steps; the last loss (None for none)."""
 
 
+def engine_factory(name: str) -> Any:
+    """The engine's factory (``EngineInfo.factory``), imported by name: ``(model config,
+    runtime, *, seed, optimizer) -> training state``."""
+    from offloadprobe.core.engines import engine
+    from offloadprobe.engine.descriptors import resolve
+
+    return resolve(engine(name).factory)
+
+
+def without_reference(cfg: Any, runtime: Any) -> Any:
+    """``cfg`` without its reference check where the runtime's collectives are not real
+    (a fake process group: a no-offload run's trained values mean nothing; the runtime's
+    note says so). Every round trip is still checked byte for byte."""
+    import dataclasses
+
+    if getattr(runtime, "collectives_real", True) or not cfg.reference_check:
+        return cfg
+    return dataclasses.replace(cfg, reference_check=False)
+
+
 def inventory_of(state: Any, own: Any = None) -> list[Holding]:
     """``state.inventory(own)``; a stand-in without one (a test's object holding megatron's
     chunks and optimizer) is read as megatron's."""
@@ -98,4 +118,12 @@ def part_bytes(holdings: list[Holding]) -> dict[str, int]:
     return totals
 
 
-__all__ = ["TrainingState", "inventory_of", "owner_roles", "part_bytes", "role_bytes"]
+__all__ = [
+    "TrainingState",
+    "engine_factory",
+    "inventory_of",
+    "owner_roles",
+    "part_bytes",
+    "role_bytes",
+    "without_reference",
+]

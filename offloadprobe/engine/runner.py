@@ -20,10 +20,10 @@ from offloadprobe.core.records import PhaseRecord, Report, ResidencyFact, RunRec
 from offloadprobe.core.verdicts import cycle_residency_problems
 from offloadprobe.engine import offload_window
 from offloadprobe.engine.channel import Findings
-from offloadprobe.engine.descriptors import close, registered_bytes
+from offloadprobe.engine.descriptors import call_move, close, registered_bytes
+from offloadprobe.engine.engine_state import engine_factory, without_reference
 from offloadprobe.engine.fail_closed import check_holdings
 from offloadprobe.engine.model import audit
-from offloadprobe.engine.model.builder import build_probe_model
 from offloadprobe.engine.model.integrity import fingerprint_state, verify_round_trip
 from offloadprobe.engine.model.ledger import DeviceLedger
 from offloadprobe.engine.model.prior_regions import PriorRegions
@@ -34,7 +34,7 @@ from offloadprobe.engine.optimizer.strategies import optimizer_strategy
 from offloadprobe.engine.phase_errors import check_bypass, phase_failure, setup_failure
 from offloadprobe.engine.rollout import claim, limit_device_memory
 from offloadprobe.engine.run_record import failed_record, record_of, report_of
-from offloadprobe.engine.runtime import Runtime, open_runtime
+from offloadprobe.engine.runtime.session import Runtime, runtime_for
 from offloadprobe.engine.sequence import run_sequence
 from offloadprobe.engine.strategies import model_strategy
 from offloadprobe.engine.transfers import (
@@ -80,10 +80,11 @@ def moves_optimizer(cfg: RunConfig) -> bool:
     return bool(optimizer_strategy(cfg.optimizer_strategy).moves(cfg.optimizer.precision_aware))
 
 
-def _within(code: Callable[[], Any], action: Callable[[Any], Any], arg: Any) -> Any:
-    """``action(arg)`` inside ``code()`` (the runtime's context for a strategy's code)."""
-    with code():
-        return action(arg)
+def _within(runtime: Runtime, action: Callable[..., Any], arg: Any) -> Any:
+    """``action(arg)`` (a load with its device, ``call_move``) inside the runtime's context
+    for a strategy's code."""
+    with runtime.strategy_code():
+        return call_move(action, arg, runtime.load_device)
 
 
 class _Stopped(Exception):
@@ -97,7 +98,7 @@ class _Cycles:
         self, cfg: RunConfig, runtime: Runtime, hooks: Hooks, build_state: BuildState | None
     ) -> None:
         self.cfg, self.runtime, self.hooks = cfg, runtime, hooks
-        self.build_state = build_state or build_probe_model
+        self.build_state = build_state or engine_factory(cfg.engine)
         memory = runtime.device_memory
         self.meter = PhaseMeter(
             runtime,
@@ -239,12 +240,12 @@ class _Cycles:
         """The cycle's parameter and optimizer moves, in the configured order."""
         verb = "offload" if offload else "load"
         params = getattr(self.strategy, verb)
-        code = self.runtime.strategy_code
-        steps = [(verb, lambda: _within(code, params, self.model.strategy_args("params")))]
+        rt = self.runtime
+        steps = [(verb, lambda: _within(rt, params, self.model.strategy_args("params")))]
         if self.moves_optimizer:
             optimizer = getattr(self.optimizer_strategy, verb)
             args = self.model.strategy_args("optimizer")
-            step = (f"{verb} optimizer", lambda: _within(code, optimizer, args))
+            step = (f"{verb} optimizer", lambda: _within(rt, optimizer, args))
             steps.insert(0 if self.cfg.optimizer_first else 1, step)
         return steps
 
@@ -323,8 +324,9 @@ def run_cycles(
     hooks: Hooks | None = None,
     build_state: BuildState | None = None,
 ) -> RunRecord:
-    """Build the training state (``build_state``: megatron-core's ``ProbeModel`` by
-    default), then train/offload/load ``cfg.cycles`` times, measuring each phase."""
+    """Build the training state (``build_state``: the engine's factory), then train,
+    offload and load ``cfg.cycles`` times, measuring each phase."""
+    cfg = without_reference(cfg, runtime)
     try:
         state = _Cycles(cfg, runtime, hooks or Hooks(), build_state)
     except UsageError:
@@ -337,9 +339,7 @@ def run_cycles(
 
 def run(cfg: RunConfig, hooks: Hooks | None = None) -> Report:
     """One strategy's whole run in this process (one rank)."""
-    options = {"strategy_options": cfg.strategy_options, "emulation_malloc": cfg.emulation_malloc}
-    options["engine"] = cfg.engine
-    with open_runtime(cfg.device, cfg.seed, **options) as runtime:
+    with runtime_for(cfg) as runtime:
         record = run_cycles(cfg, runtime, hooks)
         return report_of(
             cfg, record, device=runtime.device, emulated=runtime.emulated, note=runtime.note

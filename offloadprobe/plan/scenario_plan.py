@@ -223,9 +223,9 @@ def project_scenario(s: Scenario) -> ScenarioPlan:
             "(exact size), optimizer strategies with the parameters offloaded by lazy",
         ],
     )
-    plan.strategies.extend(_param_plan(s, layout, k, cycles) for k in param_strategies())
+    plan.strategies.extend(_param_plan(s, layout, k, cycles) for k in param_strategies("megatron"))
     if s.offload.optimizer or any(e.kind == "optimizer" for e in s.expect):
         plan.strategies.extend(
-            _optimizer_plan(s, layout, k, cycles) for k in optimizer_strategies()
+            _optimizer_plan(s, layout, k, cycles) for k in optimizer_strategies("megatron")
         )
     return plan

@@ -26,6 +26,8 @@ class StrategyLine:
     flag: str
     name: str
     summary: str
+    engines: str = "any engine"
+    """The engines it serves (``--engine``), in words: ``megatron``, ``fsdp2``, ``any engine``."""
 
 
 def strategy_lines() -> list[StrategyLine]:
@@ -40,19 +42,27 @@ def strategy_lines() -> list[StrategyLine]:
         ("optimizer state", OPTIMIZER_FLAG, OPTIMIZER_STRATEGIES),
     )
     return [
-        StrategyLine(kind=kind, flag=flag, name=name, summary=str(registry.get(name).summary))
+        StrategyLine(
+            kind=kind,
+            flag=flag,
+            name=name,
+            summary=str(registry.get(name).summary),
+            engines=", ".join(registry.get(name).engines) or "any engine",
+        )
         for kind, flag, registry in kinds
         for name in registry.names()
     ]
 
 
 def strategy_table(lines: Sequence[StrategyLine]) -> RenderableType:
-    """One table per kind, a line per strategy, and the forms that name your own code."""
+    """One table per kind and engine, a line per strategy, and the forms that name your own
+    code."""
     parts: list[RenderableType] = []
-    for kind in dict.fromkeys(line.kind for line in lines):
-        mine = [line for line in lines if line.kind == kind]
+    for kind, engines in dict.fromkeys((line.kind, line.engines) for line in lines):
+        mine = [line for line in lines if (line.kind, line.engines) == (kind, engines)]
         columns = [Left("name", lambda s: s.name), Left("what it does", lambda s: s.summary)]
-        parts += [column_table(columns, mine, title=f"{kind}: {mine[0].flag} NAME"), Text("")]
+        title = f"{kind} ({engines}): {mine[0].flag} NAME"
+        parts += [column_table(columns, mine, title=title), Text("")]
     parts.append(Text("your own code, after either flag:"))
     parts += [Text(f"  {form}") for form in USER_FORMS]
     return Group(*parts)
@@ -60,6 +70,6 @@ def strategy_table(lines: Sequence[StrategyLine]) -> RenderableType:
 
 def strategy_markdown(lines: Sequence[StrategyLine]) -> list[str]:
     """The same lines as one Markdown table, for docs/strategies.md."""
-    out = ["| strategy | flag | what it does |", "|---|---|---|"]
-    out += [f"| `{s.name}` | `{s.flag}` | {s.summary} |" for s in lines]
+    out = ["| strategy | flag | engine | what it does |", "|---|---|---|---|"]
+    out += [f"| `{s.name}` | `{s.flag}` | {s.engines} | {s.summary} |" for s in lines]
     return out

@@ -110,10 +110,19 @@ def _numbered(columns: list[Column[_Row]], run: RunRecord) -> list[Column[_Row]]
     return [Column("step", lambda r: str(r.rec.cycle)), *columns[1:]]
 
 
+def _payload_word(run: RunRecord) -> str:
+    """The engine's own word for what the payload is (``param_data``, ``sharded_param``)."""
+    for fact in run.residency:
+        for owner, role in fact.roles.items():
+            if role == "parameters":
+                return owner
+    return "param_data"
+
+
 def phase_table(run: RunRecord, *, gpu: bool, multiples: bool = True) -> RenderableType:
     """One row per cycle (or step) and phase; host figures over the pre-offload baseline,
     as bytes and (``multiples``) as multiples of the payload."""
-    x = f"x = multiple of the payload ({format_bytes(run.payload_bytes)} of param_data); "
+    x = f"x = multiple of the payload ({format_bytes(run.payload_bytes)} of {_payload_word(run)}); "
     return column_table(
         _numbered(HOST_COLUMNS, run),
         _rows(run, multiples=multiples),

@@ -51,19 +51,27 @@ from offloadprobe.scenarios.scenario import (
 )
 
 
-def optimizer_strategies() -> tuple[str, ...]:
-    """How optimizer state may be offloaded: every registered optimizer strategy."""
+def optimizer_strategies(engine: str | None = None) -> tuple[str, ...]:
+    """How optimizer state may be offloaded: every registered optimizer strategy (of those
+    that serve ``engine``, where one is named)."""
     from offloadprobe.engine.optimizer.strategies import OPTIMIZER_STRATEGIES
 
-    return tuple(OPTIMIZER_STRATEGIES.names())
+    names = OPTIMIZER_STRATEGIES.names()
+    if engine is None:
+        return tuple(names)
+    return tuple(n for n in names if OPTIMIZER_STRATEGIES.get(n).serves(engine))
 
 
-def param_strategies() -> tuple[str, ...]:
-    """How the model's DDP buffers may reach the host: every registered model strategy
-    (``none`` among them: the parameters stay on the device)."""
+def param_strategies(engine: str | None = None) -> tuple[str, ...]:
+    """How the model's parameters may reach the host: every registered model strategy
+    (``none`` among them: the parameters stay on the device), of those that serve
+    ``engine`` where one is named."""
     from offloadprobe.engine.strategies import MODEL_STRATEGIES
 
-    return tuple(MODEL_STRATEGIES.names())
+    names = MODEL_STRATEGIES.names()
+    if engine is None:
+        return tuple(names)
+    return tuple(n for n in names if MODEL_STRATEGIES.get(n).serves(engine))
 
 
 PARTS = ("params", "optimizer")

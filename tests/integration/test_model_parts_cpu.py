@@ -41,9 +41,12 @@ NO_TMS = (
 
 
 def _moving_built_ins():
-    """Every built-in strategy that moves parameters (``none`` keeps them on purpose)."""
+    """Every built-in megatron strategy that moves parameters (``none`` keeps them on
+    purpose; FSDP2's strategies move a ``fully_shard``'ed model's, tests/integration/
+    test_fsdp2_*)."""
     for name in MODEL_STRATEGIES.builtin_names():
-        if not MODEL_STRATEGIES.get(name).moves_params:
+        info = MODEL_STRATEGIES.get(name)
+        if not info.moves_params or not info.serves("megatron"):
             continue
         marks = [pytest.mark.skip(reason=NO_TMS)] if name == "tms" else []
         yield pytest.param(name, marks=marks, id=name)

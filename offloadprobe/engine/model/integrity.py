@@ -219,8 +219,12 @@ def verify_round_trip(
 ) -> list[str]:
     """Problems found after a load; an empty list means every byte came back.
 
-    ``grads_zeroed``: the strategy freed the gradients, so load must hand them back zeroed.
+    ``grads_zeroed``: the strategy freed the gradients, so load must hand them back zeroed
+    (where the engine's contract says so: megatron's DDP grad buffers; an engine whose
+    next step sets gradients anew, FSDP2's ``zero_grad(set_to_none=True)``, says
+    ``grads_zeroed_on_load = False``, and only their storage is checked).
     """
+    grads_zeroed = grads_zeroed and getattr(model, "grads_zeroed_on_load", True)
     problems = _view_problems(model, cycle)
     holdings = inventory_of(model)
     params = _role(holdings, Role.PARAMETERS)

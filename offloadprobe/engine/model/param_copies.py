@@ -168,6 +168,16 @@ def _informative(words: torch.Tensor) -> torch.Tensor:
     return (lanes != lanes[:, :1]).any(dim=1)
 
 
+def _constant(words: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
+    """True (for every pick) where the whole buffer is one repeated word (an RMSNorm's
+    ones, a zeroed bias): its bytes are everywhere, a copy of them is no evidence, and a
+    match could not say where in the buffer it lies; False otherwise."""
+    same = picked.numel() and bool((picked == picked[0]).all())
+    if same and bool((words == words[:1]).all()):
+        return torch.ones_like(picked, dtype=torch.bool)
+    return torch.zeros_like(picked, dtype=torch.bool)
+
+
 @contextlib.contextmanager
 def _serial() -> Iterator[None]:
     """One intra-op thread meanwhile: the host work here is many small operations, which
@@ -228,10 +238,17 @@ def take_anchors(
         return anchors
     with torch._C.DisableTorchFunction():
         regions = [Region(*storage_range(t), real_device(t)) for t in tensors]
-    found = find(anchors, regions)
+    found: dict[int, int] = {}
+    for region in regions:  # each alone: a small one batched with others may go unmet
+        found.update(find(anchors, [region]))
     for index, (region, size) in enumerate(zip(regions, anchors.sizes, strict=True)):
         # a region's last word is never a window's start (each reads the word after it)
-        if anchors.kept(index) and found.get(region.address, 0) < size * (1 - 1 / 64) - 8:
+        # a buffer with fewer anchors than a match needs is never found, copied or not
+        # (a small shard of many: FSDP2's norms); the others must be found whole
+        # (a small one's last anchors are near its end, where a window reads past it)
+        kept = anchors.kept(index)
+        whole = size * (1 - max(1 / 64, MIN_MATCHES / kept)) - 8 if kept else 0
+        if kept >= MIN_MATCHES and found.get(region.address, 0) < whole:
             raise BlindSearch(
                 f"the content search found {found.get(region.address, 0)} of the {size} "
                 "bytes of a param_data buffer in the buffer itself: it cannot look for copies"
@@ -256,7 +273,7 @@ def _anchors(tensors: list[torch.Tensor], device_bytes: int, limit: int | None) 
             words = raw[: size // 8 * 8].view(torch.int64)
             where = torch.arange(0, size - 7, spacing, dtype=torch.int64)
             picked = words[(where // 8).to(real_device(raw))].cpu()
-            good = _informative(picked)
+            good = _informative(picked) & ~_constant(words, picked)
             positions.append(where[good])
             values.append(picked[good])
             owners.append(torch.full((int(good.sum()),), index, dtype=torch.int64))

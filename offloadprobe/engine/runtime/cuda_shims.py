@@ -82,8 +82,6 @@ def long_lived_objects_frozen() -> Iterator[None]:
 def cuda_on_host(malloc: str = "real") -> Iterator[None]:
     """Install the shims for the duration of the block, then restore everything
     (``malloc``: ``emulation.emulated_device``'s)."""
-    import megatron.core.tensor_parallel.random as mrandom
-
     host_rng = lambda *a, **k: torch.get_rng_state()  # noqa: E731
     patches = [
         mock.patch("torch.cuda.current_device", lambda: 0),
@@ -96,8 +94,6 @@ def cuda_on_host(malloc: str = "real") -> Iterator[None]:
         mock.patch("torch.cuda.current_stream", lambda *a, **k: NullStream()),
         mock.patch("torch.cuda.manual_seed", lambda *a, **k: None),
         mock.patch("torch.cuda.get_rng_state", host_rng),
-        mock.patch.object(mrandom, "_get_cuda_rng_state", host_rng),
-        mock.patch.object(mrandom, "_set_cuda_rng_state", lambda *a, **k: None),
     ]
     with contextlib.ExitStack() as stack:
         for patch in patches:

@@ -1,4 +1,4 @@
-"""Open and close one probe process's runtime: device, process group, megatron state."""
+"""Open and close one probe process's runtime: device, process group, the engine's state."""
 
 from __future__ import annotations
 
@@ -12,13 +12,19 @@ from typing import Any
 import torch
 
 from offloadprobe.core import collector, pinned_stats
-from offloadprobe.core.config import ParallelConfig
+from offloadprobe.core.config import ParallelConfig, RunConfig
 from offloadprobe.core.devices import NO_CUDA
+from offloadprobe.core.engines import engine
 from offloadprobe.core.errors import DeviceUnavailable
 from offloadprobe.core.world import World
-from offloadprobe.engine.runtime import collectives, emulation, glibc_malloc
+from offloadprobe.engine.runtime import emulation, glibc_malloc
 from offloadprobe.engine.runtime.cuda_shims import cuda_on_host
 from offloadprobe.engine.runtime.eager import EAGER_NOTE, eager_fusions
+from offloadprobe.engine.runtime.engine_session import (
+    EngineSessionFactory,
+    SessionContext,
+    one_group,
+)
 from offloadprobe.engine.runtime.imports import import_run_modules
 from offloadprobe.measure import cupti_memory
 
@@ -40,6 +46,21 @@ class Runtime:
     ``gather_object`` between phases; None for one rank."""
     strategy_options: dict[str, str] = field(default_factory=dict)
     """``--strategy-option key=value`` pairs, for the strategy's factory to read."""
+    engine: str = "megatron"
+    """The training engine (``core.engines``) whose session made this runtime."""
+    engine_world: Any = None
+    """What the engine's session made for its factory (FSDP2: its ``Fsdp2World``)."""
+    collectives_real: bool = True
+    """False under a fake process group: no reference trajectory (trained values are not
+    a real run's)."""
+    strategy: str | None = None
+    """The run's model strategy spec, for an engine that builds for it (FSDP2's ``BUILD``)."""
+
+    @property
+    def load_device(self) -> Any:
+        """The device id a load that takes one gets (verl's ``get_device_id()``): the current
+        CUDA device's index; ``"cuda"`` in CPU emulation (the emulated device)."""
+        return torch.cuda.current_device() if not self.emulated else "cuda"
 
     def control_group(self) -> Any:
         """The gloo group over every rank (on CUDA a separate one, so control traffic never
@@ -167,6 +188,14 @@ def _join(world: World, emulated: bool, stack: contextlib.ExitStack) -> Any:
     return None
 
 
+def _engine_session(name: str) -> EngineSessionFactory:
+    """The engine's session factory (``EngineInfo.session``), imported by name."""
+    from offloadprobe.engine.descriptors import resolve
+
+    found = engine(name).session
+    return resolve(found) if found is not None else one_group
+
+
 @contextlib.contextmanager
 def open_runtime(
     requested: str,
@@ -176,23 +205,23 @@ def open_runtime(
     strategy_options: dict[str, str] | None = None,
     emulation_malloc: str = "real",
     engine: str = "megatron",
+    strategy: str | None = None,
 ) -> Iterator[Runtime]:
-    """Join the ranks torchrun started (or make a one-rank process group) and initialise
-    megatron's parallel state at ``parallel``'s layout; undo on exit. In CPU emulation
-    ``emulation_malloc`` says what it does to glibc's malloc (``--emulation-malloc``)."""
+    """Join the ranks torchrun started (or make a one-rank process group) and make the
+    engine's parallel state at ``parallel``'s layout (its session: megatron-core's
+    ``parallel_state``, FSDP2's mesh); undo on exit. In CPU emulation ``emulation_malloc``
+    says what it does to glibc's malloc (``--emulation-malloc``). ``strategy``: the run's
+    model strategy, for an engine that builds for it (FSDP2's ``BUILD``)."""
     device = resolve_device(requested)
     emulated = device == "cpu"
     notes = [emulation.NOTE, glibc_malloc.note(emulation_malloc)] if emulated else []
-    if emulated and eager_fusions():
+    if emulated and engine == "megatron" and eager_fusions():
         notes.append(EAGER_NOTE)
     import_run_modules(engine)  # after eager_fusions: megatron-core is imported uncompiled
     # The CLI collected seldom while it imported; from here a run collects as training
     # does. On CUDA nothing is frozen, as in any training process; CPU emulation freezes
     # the long-lived objects at a run's start anyway.
     collector.resume(freeze=emulated)
-    from megatron.core import parallel_state
-    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-
     parallel = parallel or ParallelConfig()
     world = World.from_env(os.environ, parallel)
     with contextlib.ExitStack() as stack:
@@ -202,24 +231,44 @@ def open_runtime(
             notes.append(cupti_memory.start())  # before CUDA makes anything
             notes.append(pinned_stats.in_use_note(torch.__version__))
             torch.cuda.set_device(world.local_rank)
-        control = _join(world, emulated, stack)
-        if emulated and world.distributed:
-            notes.append(stack.enter_context(collectives.emulated_on_gloo()))
-        parallel_state.initialize_model_parallel(
-            **world.megatron_sizes,
+        context = SessionContext(
+            world=world,
+            parallel=parallel,
+            emulated=emulated,
+            seed=seed,
+            stack=stack,
+            join=lambda: _join(world, emulated, stack),
         )
-        stack.callback(parallel_state.destroy_model_parallel)
+        made = stack.enter_context(_engine_session(engine)(context))
+        notes += made.notes
         # The no-offload reference comparison is bit for bit: ask for deterministic kernels.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         _deterministic_algorithms(True, emulated)
         stack.callback(_deterministic_algorithms, False, emulated)
         torch.manual_seed(seed)
-        model_parallel_cuda_manual_seed(seed)
         yield Runtime(
             device=device,
             emulated=emulated,
             note="; ".join(n for n in notes if n) or None,
             world=world,
-            control=control,
+            control=made.control,
             strategy_options=dict(strategy_options or {}),
+            engine=engine,
+            engine_world=made.handle,
+            collectives_real=made.collectives_real,
+            strategy=strategy,
         )
+
+
+def runtime_for(cfg: RunConfig) -> contextlib.AbstractContextManager[Runtime]:
+    """:func:`open_runtime` for one run's configuration (its device, seed, layout, options,
+    engine and model strategy)."""
+    return open_runtime(
+        cfg.device,
+        cfg.seed,
+        cfg.parallel,
+        strategy_options=cfg.strategy_options,
+        emulation_malloc=cfg.emulation_malloc,
+        engine=cfg.engine,
+        strategy=cfg.strategy,
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from offloadprobe.core.engines import register_engine_strategies
 from offloadprobe.core.registry import Registry, is_user_spec
 from offloadprobe.engine.strategies.user import third_party
 
@@ -32,6 +33,8 @@ MODEL_STRATEGIES.register_package(
     Path(__file__).parent,
     first=("naive", "lazy", "registered", "pipelined", "pageable", "mcore", "tms", "none"),
 )
+# every engine's own strategies, after these
+register_engine_strategies(MODEL_STRATEGIES, of="ModelStrategyInfo")
 
 
 def model_strategy(spec: str) -> Any:

@@ -37,4 +37,5 @@ STRATEGY = ModelStrategyInfo(
     host_events=host_events,
     emulation="moves nothing",
     moves_params=False,
+    engines=(),  # any engine: it moves nothing
 )

@@ -50,15 +50,29 @@ class FunctionPair:
         """The two callables as they are called (bound keywords included)."""
         return self._offload, self._load
 
-    def _call(self, fn: Callable[..., Any], items: list[Any]) -> None:
+    def _call(self, fn: Callable[..., Any], items: list[Any], device: Any = None) -> None:
+        extra = (device,) if device is not None and _takes_device(fn) else ()
         for arg in items if self.each else [items]:
-            fn(arg)
+            fn(arg, *extra)
 
     def offload(self, items: list[Any]) -> None:
         self._call(self._offload, items)
 
-    def load(self, items: list[Any]) -> None:
-        self._call(self._load, items)
+    def load(self, items: list[Any], *, device: Any = None) -> None:
+        """``load(items)``; a load function that takes a device id after its argument
+        (verl's ``load_fsdp_optimizer(optimizer, device_id)``) gets ``device``."""
+        self._call(self._load, items, device)
+
+
+def _takes_device(fn: Callable[..., Any]) -> bool:
+    import inspect
+
+    from offloadprobe.engine.strategies.user_calls import takes_device
+
+    try:
+        return takes_device(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return False
 
 
 def _import(spec: str, flag: str) -> tuple[Any, str]:

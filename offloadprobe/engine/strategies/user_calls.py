@@ -62,17 +62,52 @@ def _names(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def takes_device(sig: inspect.Signature, kwargs: dict[str, Any] | None = None) -> bool:
+    """Whether a load of this signature takes a device id after its one argument, as
+    verl's ``load_fsdp_optimizer(optimizer, device_id)`` does: the call does not bind with
+    one argument, binds with two, and the second is named for a device (``device``,
+    ``device_id``); offloadprobe then passes the load's device. Any other second
+    parameter is refused as before: its meaning is the user's."""
+    kwargs = kwargs or {}
+    try:
+        sig.bind(_ONE, **kwargs)
+        return False
+    except TypeError:
+        pass
+    positional = [
+        p
+        for p in sig.parameters.values()
+        if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(positional) < 2 or "device" not in positional[1].name:
+        return False
+    try:
+        sig.bind(_ONE, _ONE, **kwargs)
+        return True
+    except TypeError:
+        return False
+
+
 def call_problem(
-    name: str, sig: inspect.Signature, kwargs: dict[str, Any], what: str, *, pair: bool = True
+    name: str,
+    sig: inspect.Signature,
+    kwargs: dict[str, Any],
+    what: str,
+    *,
+    pair: bool = True,
+    load: bool = False,
 ) -> str | None:
     """Why ``fn(one_argument, **kwargs)`` would fail for a function of signature ``sig``
     (what is wrong, then how to fix it), or None when the call binds. ``pair``: a function
-    of a pair, where keywords can be bound in the spec; else an object's method."""
+    of a pair, where keywords can be bound in the spec; else an object's method. ``load``:
+    a load, which may take a device id as its second argument (:func:`takes_device`)."""
     try:
         sig.bind(_ONE, **kwargs)
         return None
     except TypeError:
         pass
+    if load and takes_device(sig, kwargs):
+        return None
     params = list(sig.parameters.values())
     positional = [p for p in params if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)]
     var_positional = any(p.kind is _P.VAR_POSITIONAL for p in params)
@@ -164,12 +199,14 @@ def check_loaded(found: Any, *, spec: str, flag: str) -> None:
 
     if isinstance(found, FunctionPair):
         what = what_is_passed(flag, found.each)
-        for name, fn in zip(found.names, found.functions, strict=True):
+        for index, (name, fn) in enumerate(zip(found.names, found.functions, strict=True)):
             kwargs: dict[str, Any] = {}
             if isinstance(fn, functools.partial) and not fn.args:
                 fn, kwargs = fn.func, dict(fn.keywords)
             sig = _signature(fn)
-            problem = call_problem(name, sig, kwargs, what) if sig is not None else None
+            problem = (
+                call_problem(name, sig, kwargs, what, load=index == 1) if sig is not None else None
+            )
             if problem:
                 raise fail(spec, flag, problem)
         return
@@ -186,7 +223,9 @@ def check_loaded(found: Any, *, spec: str, flag: str) -> None:
             continue
         if cls is not None and not static:  # a plain function: self comes first
             sig = sig.replace(parameters=list(sig.parameters.values())[1:])
-        problem = call_problem(f"{label}.{method}", sig, {}, what, pair=False)
+        problem = call_problem(
+            f"{label}.{method}", sig, {}, what, pair=False, load=method == "load"
+        )
         if problem:
             raise fail(spec, flag, problem)
     if cls is not None and (sig := _signature(cls)) is not None:
@@ -219,14 +258,15 @@ def check_unloaded(spec: str, *, flag: str, optimizer: bool | None = None) -> No
     source = user_source.Source(spec, flag, module)
     optimizer = "optimizer" in flag if optimizer is None else optimizer
     what = what_is_passed("optimizer" if optimizer else "", each)
-    for name, kwargs in functions:
+    for index, (name, kwargs) in enumerate(functions):
         if "," in attr and "." in name:
             continue  # a method reached through an object: the worker judges the object
         found = source.lookup(name)
         if isinstance(found, user_source.Function):
             if not found.plain:
                 continue
-            problem = call_problem(name, found.signature(), kwargs, what)
+            load = "," in attr and index == 1
+            problem = call_problem(name, found.signature(), kwargs, what, load=load)
         elif isinstance(found, user_source.Class) and "," not in attr:
             problem = _class_problem(found, what)
         else:
@@ -245,7 +285,14 @@ def _class_problem(cls: Any, what: str) -> str | None:
                 "functions as package.module:offload_fn,load_fn"
             )
         if found is not None and found.plain:
-            problem = call_problem(f"{cls.name}.{method}", found.signature(), {}, what, pair=False)
+            problem = call_problem(
+                f"{cls.name}.{method}",
+                found.signature(),
+                {},
+                what,
+                pair=False,
+                load=method == "load",
+            )
             if problem:
                 return problem
     init = cls.method("__init__")

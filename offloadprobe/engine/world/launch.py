@@ -57,6 +57,19 @@ def _group(job: Job) -> MemoryGroup | None:
     return MemoryGroup.at(job.node_cgroup)
 
 
+def _as_recorded(failure: Any, job: Job, rank: int) -> bool:
+    """Whether a rank ended with the exit code its own result records, with no failure in
+    it: the verdict of a run that completed (a corruption is exit 1), not a crash."""
+    said = WorkerResult.read(job.result_path(rank))
+    return (
+        failure.exitcode > 0
+        and said is not None
+        and said.failure is None
+        and said.report is not None
+        and said.exit_code == failure.exitcode
+    )
+
+
 def _first_failure(
     failures: dict[int, Any], job: Job, group: MemoryGroup | None, oom_before: int | None
 ) -> Failure:
@@ -161,7 +174,10 @@ def launch(
     if failures is not None:
         if plan is not None:
             failures = forked.ended(failures, reaped, rank_job.folder)
-        failure = _first_failure(failures, rank_job, group, oom_before)
+        rest = {r: f for r, f in failures.items() if not _as_recorded(f, rank_job, r)}
+        if len(rest) < len(failures) and all(f.exitcode == -signal.SIGTERM for f in rest.values()):
+            rest = {}  # the agent stopped the others after rank 0 reported with its verdict
+        failure = _first_failure(rest, rank_job, group, oom_before) if rest else None
     result = WorkerResult.read(rank_job.result_path(0))
     report = result.report if result is not None else None
     if failure is None and result is not None and result.failure is not None:

@@ -22,7 +22,7 @@ from offloadprobe.core.records import Report, RunRecord, WorldRun, run_from_dict
 from offloadprobe.core.world_records import RankPlace
 from offloadprobe.engine.run_record import report_of
 from offloadprobe.engine.runner import Hooks, run_cycles
-from offloadprobe.engine.runtime import open_runtime
+from offloadprobe.engine.runtime.session import runtime_for
 from offloadprobe.engine.world import nodegroup
 from offloadprobe.engine.world.fence import PhaseFence
 from offloadprobe.engine.world.rankgroups import RankGroup, await_move
@@ -74,16 +74,7 @@ def _merged(ranks: list[RunRecord], world: WorldRun) -> RunRecord:
 def run_rank(job: Job, log: PhaseLog, *, on_abort: Callable[[Failure], None]) -> Report | None:
     """This rank's share of the run; rank 0 returns the world's report, others None."""
     cfg = job.config
-    options = cfg.strategy_options
-    malloc = cfg.emulation_malloc
-    with open_runtime(
-        cfg.device,
-        cfg.seed,
-        cfg.parallel,
-        strategy_options=options,
-        emulation_malloc=malloc,
-        engine=cfg.engine,
-    ) as runtime:
+    with runtime_for(cfg) as runtime:
         world = runtime.world
         group = runtime.control_group()
         own = rank_group(job, world.local_rank)

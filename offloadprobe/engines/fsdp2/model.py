@@ -89,19 +89,31 @@ class Gpt(nn.Module):
         return self.head(self.norm(x))
 
 
-def shard(model: Gpt, mesh: object, reshard_after_forward: bool | None = None) -> Gpt:
+def shard(
+    model: Gpt,
+    mesh: object,
+    reshard_after_forward: bool | None = None,
+    offload_policy: object = None,
+) -> Gpt:
     """One ``fully_shard`` per block, then the root (embedding, final norm, head), with
     bf16 parameters for compute and fp32 gradient reduction; the fp32 shards stay the
     parameters (the master weights). ``reshard_after_forward``: FSDP2's own default
     (None) reshards the blocks after forward and keeps the root's parameters unsharded
     until backward (or, after a forward without one, until the next reshard); True or
-    False for every ``fully_shard`` (verl passes its config's, True by default)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    False for every ``fully_shard`` (verl passes its config's, True by default).
+    ``offload_policy``: ``fully_shard``'s (``CPUOffloadPolicy`` for its rows); None: none."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    kwargs = dict(
+        mesh=mesh,
+        mp_policy=policy,
+        reshard_after_forward=reshard_after_forward,
+        offload_policy=offload_policy if offload_policy is not None else OffloadPolicy(),
+    )
     for block in model.blocks:
-        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
     return model
 
 
@@ -111,13 +123,14 @@ def build_model(
     device: str,
     seed: int,
     reshard_after_forward: bool | None = None,
+    offload_policy: object = None,
 ) -> Gpt:
     """The sharded model, its initial values a function of ``seed`` and the device type
     alone (every rank draws the same whole model, then keeps its shards)."""
     torch.manual_seed(seed)
     with torch.device(device):
         model = Gpt(shape)
-    return shard(model, mesh, reshard_after_forward)
+    return shard(model, mesh, reshard_after_forward, offload_policy)
 
 
 def make_batch(

@@ -54,11 +54,14 @@ def build_state(
     seq: int = 16,
     lr: float = 1e-3,
     reshard_after_forward: bool | None = None,
+    offload_policy: object = None,
 ) -> Fsdp2State:
     """The sharded model (the same whole model on every rank, from ``seed``), AdamW over
     its fp32 shards, this rank's batch (``seed + rank``). AdamW's moments exist from the
-    first step on. ``reshard_after_forward``: :func:`.model.shard`'s."""
-    module = build_model(shape, world.mesh, world.device, seed, reshard_after_forward)
+    first step on. ``reshard_after_forward``, ``offload_policy``: :func:`.model.shard`'s."""
+    module = build_model(
+        shape, world.mesh, world.device, seed, reshard_after_forward, offload_policy
+    )
     optimizer = torch.optim.AdamW(module.parameters(), lr=lr)
     data = make_batch(shape.vocab, batch, seq, seed + world.rank, world.device)
     return Fsdp2State(module=module, optimizer=optimizer, batch=data, world=world, shape=shape)

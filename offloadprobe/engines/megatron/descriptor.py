@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from offloadprobe.core.engines import EngineInfo
 from offloadprobe.core.roles import Role
+from offloadprobe.engines.megatron.checks import check_megatron
 
 ENGINE = EngineInfo(
     name="megatron",
@@ -31,6 +32,8 @@ ENGINE = EngineInfo(
         "offloadprobe.engine.strategies",
         "offloadprobe.engine.optimizer.strategies",
     ),
+    check=check_megatron,
+    session="offloadprobe.engines.megatron.session:megatron_session",
     layout="offloadprobe.layout.buffers",
     default=True,
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from offloadprobe.core.engines import register_engine_strategies
 from offloadprobe.core.registry import Registry, is_user_spec
 from offloadprobe.engine.strategies.user import third_party
 
@@ -33,6 +34,8 @@ OPTIMIZER_STRATEGIES: Registry[Any] = Registry(
 OPTIMIZER_STRATEGIES.register_package(
     __name__, Path(__file__).parent, first=("legacy", "fixed", "complete", "none", "mcore")
 )
+# every engine's own strategies, after these
+register_engine_strategies(OPTIMIZER_STRATEGIES, of="OptimizerStrategyInfo")
 
 
 def optimizer_strategy(spec: str) -> Any:

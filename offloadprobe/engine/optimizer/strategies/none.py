@@ -30,4 +30,5 @@ STRATEGY = OptimizerStrategyInfo(
     moved_keys=lambda precision_aware: (),
     host_copy="nothing",
     emulation="moves nothing",
+    engines=(),  # any engine: it moves nothing
 )

@@ -18,9 +18,11 @@ class CpuOffloadPageable(PolicyKeepsHost):
     pin_memory = False
 
 
-STRATEGY = ModelStrategyInfo(  # engines: fsdp2 (built with BUILD)
+STRATEGY = ModelStrategyInfo(  # built with BUILD
+    engines=("fsdp2",),
+    moves_params=False,  # the policy keeps them on the host all the time
     name="cpu_offload_pageable",
-    summary="FSDP2 CPUOffloadPolicy(pin_memory=False): host-resident shards, pageable",
+    summary="CPUOffloadPolicy(pin_memory=False): pageable host shards",
     factory=CpuOffloadPageable,
     emulation="as on a GPU: the policy's host tensors are ordinary host memory",
 )

@@ -19,9 +19,11 @@ class CpuOffloadPinned(PolicyKeepsHost):
     pin_memory = True
 
 
-STRATEGY = ModelStrategyInfo(  # engines: fsdp2 (built with BUILD)
+STRATEGY = ModelStrategyInfo(  # built with BUILD
+    engines=("fsdp2",),
+    moves_params=False,  # the policy keeps them on the host all the time
     name="cpu_offload_pinned",
-    summary="FSDP2 CPUOffloadPolicy(pin_memory=True): host-resident shards, pinned",
+    summary="CPUOffloadPolicy(pin_memory=True): pinned host shards",
     factory=CpuOffloadPinned,
     emulation="built with pin_memory=False (no pinned memory without CUDA), said so",
 )

@@ -101,9 +101,10 @@ class ExactPinned(ArenaStrategy):
         self.arena.close()
 
 
-STRATEGY = ModelStrategyInfo(  # engines: fsdp2
+STRATEGY = ModelStrategyInfo(
+    engines=("fsdp2",),
     name="exact",
-    summary="exact-size pinned host slice per shard, made once, reused (the fix)",
+    summary="exact-size pinned slice per shard, made once (the fix)",
     factory=ExactPinned,
     emulation="exact-size ordinary host slices (no page-locking); storages freed in place",
 )

@@ -45,9 +45,10 @@ class ExactOptimizer(ArenaStrategy):
         self.arena.close()
 
 
-STRATEGY = OptimizerStrategyInfo(  # engines: fsdp2
+STRATEGY = OptimizerStrategyInfo(
+    engines=("fsdp2",),
     name="exact_optimizer",
-    summary="every optimizer state tensor into an exact-size pinned slice, reused",
+    summary="every state tensor into an exact-size pinned slice, reused",
     factory=ExactOptimizer,
     moved_keys=lambda precision_aware: ("exp_avg", "exp_avg_sq"),
     host_copy="exact",

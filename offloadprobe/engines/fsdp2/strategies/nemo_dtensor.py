@@ -43,9 +43,10 @@ class NemoDtensor:
         self._move(model, load_device(self.runtime))
 
 
-STRATEGY = ModelStrategyInfo(  # engines: fsdp2
+STRATEGY = ModelStrategyInfo(
+    engines=("fsdp2",),
     name="nemo_dtensor",
-    summary="NeMo-RL DTensor move_to_cpu: buffers swapped, blocking model.to (pageable)",
+    summary="NeMo-RL DTensor move_to_cpu: blocking model.to (pageable)",
     factory=NemoDtensor,
     emulation="NeMo-RL's body as written: a fresh host copy per shard every offload",
 )

@@ -42,9 +42,10 @@ class NemoOptimizer:
         self._move(optimizer, load_device(self.runtime))
 
 
-STRATEGY = OptimizerStrategyInfo(  # engines: fsdp2
+STRATEGY = OptimizerStrategyInfo(
+    engines=("fsdp2",),
     name="nemo_optimizer",
-    summary="NeMo-RL move_optimizer_to_device: state .to(device), blocking (pageable)",
+    summary="NeMo-RL move_optimizer_to_device: blocking .to (pageable)",
     factory=NemoOptimizer,
     moved_keys=lambda precision_aware: ("exp_avg", "exp_avg_sq"),
     host_copy="pageable per tensor",

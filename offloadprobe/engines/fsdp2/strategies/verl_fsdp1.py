@@ -67,9 +67,10 @@ class VerlFsdp1:
         self._move(model, f"cuda:{device}" if isinstance(device, int) else device)
 
 
-STRATEGY = ModelStrategyInfo(  # engines: fsdp2 (built with BUILD)
+STRATEGY = ModelStrategyInfo(  # built with BUILD
+    engines=("fsdp2",),
     name="verl_fsdp1",
-    summary="verl FSDP1: each flat_param_to('cpu', non_blocking=True) (GPU only)",
+    summary="verl FSDP1: flat_param_to('cpu', non_blocking) (GPU only)",
     factory=VerlFsdp1,
     emulation="refused: FSDP1 needs a GPU in torch 2.13",
 )

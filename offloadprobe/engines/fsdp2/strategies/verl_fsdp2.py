@@ -44,9 +44,10 @@ class VerlFsdp2:
             model.to(load_device(self.runtime), non_blocking=self.non_blocking)
 
 
-STRATEGY = ModelStrategyInfo(  # engines: fsdp2
+STRATEGY = ModelStrategyInfo(
+    engines=("fsdp2",),
     name="verl_fsdp2",
-    summary="verl FSDP2: model.to('cpu', non_blocking=True) (pinned, rounded, cached)",
+    summary="verl FSDP2: model.to('cpu', non_blocking=True), pinned",
     factory=VerlFsdp2,
     emulation="model.to as written; a pinned host copy is an ordinary one, exact size",
 )

@@ -34,9 +34,10 @@ class VerlFsdp2Blocking:
             model.to(load_device(self.runtime))
 
 
-STRATEGY = ModelStrategyInfo(  # engines: fsdp2
+STRATEGY = ModelStrategyInfo(
+    engines=("fsdp2",),
     name="verl_fsdp2_blocking",
-    summary="verl FSDP2 before PR #7347: model.cpu() (pageable, fresh every cycle)",
+    summary="verl FSDP2 before PR #7347: model.cpu(), pageable",
     factory=VerlFsdp2Blocking,
     emulation="model.cpu() as written: a fresh host copy per shard every offload",
 )

@@ -46,9 +46,10 @@ class VerlOptimizer:
         _move_state(optimizer, device_id, non_blocking=True)
 
 
-STRATEGY = OptimizerStrategyInfo(  # engines: fsdp2
+STRATEGY = OptimizerStrategyInfo(
+    engines=("fsdp2",),
     name="verl_optimizer",
-    summary="verl offload_fsdp_optimizer: state .to('cpu', non_blocking=True), pinned",
+    summary="verl offload_fsdp_optimizer: .to('cpu', non_blocking), pinned",
     factory=VerlOptimizer,
     moved_keys=lambda precision_aware: ("exp_avg", "exp_avg_sq"),
     host_copy="pinned per tensor",

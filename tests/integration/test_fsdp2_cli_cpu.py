@@ -1,0 +1,111 @@
+"""The FSDP2 engine through the CLI, in CPU emulation: a gate can trust its verdicts.
+
+On 2 real gloo ranks (``--nproc-per-node 2``): a strategy that changes one shard's value
+on load is corrupted (exit 1, the shard named by its key), and one that leaves a shard on
+the device is not offloaded (exit 1, named by FSDP2's own owner word). In one process,
+rank r of N through the fake process group (``--shards``): every field row's round trip
+is bit-exact and the output says what is not real; verl's ``load(optimizer, device_id)``
+gets its device; options of the other engine exit 2 in one line. The truth is each
+strategy's own doing (tests/integration/fsdp2_bad_strategies.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+BAD = "tests.integration.fsdp2_bad_strategies:"
+TINY = ("--engine", "fsdp2", "--layers", "1", "--cycles", "1", "--no-progress")
+
+
+def _run(cli, tmp_path, *args: str) -> tuple[int, dict, str]:
+    out = tmp_path / "run.json"
+    proc = cli("run", *TINY, "--json", str(out), *args)
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    return proc.returncode, doc, proc.stdout + proc.stderr
+
+
+@pytest.mark.processes(2)
+def test_a_corrupted_shard_on_two_gloo_ranks_is_corrupted_exit_1(cli, tmp_path):
+    rc, doc, text = _run(
+        cli, tmp_path, "--strategy", BAD + "CorruptsOneShard", "--nproc-per-node", "2"
+    )
+    assert rc == 1, text
+    (run,) = doc["runs"]
+    assert run["outcome"]["kind"] == "corrupted", run["outcome"]
+    assert "embed.weight" in run["outcome"]["detail"] and "sharded_param differs" in text
+
+
+@pytest.mark.processes(2)
+def test_a_shard_left_on_the_device_on_two_gloo_ranks_is_named_exit_1(cli, tmp_path):
+    rc, doc, text = _run(
+        cli, tmp_path, "--strategy", BAD + "LeavesOneShard", "--nproc-per-node", "2"
+    )
+    assert rc == 1, text
+    (run,) = doc["runs"]
+    assert run["outcome"]["kind"] in ("not offloaded", "partly offloaded"), run["outcome"]
+    assert "sharded_param" in run["outcome"]["detail"], run["outcome"]
+
+
+def test_fake_shards_run_every_cpu_row_bit_exact_and_say_what_is_not_real(invoke, tmp_path):
+    out = tmp_path / "compare.json"
+    rows = [
+        "verl_fsdp2+verl_optimizer",
+        "verl_fsdp2_blocking+verl_optimizer",
+        "nemo_dtensor+nemo_optimizer",
+        "exact+exact_optimizer",
+        "cpu_offload_pageable",
+    ]
+    invoke(
+        "compare",
+        *rows,
+        *TINY,
+        *("--payload", "32MiB", "--shards", "5", "--shard-rank", "4", "--json", str(out)),
+    )
+    doc = json.loads(out.read_text())
+    # every row's bytes come back bit for bit; the rows whose offload replaces storages
+    # (model.to) read their host held while training below the zero in CPU emulation
+    # under the fake process group (an open defect of the emulation's accounting, said
+    # "inconsistent", exit 1), so only exact's and the policy row's verdicts are held here
+    assert all(r["summary"]["integrity_ok"] for r in doc["runs"])
+    kinds = {r["label"] or r["strategy"]: r["outcome"]["kind"] for r in doc["runs"]}
+    assert [r["outcome"]["kind"] for r in doc["runs"][3:]] == ["ok", "ok"], kinds
+    assert all(r["engine"] == "fsdp2" for r in doc["runs"])
+    text = " ".join(doc["emulation_note"].split())
+    assert "rank 4 of 5 through PyTorch's fake process group" in text
+    assert "collectives are not" in text and "no reference run" in text
+
+
+def test_a_load_that_takes_a_device_id_gets_one(invoke, tmp_path):
+    out = tmp_path / "run.json"
+    spec = BAD + "DeviceIdLoad"
+    result = invoke(
+        "run", *TINY, "--strategy", "exact", "--optimizer-strategy", spec, "--json", str(out)
+    )
+    assert result.exit_code == 0, result.stdout + result.stderr
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["outcome"]["kind"] == "ok" and run["summary"]["integrity_ok"]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--engine", "fsdp2", "--tp", "2"), "--tp is megatron's parallelism"),
+        (("--engine", "fsdp2", "--precision-aware"), "torch.optim.AdamW"),
+        (("--engine", "fsdp2", "--preset", "qwen9"), "is not an FSDP2 shape preset"),
+        (("--preset", "qwen2.5-7b"), "add --engine fsdp2"),
+        (("--shards", "8"), "add --engine fsdp2"),
+        (("--engine", "fsdp2", "--shards", "4", "--shard-rank", "4"), "is not a rank of 4"),
+    ],
+)
+def test_options_of_the_other_engine_exit_2_in_one_line(invoke, args, words):
+    strategy = "exact" if "fsdp2" in args else "lazy"
+    result = invoke("run", "--strategy", strategy, "--no-progress", *args)
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_strategy_of_the_other_engine_exits_2_listing_this_ones(invoke):
+    result = invoke("run", "--engine", "fsdp2", "--strategy", "lazy", "--no-progress")
+    assert result.exit_code == 2
+    assert "does not serve engine 'fsdp2'" in result.stderr and "verl_fsdp2" in result.stderr

@@ -31,6 +31,7 @@ from offloadprobe.core.outcomes import Failure, Verdict  # noqa: E402
 from offloadprobe.core.records import SCHEMA_VERSION, PhaseRecord, Report, RunRecord  # noqa: E402
 from offloadprobe.plan.probe import ProbePlan  # noqa: E402
 from offloadprobe.plan.scenario_plan import ScenarioPlan  # noqa: E402
+from offloadprobe.plan.shard_plan import ShardPlan  # noqa: E402
 from offloadprobe.repro.records import Repro, ReproOutcome  # noqa: E402
 
 OUT = ROOT / "offloadprobe" / "schemas"
@@ -241,6 +242,10 @@ def probe_plan_document() -> dict[str, Any]:
     )
 
 
+def shard_plan_document() -> dict[str, Any]:
+    return _verb("shard-plan", "offloadprobe plan --engine fsdp2 --json", ShardPlan, "shard plan")
+
+
 def repro_document() -> dict[str, Any]:
     matches = {"matches": {"type": "boolean"}}
     return _verb(
@@ -347,6 +352,7 @@ DOCUMENTS = {
     "compare": compare_document,
     "plan": plan_document,
     "probe-plan": probe_plan_document,
+    "shard-plan": shard_plan_document,
     "repro": repro_document,
     "attach": attach_document,
     "alloc-conf": alloc_conf_document,

@@ -110,6 +110,13 @@ def plan_command(values: dict[str, Any]) -> None:
     scenario, probe = values.pop("scenario"), values.pop("probe")
     specs = values.pop("strategies") or []
     check_writable(json_path, "--json")
+    if (values.get("engine") or "megatron") == "fsdp2":
+        doc = _shard_plan(values, scenario, specs)
+        doc["printed"] = {"terms": terms}
+        render(document(doc), sys.stdout)
+        if json_path is not None:
+            write_json(doc, json_path)
+        return
     if probe == (scenario is not None):
         raise UsageError("give a scenario file or --probe, not both and not neither")
     if specs and not probe:
@@ -174,6 +181,21 @@ def _probe_plan(values: dict[str, Any], specs: list[str], *, show: bool = False)
         strategies=tuple(rows),
         measured=measured,
     )
+
+
+def _shard_plan(values: dict[str, Any], scenario: Any, specs: list[str]) -> dict[str, Any]:
+    """``plan --engine fsdp2``: the ranks' shard layout and verl FSDP2's pinned bytes."""
+    from offloadprobe.plan.shard_plan import project_shards
+
+    if scenario is not None or specs:
+        raise UsageError(
+            "plan --engine fsdp2 projects the preset's shard layout: drop the scenario and "
+            "--strategy (measure a row with offloadprobe run --engine fsdp2)"
+        )
+    cfg = opts.build_config(values, strategy="exact")
+    shards = cfg.parallel.shards or max(1, values.get("nproc_per_node") or 1)
+    rank = cfg.parallel.shard_rank if values.get("shard_rank") else None
+    return project_shards(cfg.model.preset or "plain", cfg.model.num_layers, shards, rank).to_dict()
 
 
 def _named_specs(specs: list[str], engine: str) -> list[tuple[str | None, str]]:

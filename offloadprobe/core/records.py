@@ -89,6 +89,12 @@ class ResidencyFact:
     ``gradients``, ``optimizer state``, ``frozen``, ``reference model``): what the rules
     judge it by. Empty in records written before owners carried roles (megatron-core's:
     ``core.owner_roles``)."""
+    engine_readings: dict[str, int] = field(default_factory=dict)
+    """What the engine read after the offload, by name (FSDP2: ``shards``,
+    ``shards_pinned``, ``shards_on_host``, ``shards_on_device``, ``shards_uneven``,
+    ``grads_on_host``, ``grads_pinned``, ``host_bytes``, ``pinned_requested_bytes``,
+    ``pinned_owned_bytes``): facts, rendered
+    as they are; empty for an engine that reads none (megatron-core)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

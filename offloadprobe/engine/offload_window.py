@@ -71,7 +71,18 @@ def window_fields(
     optimizer = state.optimizer_bytes if moves_optimizer else 0
     served = served_bytes(param_to_move, sum(moved.values()), optimizer)
     fields = {**fact_fields(hidden, served), "parts_to_move": moved, "param_copies": copies}
+    fields["engine_readings"] = engine_readings(state)
     return {**fields, "roles": {**getattr(state, "window_roles", {}), **roles_of(model)}}
+
+
+def engine_readings(state: Any) -> dict[str, int]:
+    """The engine's own readings after an offload (``after_offload(strategies)`` on its
+    training state, where it has one), its strategies asked where a storage went."""
+    read = getattr(state.model, "after_offload", None)
+    if read is None:
+        return {}
+    with state.runtime.strategy_code():
+        return {k: int(v) for k, v in read([state.strategy, state.optimizer_strategy]).items()}
 
 
 STAYS = (Role.BATCH, Role.FRAMEWORK)

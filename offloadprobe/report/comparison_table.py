@@ -15,6 +15,7 @@ from offloadprobe.report.comparison_cells import (
     rows,
     verdict_notes,
 )
+from offloadprobe.report.engine_readings import engine_reading_lines
 from offloadprobe.report.tables import column_table
 from offloadprobe.report.world_table import compare_nodes_table
 
@@ -73,6 +74,9 @@ def render_comparison(comparison: Comparison, console: Console) -> None:
     if nodes is not None:
         console.print(nodes)
     console.print(device_table(comparison))
+    for r in comparison.rows:
+        for line in engine_reading_lines(r.run) if r.run else []:
+            console.print(Text(f"{r.candidate.label}: {line}"))
     notes = sorted({n for r in comparison.rows if r.run for n in r.run.notes})
     for note in notes:
         console.print(Text(note, style="yellow"))

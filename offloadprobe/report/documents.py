@@ -1,7 +1,7 @@
 """A saved result, whatever verb wrote it: its kind, its typed record, how it was printed.
 
 Every verb's ``--json`` document carries ``kind`` (``run``, ``compare``, ``plan``,
-``probe plan``, ``repro``, ``attach``) and, where a flag shaped the printed output
+``probe plan``, ``shard plan``, ``repro``, ``attach``) and, where a flag shaped the printed output
 (``plan --terms``), ``printed``. ``load`` turns such a document back into its typed
 record, so any reporter renders a saved result exactly as the verb did; older documents
 without ``kind`` are recognised by their keys.
@@ -17,7 +17,7 @@ from typing import Any
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.serial import rebuild
 
-KINDS = ("run", "compare", "plan", "probe plan", "repro", "attach")
+KINDS = ("run", "compare", "plan", "probe plan", "shard plan", "repro", "attach")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +76,10 @@ def record_of(kind: str, doc: dict[str, Any]) -> Any:
         from offloadprobe.plan.probe import ProbePlan
 
         return rebuild(ProbePlan, doc)
+    if kind == "shard plan":
+        from offloadprobe.plan.shard_plan import ShardPlan
+
+        return rebuild(ShardPlan, doc)
     if kind == "attach":
         from offloadprobe.attach.report_json import record_from_json
 

@@ -112,6 +112,12 @@ def render(document: Any) -> str:
         return repro_markdown(record)
     if kind == "plan":
         return plan_markdown(record)
+    if kind == "shard plan":
+        from offloadprobe.report.shard_plan_table import COLUMNS
+
+        rows = table(COLUMNS, record.ranks)
+        head = f"**FSDP2 {record.preset}, {record.blocks} blocks over {record.shards} shards**"
+        return "\n".join([head, "", *rows, "", *record.notes]) + "\n"
     if kind == "attach":
         from offloadprobe.attach.report_markdown import attach_markdown
 

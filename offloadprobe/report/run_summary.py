@@ -13,6 +13,7 @@ from offloadprobe.core.outcomes import Verdict
 from offloadprobe.core.records import RunRecord, RunSummary
 from offloadprobe.core.units import format_bytes, format_ratio
 from offloadprobe.core.verdicts import judge
+from offloadprobe.report.engine_readings import engine_reading_lines
 from offloadprobe.report.run_parts import OPTIMIZER, PARAMETERS, Part, left_owners, parts
 from offloadprobe.report.tables import NOT_MEASURED, Column, Left, column_table
 
@@ -128,6 +129,7 @@ def detail_lines(run: RunRecord) -> list[str]:
         lines.append(f"host held while training (after the loads): {x}{held}")
     if s.pinned_reserved_bytes is not None:
         lines.append(_pinned_line(s))
+    lines += engine_reading_lines(run)
     if s.gpu_left_after_offload_bytes is not None:
         lines.append(
             "GPU allocated after the last offload, over the pre-model baseline: "

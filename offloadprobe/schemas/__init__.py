@@ -21,8 +21,18 @@ from typing import Any
 
 from offloadprobe.core.errors import UsageError
 
-NAMES = ("run", "compare", "plan", "probe-plan", "repro", "attach", "alloc-conf", "pytest")
-KINDS = {"probe plan": "probe-plan"}
+NAMES = (
+    "run",
+    "compare",
+    "plan",
+    "probe-plan",
+    "shard-plan",
+    "repro",
+    "attach",
+    "alloc-conf",
+    "pytest",
+)
+KINDS = {"probe plan": "probe-plan", "shard plan": "shard-plan"}
 """A document's ``kind`` where its schema's name differs."""
 
 

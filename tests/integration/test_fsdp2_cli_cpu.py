@@ -14,6 +14,9 @@ import json
 
 import pytest
 
+from offloadprobe.engines.fsdp2.layout import chunk_rows, local_rows
+from offloadprobe.engines.fsdp2.presets import ModelShape
+
 BAD = "tests.integration.fsdp2_bad_strategies:"
 TINY = ("--engine", "fsdp2", "--layers", "1", "--cycles", "1", "--no-progress")
 
@@ -71,6 +74,17 @@ def test_fake_shards_run_every_cpu_row_bit_exact_and_say_what_is_not_real(invoke
     kinds = {r["label"] or r["strategy"]: r["outcome"]["kind"] for r in doc["runs"]}
     assert [r["outcome"]["kind"] for r in doc["runs"][3:]] == ["ok", "ok"], kinds
     assert all(r["engine"] == "fsdp2" for r in doc["runs"])
+    # the engine's readings after the offload, against FSDP2's dim-0 arithmetic done
+    # apart (layout, torch-free): which of this rank's shards fall short of the chunk
+    blocks = doc["runs"][0]["residency"][-1]
+    shape = ModelShape.for_payload("plain", 32 * 2**20)
+    uneven = sum(local_rows(t.dims[0], 5, 4) < chunk_rows(t.dims[0], 5) for t in shape.tensors())
+    for run in doc["runs"]:
+        got = run["residency"][-1]["engine_readings"]
+        assert got["shards_uneven"] == uneven > 0, got
+        assert got["shards_pinned"] == 0  # no page-locked memory without CUDA
+    exact = doc["runs"][3]["residency"][-1]["engine_readings"]
+    assert exact["shards"] == exact["shards_on_host"] == 3 * len(shape.tensors()), blocks
     text = " ".join(doc["emulation_note"].split())
     assert "rank 4 of 5 through PyTorch's fake process group" in text
     assert "collectives are not" in text and "no reference run" in text

@@ -22,6 +22,7 @@ from offloadprobe.attach.report_json import attach_json, schema_version_of
 from offloadprobe.core.records import SCHEMA_VERSION
 from offloadprobe.core.verdicts import judge
 from offloadprobe.plan.probe import ProbePlan
+from offloadprobe.plan.shard_plan import project_shards
 from offloadprobe.schemas import NAMES, load, name_of, validate
 from tests.conftest import ROOT
 from tests.unit import attach_fakes
@@ -78,6 +79,7 @@ DOCUMENTS = {
     ).to_dict(),
     "plan": lambda: fake.scenario_plan().to_dict(),
     "probe-plan": _probe_plan,
+    "shard-plan": lambda: project_shards("qwen2.5-7b", 2, 24).to_dict(),
     "repro": lambda: fake.repro().to_dict(),
     "attach-cpu": lambda: attach_json(attach_fakes.job(gpu=False, never=True)),
     "attach-failed": lambda: attach_json(attach_fakes.job(exit_code=-9, gpu=False)),

@@ -131,16 +131,22 @@ class RankLayout:
         return self.host_peak / self.requested if self.requested else 0.0
 
 
-def _cycle_events(per_unit: list[list[Shard]], tag: str) -> list[Event]:
-    """One offload (model, then optimizer, as verl calls them) and its loads."""
+def _cycle_events(per_unit: list[list[Shard]], tag: str, grads: bool = False) -> list[Event]:
+    """One offload (model, then optimizer, as verl calls them) and its loads. ``grads``:
+    each shard's gradient is moved with it (``Module._apply`` moves ``param.grad`` right
+    after the parameter), as after a train step that leaves them."""
     every = [s for unit in per_unit for s in unit]
     events: list[Event] = []
     home: dict[str, str] = {}  # shard -> the host tensor holding it now
+    grad_homes: list[str] = []
     for unit in per_unit:
         for s in unit:
             if s.local:
                 events.append(Alloc(name=f"{s.name}{tag}", nbytes=s.local, kind="pinned"))
                 home[s.name] = f"{s.name}{tag}"
+                if grads:
+                    grad_homes.append(f"{s.name}/grad{tag}")
+                    events.append(Alloc(name=grad_homes[-1], nbytes=s.local, kind="pinned"))
         for s in unit:  # reset_sharded_param at the end of the unit's _apply
             if s.uneven:
                 padded = f"{s.name} padded{tag}"
@@ -152,16 +158,18 @@ def _cycle_events(per_unit: list[list[Shard]], tag: str) -> list[Event]:
     sizes = [s.local for s in every for _ in MOMENTS if s.local]
     events += [Alloc(name=n, nbytes=b, kind="pinned") for n, b in zip(moments, sizes, strict=True)]
     events += [Free(name=home[s.name]) for s in every if s.name in home]  # the loads
+    events += [Free(name=n) for n in grad_homes]
     events += [Free(name=n) for n in moments]
     return events
 
 
 def verl_fsdp2_events(
-    units: Sequence[Unit], shards: int, rank: int, cycles: int = 1
+    units: Sequence[Unit], shards: int, rank: int, cycles: int = 1, grads: bool = False
 ) -> list[Event]:
-    """Host allocations and frees of ``cycles`` verl FSDP2 offload/load cycles on ``rank``."""
+    """Host allocations and frees of ``cycles`` verl FSDP2 offload/load cycles on ``rank``
+    (``grads``: each shard's gradient moved with it)."""
     per_unit = [[shard(t, shards, rank) for t in unit] for unit in units]
-    return [e for cycle in range(cycles) for e in _cycle_events(per_unit, f"#{cycle}")]
+    return [e for cycle in range(cycles) for e in _cycle_events(per_unit, f"#{cycle}", grads)]
 
 
 def rank_layout(
@@ -170,10 +178,12 @@ def rank_layout(
     rank: int,
     cycles: int = 2,
     config: HostAllocatorConfig = DEFAULT_CONFIG,
+    grads: bool = False,
 ) -> RankLayout:
-    """Rank ``rank``'s layout, and verl FSDP2's pinned bytes replayed over ``cycles``."""
+    """Rank ``rank``'s layout, and verl FSDP2's pinned bytes replayed over ``cycles``
+    (``grads``: the gradients moved too, and counted in ``requested``)."""
     every = [shard(t, shards, rank) for unit in units for t in unit]
-    result = replay(verl_fsdp2_events(units, shards, rank, cycles), config)
+    result = replay(verl_fsdp2_events(units, shards, rank, cycles, grads), config)
     last = result.steps[-1] if result.steps else None
     params = sum(s.local for s in every)
     moments = len(MOMENTS) * params
@@ -186,7 +196,7 @@ def rank_layout(
         param_bytes=params,
         padding_bytes=sum(s.padded - s.local for s in every),
         moment_bytes=moments,
-        requested=params + moments,
+        requested=params + moments + (params if grads else 0),
         pinned_held=(last.pinned_in_use + last.pinned_cached) if last else 0,
         host_peak=result.peak,
         exact_host=page_rounded(sum(-(-n // ARENA_ALIGN) * ARENA_ALIGN for n in slices)),

@@ -100,6 +100,20 @@ def shard_homes(
     return homes
 
 
+def grad_homes(
+    model: Any, strategies: Iterable[Any] = (), is_device: Callable[[Any], bool] = _is_device
+) -> list[ShardHome]:
+    """Every sharded gradient a model offload moved with its shard (``model.to`` moves a
+    parameter's ``.grad`` too), by ``<parameter>/grad``: part of what it asked memory for."""
+    moved = list(strategies)
+    homes = []
+    for fsdp_param in fsdp_params(model):
+        grad = fsdp_param.sharded_param.grad
+        if grad is not None:
+            homes.append(_shard(f"{fsdp_param._param_fqn}/grad", grad, moved, is_device))
+    return homes
+
+
 def _shard(key: str, tensor: Any, strategies: list[Any], is_device: Any) -> ShardHome:
     """The first strategy's answer that finds the bytes (the model's or the optimizer's)."""
     homes = [_home(key, tensor, strategy, is_device) for strategy in strategies or [None]]

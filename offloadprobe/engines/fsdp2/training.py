@@ -16,6 +16,7 @@ from typing import Any
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.registry import is_user_spec
 from offloadprobe.core.roles import Holding, Role
+from offloadprobe.engines.fsdp2 import readings
 from offloadprobe.engines.fsdp2.checks import preset_of
 from offloadprobe.engines.fsdp2.inventory import storage_bytes
 from offloadprobe.engines.fsdp2.presets import ModelShape, preset
@@ -45,6 +46,12 @@ def strategy_build(spec: str | None) -> FsdpBuild:
         return DEFAULT_BUILD
 
 
+def _uneven(fsdp_param: Any) -> bool:
+    """Whether this rank's rows of the parameter fall short of the padded chunk."""
+    local = local_tensor(fsdp_param.sharded_param)
+    return local.numel() < fsdp_param._sharded_param_data.numel()
+
+
 class Fsdp2Training:
     """One FSDP2 rank's model, AdamW and batch, read through its inventory."""
 
@@ -53,7 +60,8 @@ class Fsdp2Training:
     """Each train step starts with ``zero_grad(set_to_none=True)``: a gradient's values
     after a load are never read (its storage still must be whole)."""
 
-    def __init__(self, state: Fsdp2State, build: FsdpBuild) -> None:
+    def __init__(self, state: Fsdp2State, build: FsdpBuild, runtime: Any) -> None:
+        self.runtime = runtime
         self.state = state
         self.build = build
         self.module = state.module
@@ -107,6 +115,36 @@ class Fsdp2Training:
     def grad_bytes(self) -> int:
         return storage_bytes([h for h in self.inventory() if h.role is Role.GRADIENTS])
 
+    def after_offload(self, strategies: list[Any]) -> dict[str, int]:
+        """Where each parameter shard and Adam moment is after an offload (and each gradient
+        the offload moved with its shard: ``grads_*``, in the host and pinned bytes),
+        whether its host memory is page-locked (CUDA's answer, ``Tensor.is_pinned``), how
+        many shards are uneven (dim 0 short of the chunk: FSDP2 pads them), and what
+        PyTorch's caching host allocator owns now (``readings``)."""
+        runtime = self.runtime
+        homes = readings.shard_homes(
+            self.module, self.optimizer, strategies, is_device=runtime.on_device
+        )
+        summed = readings.pinning(homes)
+        grads = readings.pinning(
+            readings.grad_homes(self.module, strategies, is_device=runtime.on_device)
+        )
+        found = {
+            "shards": summed.shards,
+            "shards_pinned": summed.pinned,
+            "shards_on_host": summed.on_host,
+            "shards_on_device": summed.on_device,
+            "shards_uneven": sum(1 for p in fsdp_params(self.module) if _uneven(p)),
+            "host_bytes": summed.host_bytes + grads.host_bytes,
+            "grads_on_host": grads.on_host,
+            "grads_pinned": grads.pinned,
+            "pinned_requested_bytes": summed.requested_pinned + grads.requested_pinned,
+        }
+        now = readings.pinned_now()
+        if now is not None:
+            found["pinned_owned_bytes"] = now.owned
+        return found
+
     def train(self, steps: int) -> float | None:
         loss = None
         for _ in range(steps):
@@ -141,7 +179,7 @@ def build_training_state(cfg: Any, runtime: Any, *, seed: int, optimizer: Any = 
     # AdamW's moments exist from its first step: one step makes them, as in any job past
     # its first iteration (an optimizer strategy has them to move at every offload)
     state.train_step()
-    return Fsdp2Training(state, build)
+    return Fsdp2Training(state, build, runtime)
 
 
 __all__ = ["Fsdp2Training", "build_training_state", "strategy_build"]

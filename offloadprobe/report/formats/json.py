@@ -11,7 +11,7 @@ from offloadprobe.report.documents import Document
 class JsonReporter:
     name = "json"
     summary = "the whole record as JSON (what --json writes)"
-    kinds = frozenset({"run", "compare", "plan", "probe plan", "repro", "attach"})
+    kinds = frozenset({"run", "compare", "plan", "probe plan", "shard plan", "repro", "attach"})
 
     def render(self, document: Document, out: TextIO) -> None:
         out.write(json.dumps(document.data, indent=2) + "\n")

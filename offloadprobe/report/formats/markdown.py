@@ -10,7 +10,7 @@ from offloadprobe.report.documents import Document
 class MarkdownReporter:
     name = "markdown"
     summary = "Markdown tables (a pull request, $GITHUB_STEP_SUMMARY)"
-    kinds = frozenset({"run", "compare", "plan", "probe plan", "repro", "attach"})
+    kinds = frozenset({"run", "compare", "plan", "probe plan", "shard plan", "repro", "attach"})
 
     def render(self, document: Document, out: TextIO) -> None:
         from offloadprobe.report import markdown

@@ -12,7 +12,7 @@ from offloadprobe.report.documents import Document
 class TableReporter:
     name = "table"
     summary = "the tables each verb prints (what a terminal or a CI log shows)"
-    kinds = frozenset({"run", "compare", "plan", "probe plan", "repro", "attach"})
+    kinds = frozenset({"run", "compare", "plan", "probe plan", "shard plan", "repro", "attach"})
 
     def render(self, document: Document, out: TextIO) -> None:
         console = Console(file=out)
@@ -33,6 +33,10 @@ class TableReporter:
             from offloadprobe.report.plan_table import render_probe_plan
 
             render_probe_plan(record, console, terms=document.printed.get("terms", False))
+        elif document.kind == "shard plan":
+            from offloadprobe.report.shard_plan_table import render_shard_plan
+
+            render_shard_plan(record, console)
         elif document.kind == "attach":
             from offloadprobe.attach.report_table import render_attach
 

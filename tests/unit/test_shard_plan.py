@@ -45,7 +45,7 @@ def test_the_node_adds_its_ranks_and_uneven_ranks_carry_padding():
 
 def test_the_cli_prints_every_rank_at_80_columns_and_show_reprints_it(invoke, tmp_path):
     out = tmp_path / "plan.json"
-    args = ("plan", "--engine", "fsdp2", "--preset", "qwen2.5-7b", "--layers", "28")
+    args = ("plan", "--engine", "fsdp2", "--preset", "qwen2.5-7b", "--layers", "4")
     result = invoke(*args, "--shards", "8", "--json", str(out), columns=80)
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()

@@ -1,10 +1,13 @@
-"""The FSDP2 engine through the CLI, in CPU emulation: a gate can trust its verdicts.
+"""The FSDP2 engine through the CLI, in CPU emulation: a gate can trust its verdicts. Every
+run here is a fresh process (an in-process worker would leave its heap to the next test).
 
 On 2 real gloo ranks (``--nproc-per-node 2``): a strategy that changes one shard's value
 on load is corrupted (exit 1, the shard named by its key), and one that leaves a shard on
 the device is not offloaded (exit 1, named by FSDP2's own owner word). In one process,
-rank r of N through the fake process group (``--shards``): every field row's round trip
-is bit-exact and the output says what is not real; verl's ``load(optimizer, device_id)``
+rank r of N through the fake process group (``--shards``): verl's, the fix's and the
+policy row's round trips are bit-exact, the engine's readings are the shard arithmetic's,
+and the output says what is not real (every row on real gloo ranks:
+test_fsdp2_rows_cpu.py); verl's ``load(optimizer, device_id)``
 gets its device; options of the other engine exit 2 in one line. The truth is each
 strategy's own doing (tests/integration/fsdp2_bad_strategies.py)."""
 
@@ -50,20 +53,14 @@ def test_a_shard_left_on_the_device_on_two_gloo_ranks_is_named_exit_1(cli, tmp_p
     assert "sharded_param" in run["outcome"]["detail"], run["outcome"]
 
 
-def test_fake_shards_run_every_cpu_row_bit_exact_and_say_what_is_not_real(invoke, tmp_path):
+def test_fake_shards_run_bit_exact_read_their_shards_and_say_what_is_not_real(cli, tmp_path):
     out = tmp_path / "compare.json"
-    rows = [
-        "verl_fsdp2+verl_optimizer",
-        "verl_fsdp2_blocking+verl_optimizer",
-        "nemo_dtensor+nemo_optimizer",
-        "exact+exact_optimizer",
-        "cpu_offload_pageable",
-    ]
-    invoke(
+    rows = ["verl_fsdp2+verl_optimizer", "exact+exact_optimizer", "cpu_offload_pageable"]
+    cli(
         "compare",
         *rows,
         *TINY,
-        *("--payload", "32MiB", "--shards", "5", "--shard-rank", "4", "--json", str(out)),
+        *("--payload", "16MiB", "--shards", "5", "--shard-rank", "4", "--json", str(out)),
     )
     doc = json.loads(out.read_text())
     # every row's bytes come back bit for bit; the rows whose offload replaces storages
@@ -72,31 +69,31 @@ def test_fake_shards_run_every_cpu_row_bit_exact_and_say_what_is_not_real(invoke
     # "inconsistent", exit 1), so only exact's and the policy row's verdicts are held here
     assert all(r["summary"]["integrity_ok"] for r in doc["runs"])
     kinds = {r["label"] or r["strategy"]: r["outcome"]["kind"] for r in doc["runs"]}
-    assert [r["outcome"]["kind"] for r in doc["runs"][3:]] == ["ok", "ok"], kinds
+    assert [r["outcome"]["kind"] for r in doc["runs"][1:]] == ["ok", "ok"], kinds
     assert all(r["engine"] == "fsdp2" for r in doc["runs"])
     # the engine's readings after the offload, against FSDP2's dim-0 arithmetic done
     # apart (layout, torch-free): which of this rank's shards fall short of the chunk
     blocks = doc["runs"][0]["residency"][-1]
-    shape = ModelShape.for_payload("plain", 32 * 2**20)
+    shape = ModelShape.for_payload("plain", 16 * 2**20)
     uneven = sum(local_rows(t.dims[0], 5, 4) < chunk_rows(t.dims[0], 5) for t in shape.tensors())
     for run in doc["runs"]:
         got = run["residency"][-1]["engine_readings"]
         assert got["shards_uneven"] == uneven > 0, got
         assert got["shards_pinned"] == 0  # no page-locked memory without CUDA
-    exact = doc["runs"][3]["residency"][-1]["engine_readings"]
+    exact = doc["runs"][1]["residency"][-1]["engine_readings"]
     assert exact["shards"] == exact["shards_on_host"] == 3 * len(shape.tensors()), blocks
     text = " ".join(doc["emulation_note"].split())
     assert "rank 4 of 5 through PyTorch's fake process group" in text
     assert "collectives are not" in text and "no reference run" in text
 
 
-def test_a_load_that_takes_a_device_id_gets_one(invoke, tmp_path):
+def test_a_load_that_takes_a_device_id_gets_one(cli, tmp_path):
     out = tmp_path / "run.json"
     spec = BAD + "DeviceIdLoad"
-    result = invoke(
+    proc = cli(
         "run", *TINY, "--strategy", "exact", "--optimizer-strategy", spec, "--json", str(out)
     )
-    assert result.exit_code == 0, result.stdout + result.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     (run,) = json.loads(out.read_text())["runs"]
     assert run["outcome"]["kind"] == "ok" and run["summary"]["integrity_ok"]
 

@@ -32,6 +32,7 @@ from offloadprobe.cli.timeline import TimelineOutputs, output_parameters
 from offloadprobe.core import extras, option_budgets
 from offloadprobe.core import options as opts
 from offloadprobe.core.devices import guess_device
+from offloadprobe.core.engines import engine as engine_info
 from offloadprobe.core.errors import UsageError
 from offloadprobe.core.records import row_label
 from offloadprobe.core.regression import check_payloads, check_rows
@@ -48,8 +49,15 @@ from offloadprobe.repro.host_limit import host_limited
 EXTRA = [
     parameter(
         "strategy",
-        Annotated[str, typer.Option("--strategy", "-s", help=model_help())],
-        "lazy",
+        Annotated[
+            str | None,
+            typer.Option(
+                "--strategy",
+                "-s",
+                help=model_help() + " Default: the engine's fix (lazy; fsdp2: exact).",
+            ),
+        ],
+        None,
     ),
     parameter(
         "optimizer_strategy",
@@ -85,9 +93,9 @@ def run_command(values: dict[str, Any]) -> None:
     check_writable(json_path, "--json")
     outputs = TimelineOutputs(trace=trace, plot=plot)
     outputs.check()
-    label, strategy = split_label(values.pop("strategy"))
-    optimizer_strategy = values.pop("optimizer_strategy")
     engine = values.get("engine") or "megatron"
+    label, strategy = split_label(values.pop("strategy") or engine_info(engine).default_strategy)
+    optimizer_strategy = values.pop("optimizer_strategy")
     check_strategies([strategy], [optimizer_strategy], engine=engine)  # misspelt: fails here
     nproc, nnodes = values.pop("nproc_per_node"), values.pop("nnodes")
     endpoint, timeout, force = (

@@ -63,6 +63,8 @@ class EngineInfo:
     (torch-free); None: megatron's (``core.config.size_for_payload``)."""
     layout: str | None = None
     """``"package.module:object"`` of its torch-free ``plan`` layout; None: not projectable."""
+    default_strategy: str = "lazy"
+    """The model strategy ``run`` takes where ``--strategy`` is not given (the engine's fix)."""
     default: bool = False
 
     def role_of(self, owner: str) -> Role | None:

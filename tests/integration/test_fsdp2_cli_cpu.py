@@ -63,12 +63,14 @@ def test_fake_shards_run_bit_exact_read_their_shards_and_say_what_is_not_real(cl
         *("--payload", "16MiB", "--shards", "5", "--shard-rank", "4", "--json", str(out)),
     )
     doc = json.loads(out.read_text())
-    # every row's bytes come back bit for bit; the rows whose offload replaces storages
-    # (model.to) read their host held while training below the zero in CPU emulation
-    # under the fake process group (an open defect of the emulation's accounting, said
-    # "inconsistent", exit 1), so only exact's and the policy row's verdicts are held here
+    # every row's bytes come back bit for bit. verl's row, whose offload replaces storages
+    # (model.to), at times reads its host held below the zero in CPU emulation under the
+    # fake process group in a zygote-forked worker (an open defect of the emulation's
+    # accounting, said "inconsistent", exit 1, never "ok"): only the others' verdicts
+    # are held here
     assert all(r["summary"]["integrity_ok"] for r in doc["runs"])
     kinds = {r["label"] or r["strategy"]: r["outcome"]["kind"] for r in doc["runs"]}
+    assert kinds[rows[0].replace("+", " + ") + " [fsdp2]"] in ("ok", "inconsistent"), kinds
     assert [r["outcome"]["kind"] for r in doc["runs"][1:]] == ["ok", "ok"], kinds
     assert all(r["engine"] == "fsdp2" for r in doc["runs"])
     # the engine's readings after the offload, against FSDP2's dim-0 arithmetic done

@@ -45,4 +45,5 @@ ENGINE = EngineInfo(
     check=check_fsdp2,
     size_model=size_model,
     layout="offloadprobe.engines.fsdp2.layout",
+    default_strategy="exact",
 )

@@ -3,7 +3,7 @@ and their bytes read where they lie (``param_copies`` searches them).
 
 - CPU emulation: every allocated storage of the emulated device's registry;
 - CUDA: every active block of the default pool in PyTorch's caching allocator
-  (``torch.cuda.memory_snapshot``). A ``MemPool``'s allocator may hand out addresses that
+  (``torch.cuda.memory_snapshot``), up to the bytes its allocation requested. A ``MemPool``'s allocator may hand out addresses that
   are not mapped (a paused torch_memory_saver region), so no other pool is read.
 
 A region is read through a storage over its address (``_construct_storage_from_data_
@@ -46,8 +46,12 @@ def cuda_regions(snapshot: list[dict[str, Any]], device: int) -> list[Region]:
         address = int(segment["address"])
         for block in segment.get("blocks", []):
             start = int(block.get("address", address))
-            if block.get("state") == "active_allocated" and block["size"]:
-                found.append(Region(start, int(block["size"]), where))
+            # the bytes the allocation asked for: the block's rounding beyond them is no
+            # tensor's, and holds whatever was there before (a freed twin model's
+            # parameters, the same bytes: read as a copy of them)
+            used = int(block.get("requested_size") or block["size"])
+            if block.get("state") == "active_allocated" and used:
+                found.append(Region(start, used, where))
             address = start + int(block["size"])
     return found
 

@@ -159,6 +159,9 @@ class RunSummary:
     load, over the pre-offload baseline (None where no load completed)."""
     held_while_training_x: float | None = None
     """The same over the bytes the offload moves."""
+    held_by_cycle_bytes: list[int] = field(default_factory=list)
+    """Host bytes held after each cycle's last load, over the same baseline, cycle by
+    cycle: a residue that grows (glibc keeping freed pageable copies) shows here."""
     pinned_source: str | None = None
     """``cupti`` (CUPTI recorded, any allocator) or ``allocator`` (PyTorch's + declared)."""
     pinned_declared_bytes: int | None = None

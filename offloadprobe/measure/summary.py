@@ -131,6 +131,7 @@ def summarise(
     if last.gpu is not None and gpu_baseline_bytes is not None:
         gpu_left = last.gpu.allocated_after - gpu_baseline_bytes
     resumed = {p.cycle: p for p in phases if p.phase in LOADS}  # each cycle's last load
+    by_cycle = [resumed[c].host.host_rss_after - baseline_host_bytes for c in sorted(resumed)]
     held = max((p.host.host_rss_after for p in resumed.values()), default=None)
     held = None if held is None else held - baseline_host_bytes
     first_offload, offload = _steady_rate(_cycle_rates(phases, OFFLOADS))
@@ -145,6 +146,7 @@ def summarise(
         pinned_reserved_bytes=pinned,
         held_while_training_bytes=held,
         held_while_training_x=None if held is None else _ratio(held, moved),
+        held_by_cycle_bytes=by_cycle,
         pinned_source=source,
         pinned_declared_bytes=registered_bytes if last.pinned is not None else None,
         pinned_recorded_bytes=recorded,

@@ -127,6 +127,7 @@ def detail_lines(run: RunRecord) -> list[str]:
         held = format_bytes(s.held_while_training_bytes)
         x = f"{s.held_while_training_x:.2f}x, " if s.held_while_training_x is not None else ""
         lines.append(f"host held while training (after the loads): {x}{held}")
+        lines += _by_cycle(s)
     if s.pinned_reserved_bytes is not None:
         lines.append(_pinned_line(s))
     lines += engine_reading_lines(run)
@@ -146,6 +147,17 @@ def detail_lines(run: RunRecord) -> list[str]:
         who = run.strategy if model else run.optimizer_strategy
         lines.append(f"{who} left on the device: {', '.join(left_owners(run, model=model))}")
     return lines
+
+
+def _by_cycle(s: RunSummary) -> list[str]:
+    """Held after each cycle's loads, where it changed across the cycles by more than 5%
+    of the bytes moved (a residue that grows: glibc keeping freed copies)."""
+    held = s.held_by_cycle_bytes
+    moved = s.moved_bytes or 0
+    if len(held) < 2 or not moved or max(held) - min(held) <= moved // 20:
+        return []
+    cells = ", ".join(f"{h / moved:.2f}x" for h in held)
+    return [f"  by cycle: {cells} (a residue that changes across cycles)"]
 
 
 def checkpoint_lines(run: RunRecord) -> list[str]:

@@ -3,8 +3,9 @@ and their bytes read where they lie (``param_copies`` searches them).
 
 - CPU emulation: every allocated storage of the emulated device's registry;
 - CUDA: every active block of the default pool in PyTorch's caching allocator
-  (``torch.cuda.memory_snapshot``), up to the bytes its allocation requested. A ``MemPool``'s allocator may hand out addresses that
-  are not mapped (a paused torch_memory_saver region), so no other pool is read.
+  (``torch.cuda.memory_snapshot``), up to the bytes its allocation requested. A
+  ``MemPool``'s allocator may hand out addresses that are not mapped (a paused
+  torch_memory_saver region), so no other pool is read.
 
 A region is read through a storage over its address (``_construct_storage_from_data_
 pointer``): no copy, and no Python object of the measured code need reference it.

@@ -43,6 +43,7 @@ def window_start(state: Any) -> None:
     anchors stay where the buffers' bytes did not change."""
     model, own = state.model, state.ledger.own
     state.ledger.at_offload_start(model)
+    state.ledger.at_window_start(model)
     state.snapshot = audit.snapshot_device_storage(model, own)
     if state.param_to_move:
         state.search.take(param_buffers(model), device_bytes(state.runtime))

@@ -67,3 +67,109 @@ class DeviceIdLoad:
             for key, value in state.items():
                 if isinstance(value, torch.Tensor) and key != "step":
                     state[key] = value.to(device_id)
+
+
+# -- written to fool a gate, found by an adversarial review (2026-12-04): each read "ok"
+#    or crashed the tool before the fixes it is named after
+
+
+def _first_group(model: Any) -> Any:
+    from torch.distributed.fsdp import FSDPModule
+
+    from offloadprobe.engines.fsdp2.strategies.common import param_groups
+
+    return next(g for m in model.modules() if isinstance(m, FSDPModule) for g in param_groups(m))
+
+
+class ParksMomentsInFrameworkSlot:
+    """Optimizer state "offloaded": host copies in the state, and one device copy of every
+    moment parked in an FSDP2 group's ``_partial_reduce_output`` (a FRAMEWORK holding),
+    loaded back from there. Needs the model: found through the optimizer's parameters'
+    module, here the one ``ParksMomentsInFrameworkSlot.model`` the model strategy sets."""
+
+    model: Any = None
+
+    def __init__(self, runtime: Any = None) -> None:
+        self.keys: list[tuple[Any, str, Any, int]] = []
+
+    def offload(self, optimizer: Any) -> None:
+        import torch
+
+        parts, self.keys = [], []
+        for param, state in optimizer.state.items():
+            for key in ("exp_avg", "exp_avg_sq"):
+                shard = local_tensor(state[key])
+                parts.append(shard.reshape(-1))
+                self.keys.append((param, key, shard.shape, shard.numel()))
+                state[key]._local_tensor = shard.to("cpu")
+        self.group = _first_group(ParksMomentsInFrameworkSlot.model)
+        self.group._partial_reduce_output = torch.cat(parts)  # made now, on the device
+
+    def load(self, optimizer: Any) -> None:
+        stash, at = self.group._partial_reduce_output, 0
+        for param, key, shape, n in self.keys:
+            optimizer.state[param][key]._local_tensor = stash[at : at + n].clone().view(shape)
+            at += n
+        self.group._partial_reduce_output = None
+
+
+class ExactTellsTheModel(ExactPinned):
+    """``exact``, which also hands the model to ``ParksMomentsInFrameworkSlot``."""
+
+    def offload(self, model: Any) -> None:
+        ParksMomentsInFrameworkSlot.model = model
+        super().offload(model)
+
+
+class LeavesGradients(ExactPinned):
+    """``exact``'s offload without freeing the gradients (one flat storage per
+    ``fully_shard``: each gradient a view into it)."""
+
+    def offload(self, model: Any) -> None:
+        import torch
+
+        from offloadprobe.engines.fsdp2.strategies.common import reshard
+
+        with torch.no_grad():
+            reshard(model)
+            self.arena.offload(device_storages(model_tensors(model), self.runtime), self._sync)
+
+
+class LoadsToTheHost:
+    """Moves AdamW's moments to the host; its load, handed a device id, ignores it."""
+
+    def __init__(self, runtime: Any = None) -> None:
+        pass
+
+    def offload(self, optimizer: Any) -> None:
+        import torch
+
+        for state in optimizer.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and key != "step":
+                    state[key] = value.to("cpu")
+
+    def load(self, optimizer: Any, device_id: Any) -> None:
+        pass
+
+
+class KeepsAShardCopy(ExactPinned):
+    """``exact``, and a plain device clone of the largest shard kept on the strategy."""
+
+    def offload(self, model: Any) -> None:
+        self.kept = local_tensor(_largest(model).sharded_param).detach().clone()
+        super().offload(model)
+
+
+class SplitsTheView(ExactPinned):
+    """An honest round trip, then each shard's local tensor moved into a fresh storage
+    apart from FSDP2's padded one (``_sharded_param_data``), so AdamW's updates never reach
+    what FSDP2 all-gathers for the forward."""
+
+    def load(self, model: Any) -> None:
+        import torch
+
+        super().load(model)
+        with torch.no_grad():
+            p = _largest(model)
+            p.sharded_param._local_tensor = local_tensor(p.sharded_param).clone()

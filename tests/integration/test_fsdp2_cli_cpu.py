@@ -7,9 +7,9 @@ the device is not offloaded (exit 1, named by FSDP2's own owner word). In one pr
 rank r of N through the fake process group (``--shards``): verl's, the fix's and the
 policy row's round trips are bit-exact, the engine's readings are the shard arithmetic's,
 and the output says what is not real (every row on real gloo ranks:
-test_fsdp2_rows_cpu.py); verl's ``load(optimizer, device_id)``
-gets its device; options of the other engine exit 2 in one line. The truth is each
-strategy's own doing (tests/integration/fsdp2_bad_strategies.py)."""
+test_fsdp2_rows_cpu.py); options of the other engine exit 2 in one line. Strategies an
+adversarial review wrote to fool the gate fail it, and a load that takes a device id gets
+one. The truth is each strategy's own doing (tests/integration/fsdp2_bad_strategies.py)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_fake_shards_run_bit_exact_read_their_shards_and_say_what_is_not_real(cl
         "compare",
         *rows,
         *TINY,
-        *("--payload", "16MiB", "--shards", "5", "--shard-rank", "4", "--json", str(out)),
+        *("--payload", "8MiB", "--shards", "5", "--shard-rank", "4", "--json", str(out)),
     )
     doc = json.loads(out.read_text())
     # every row's bytes come back bit for bit. verl's row, whose offload replaces storages
@@ -76,7 +76,7 @@ def test_fake_shards_run_bit_exact_read_their_shards_and_say_what_is_not_real(cl
     # the engine's readings after the offload, against FSDP2's dim-0 arithmetic done
     # apart (layout, torch-free): which of this rank's shards fall short of the chunk
     blocks = doc["runs"][0]["residency"][-1]
-    shape = ModelShape.for_payload("plain", 16 * 2**20)
+    shape = ModelShape.for_payload("plain", 8 * 2**20)
     uneven = sum(local_rows(t.dims[0], 5, 4) < chunk_rows(t.dims[0], 5) for t in shape.tensors())
     for run in doc["runs"]:
         got = run["residency"][-1]["engine_readings"]
@@ -87,17 +87,6 @@ def test_fake_shards_run_bit_exact_read_their_shards_and_say_what_is_not_real(cl
     text = " ".join(doc["emulation_note"].split())
     assert "rank 4 of 5 through PyTorch's fake process group" in text
     assert "collectives are not" in text and "no reference run" in text
-
-
-def test_a_load_that_takes_a_device_id_gets_one(cli, tmp_path):
-    out = tmp_path / "run.json"
-    spec = BAD + "DeviceIdLoad"
-    proc = cli(
-        "run", *TINY, "--strategy", "exact", "--optimizer-strategy", spec, "--json", str(out)
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (run,) = json.loads(out.read_text())["runs"]
-    assert run["outcome"]["kind"] == "ok" and run["summary"]["integrity_ok"]
 
 
 @pytest.mark.parametrize(
@@ -122,3 +111,37 @@ def test_a_strategy_of_the_other_engine_exits_2_listing_this_ones(invoke):
     result = invoke("run", "--engine", "fsdp2", "--strategy", "lazy", "--no-progress")
     assert result.exit_code == 2
     assert "does not serve engine 'fsdp2'" in result.stderr and "verl_fsdp2" in result.stderr
+
+
+ADVERSARIES = {
+    "parked": (f"{BAD}ExactTellsTheModel+{BAD}ParksMomentsInFrameworkSlot", "not offloaded"),
+    "grads": (f"{BAD}LeavesGradients", "partly offloaded"),
+    "host": (f"exact+{BAD}LoadsToTheHost", "corrupted"),
+    "copy": (f"{BAD}KeepsAShardCopy", "not offloaded"),
+    "split": (f"{BAD}SplitsTheView", "corrupted"),
+}
+
+
+@pytest.mark.processes(2)
+def test_strategies_written_to_fool_the_gate_fail_it(cli, tmp_path):
+    """Each found an escape (or a crash) in an adversarial review: a device copy of the
+    moments parked in one of FSDP2's own group slots; gradients left on the device (views
+    of one flat storage, counted as one); a load that leaves the state on the host; a
+    shard clone on the strategy (the copy search crashed on a DTensor); a local tensor
+    split from the storage FSDP2 all-gathers. One compare, each row expected to fail, and
+    an honest row whose load takes a device id (it gets one)."""
+    out = tmp_path / "compare.json"
+    rows = [f"{name}={spec}" for name, (spec, _) in ADVERSARIES.items()]
+    rows.append(f"honest=exact+{BAD}DeviceIdLoad")  # verl's load(optimizer, device_id) shape
+    expect = [
+        f"--expect={name}={kind.replace(' ', '-')}" for name, (_, kind) in ADVERSARIES.items()
+    ]
+    args = ("--engine", "fsdp2", "--layers", "1", "--cycles", "2", "--no-progress")
+    proc = cli("compare", *rows, *args, *expect, "--json", str(out))
+    doc = json.loads(out.read_text())
+    got = {r["label"]: (r["outcome"]["kind"], r["outcome"]["detail"]) for r in doc["runs"]}
+    want = {k: v[1] for k, v in ADVERSARIES.items()} | {"honest": "ok"}
+    assert {k: v[0] for k, v in got.items()} == want, got
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # every row failed as expected
+    assert "sharded_grad" in got["grads"][1] and "not on the device after load" in got["host"][1]
+    assert "sharded_param" in got["copy"][1] and "no longer views" in got["split"][1]

@@ -150,18 +150,27 @@ def audit(
     what the optimizer made itself; a tensor that only hangs off it is no part's."""
     found: list[ResidentTensor] = []
     reached: dict[int, str] = {}
+    counted: dict[int, int] = {}
     for entry in _entries(model, own):
         key = storage_key(entry.tensor)
         first = reached.get(key)
         reached.setdefault(key, entry.owner)
         if key in released or not runtime.on_device(entry.tensor):
             continue
+        size = nbytes(entry.tensor)
+        # disjoint views of one owner's storage (FSDP2's gradients share one flat buffer
+        # per fully_shard) each count, up to the storage's bytes; any other view is an alias
+        room = entry.tensor.untyped_storage().nbytes() - counted.get(key, 0)
+        if first == entry.owner and size <= room:
+            first = None
+        if first is None:
+            counted[key] = counted.get(key, 0) + size
         found.append(
             ResidentTensor(
                 owner=entry.owner,
                 param_name=entry.param_name,
                 dtype=_dtype(entry.tensor),
-                nbytes=nbytes(entry.tensor),
+                nbytes=size,
                 alias_of=first,
             )
         )

@@ -44,6 +44,8 @@ def attribute_names(addresses: set[int], labels: dict[int, str] | None = None) -
 
 
 def _address(tensor: torch.Tensor) -> int | None:
+    if hasattr(type(tensor), "__tensor_flatten__"):
+        return None  # a wrapper (a DTensor): its inner tensors have the addresses
     try:
         storage = tensor.untyped_storage()
     except (RuntimeError, NotImplementedError):

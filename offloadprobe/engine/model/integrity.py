@@ -98,6 +98,10 @@ class Fingerprints:
     """Each frozen or reference-model parameter, by its key (``part name``)."""
     keys: list[str] = field(default_factory=list)
     """The key of each entry of ``buffers``."""
+    on_device: list[str] = field(default_factory=list)
+    """Keys of the parameter and optimizer holdings on the device before the offload: each
+    must be on the device again after the load (a load that leaves one on the host is no
+    round trip, whatever its bytes)."""
 
 
 def _role(holdings: list[Holding], *roles: Role) -> list[Holding]:
@@ -194,7 +198,34 @@ def fingerprint_state(model: Any) -> Fingerprints:
             (h.key, fp) for h, fp in zip(loose, fingerprints(h.tensor for h in loose), strict=True)
         ],
         keys=[h.key for h in params],
+        on_device=[
+            h.key for h in _role(holdings, Role.PARAMETERS, Role.OPTIMIZER) if _on_device(h.tensor)
+        ],
     )
+
+
+def _on_device(tensor: torch.Tensor) -> bool:
+    """Whether the tensor's bytes are device memory (the emulated device's, in CPU
+    emulation), storage non-empty."""
+    from offloadprobe.engine.runtime import emulation
+
+    if emulation.active() is not None:
+        return bool(emulation.on_device(tensor))
+    return bool(tensor.is_cuda and tensor.untyped_storage().nbytes())
+
+
+def _not_back(holdings: list[Holding], before: Fingerprints, cycle: int) -> list[str]:
+    """Holdings on the device before the offload that the load left elsewhere."""
+    now = {h.key: h for h in holdings}
+    missing = [k for k in before.on_device if k in now and not _on_device(now[k].tensor)]
+    if not missing:
+        return []
+    owners = sorted({now[k].owner for k in missing})
+    more = f" (+{len(missing) - 1} more)" if len(missing) > 1 else ""
+    return [
+        f"cycle {cycle}, {missing[0]}: not on the device after load{more} "
+        f"({', '.join(owners)} left in host memory)"
+    ]
 
 
 def _storage_ok(tensor: torch.Tensor) -> bool:
@@ -227,6 +258,7 @@ def verify_round_trip(
     grads_zeroed = grads_zeroed and getattr(model, "grads_zeroed_on_load", True)
     problems = _view_problems(model, cycle)
     holdings = inventory_of(model)
+    problems += _not_back(holdings, before, cycle)
     params = _role(holdings, Role.PARAMETERS)
     grads: dict[str, list[Holding]] = {}
     for grad in _role(holdings, Role.GRADIENTS):

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from offloadprobe.core.roles import Role
 from offloadprobe.core.verdicts import GROWN, staging_allowance
 from offloadprobe.engine.engine_state import inventory_of
 from offloadprobe.engine.model.device_totals import DeviceTotal, device_total, walk
@@ -52,24 +53,38 @@ class Hidden:
     """All device bytes over the zero, after the offload."""
 
 
-def _known_tensors(model: Any, own: OwnState | None) -> list[Any]:
+def _known_tensors(
+    model: Any, own: OwnState | None, fresh: frozenset[int] = frozenset()
+) -> list[Any]:
     """Every tensor the model's inventory names (``own``: a tensor that only hangs off
     the optimizer is none of its): parameters, gradients, optimizer state, the parts, the
-    batch, what the engine names its framework's."""
-    return [h.tensor for h in inventory_of(model, own)]
+    batch, what the engine names its framework's, but the storages in ``fresh``."""
+    return [h.tensor for h in inventory_of(model, own) if storage_key(h.tensor) not in fresh]
 
 
-def _known(model: Any, own: OwnState | None = None) -> set[int]:
-    return {storage_key(t) for t in _known_tensors(model, own)}
+def _known(
+    model: Any, own: OwnState | None = None, fresh: frozenset[int] = frozenset()
+) -> set[int]:
+    return {storage_key(t) for t in _known_tensors(model, own, fresh)}
 
 
-def _known_bytes(model: Any, own: OwnState | None = None) -> tuple[int, int]:
+def framework_storages(model: Any, own: OwnState | None = None) -> frozenset[int]:
+    """The storages the engine names its framework's (FSDP2's group buffers, megatron's
+    global memory buffer)."""
+    return frozenset(
+        storage_key(h.tensor) for h in inventory_of(model, own) if h.role is Role.FRAMEWORK
+    )
+
+
+def _known_bytes(
+    model: Any, own: OwnState | None = None, fresh: frozenset[int] = frozenset()
+) -> tuple[int, int]:
     """``(named, grown)``: bytes of the model/optimizer/batch storages on the device now,
     each up to the end of the furthest tensor the audit knows on it, and the bytes of
     those storages beyond it (a storage grown under its tensors: room for a hidden copy)."""
     extent: dict[int, int] = {}
     size: dict[int, int] = {}
-    for tensor in _known_tensors(model, own):
+    for tensor in _known_tensors(model, own, fresh):
         if emulation.on_device(tensor):
             storage = tensor.untyped_storage()
             key = storage._cdata
@@ -100,6 +115,8 @@ class DeviceLedger:
         self.built_untracked = 0
         """What construction made that no live tensor holds (another allocator's)."""
         self.residue = 0
+        self.framework_before: frozenset[int] = frozenset()
+        """The framework's storages at the current window's start (``at_window_start``)."""
         self.own = OwnState()
         """What the optimizer holds itself (``engine.optimizer.own_state``)."""
 
@@ -135,11 +152,18 @@ class DeviceLedger:
         named = sum(_known_bytes(model, self.own)) + sum(walked.values()) + self.built_untracked
         self.residue = max(0, held - named)
 
+    def at_window_start(self, model: Any) -> None:
+        """Before a cycle's offloads: the storages the framework holds now. One it holds
+        after them that it did not hold here was made during the offloads, where only
+        a strategy's code ran: it is no framework's (a copy parked in its slot)."""
+        self.framework_before = framework_storages(model, self.own)
+
     def after_offload(self, model: Any) -> Hidden:
         """The split of what is on the device after a cycle's offloads (see the module)."""
         now = device_total(self.runtime)
-        walked = walk(_known(model, self.own))
-        known, grown = _known_bytes(model, self.own)
+        fresh = framework_storages(model, self.own) - self.framework_before
+        walked = walk(_known(model, self.own, fresh))
+        known, grown = _known_bytes(model, self.own, fresh)
         by_when: dict[str, int] = {}
         for key, nbytes in walked.items():
             if key in self.framework:  # the framework's own, up to its size then

@@ -168,6 +168,17 @@ def _informative(words: torch.Tensor) -> torch.Tensor:
     return (lanes != lanes[:, :1]).any(dim=1)
 
 
+def _aligned_words(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``(words, bytes)``: the tensor's bytes from its first 8-byte-aligned address on, as
+    whole int64 words (a view packed 4 bytes into a storage starts off the 8-byte grid the
+    search reads regions on), and how many bytes those words hold."""
+    raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+    skip = min(raw.numel(), (-raw.data_ptr()) % 8)
+    raw = raw[skip:]
+    size = raw.numel() // 8 * 8
+    return raw[:size].view(torch.int64), size
+
+
 def _constant(words: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
     """True (for every pick) where the whole buffer is one repeated word (an RMSNorm's
     ones, a zeroed bias): its bytes are everywhere, a copy of them is no evidence, and a
@@ -199,15 +210,15 @@ class BlindSearch(RuntimeError):
 
 def _unchanged(anchors: Anchors, tensors: list[torch.Tensor]) -> bool:
     """Whether every anchor still reads as taken (the same buffers, their bytes there)."""
-    sizes = tuple(int(t.numel() * t.element_size()) for t in tensors)
-    if sizes != anchors.sizes:
-        return False
     with torch._C.DisableTorchFunction():
-        for index, (tensor, size) in enumerate(zip(tensors, sizes, strict=True)):
+        aligned = [_aligned_words(t) for t in tensors]
+        sizes = tuple(n for _, n in aligned)
+        if sizes != anchors.sizes:
+            return False
+        for index, (tensor, (words, _)) in enumerate(zip(tensors, aligned, strict=True)):
             positions, values = anchors.of(index)
-            words = tensor.detach().reshape(-1).view(torch.uint8)[: size // 8 * 8]
             where = (positions // 8).to(real_device(tensor))
-            if not torch.equal(words.view(torch.int64).index_select(0, where).cpu(), values):
+            if not torch.equal(words.index_select(0, where).cpu(), values):
                 return False
     return True
 
@@ -262,17 +273,18 @@ def take_anchors(
 
 
 def _anchors(tensors: list[torch.Tensor], device_bytes: int, limit: int | None) -> Anchors:
-    sizes = tuple(int(t.numel() * t.element_size()) for t in tensors)
+    with torch._C.DisableTorchFunction():
+        aligned = [_aligned_words(t) for t in tensors]
+    sizes = tuple(n for _, n in aligned)
     count = anchor_count(device_bytes, sum(sizes) // 8)
     count = min(count, limit) if limit else count
     spacing = max(8, -(-sum(sizes) // count // 8) * 8)
     positions, values, owners = [], [], []
     with torch._C.DisableTorchFunction():
         for index, (tensor, size) in enumerate(zip(tensors, sizes, strict=True)):
-            raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-            words = raw[: size // 8 * 8].view(torch.int64)
+            words = aligned[index][0]
             where = torch.arange(0, size - 7, spacing, dtype=torch.int64)
-            picked = words[(where // 8).to(real_device(raw))].cpu()
+            picked = words[(where // 8).to(real_device(tensor))].cpu()
             good = _informative(picked) & ~_constant(words, picked)
             positions.append(where[good])
             values.append(picked[good])

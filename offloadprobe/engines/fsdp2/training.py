@@ -86,13 +86,15 @@ class Fsdp2Training:
 
     def view_problems(self, cycle: int) -> list[str]:
         """Each sharded parameter must still be the view FSDP2 all-gathers from: its local
-        tensor in the padded storage FSDP2 keeps (``_sharded_param_data``). A strategy
-        that swapped one without the other leaves FSDP2 gathering stale bytes."""
+        tensor at the start of the padded storage FSDP2 keeps (``_sharded_param_data``,
+        the same storage and address). A strategy that swapped one without the other, or
+        split them apart in one storage, leaves FSDP2 gathering stale bytes."""
         problems = []
         for p in fsdp_params(self.module):
             shard = local_tensor(p.sharded_param)
             data = p._sharded_param_data
-            if shard.numel() and shard.untyped_storage()._cdata != data.untyped_storage()._cdata:
+            apart = shard.untyped_storage()._cdata != data.untyped_storage()._cdata
+            if shard.numel() and (apart or shard.data_ptr() != data.data_ptr()):
                 problems.append(
                     f"cycle {cycle}, {p._param_fqn}: the sharded parameter no longer views "
                     "FSDP2's padded shard storage (its next all-gather reads stale bytes)"

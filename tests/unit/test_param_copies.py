@@ -135,3 +135,14 @@ def test_anchors_whose_every_word_still_reads_the_same_are_kept(anchors, params)
     copy = trained.clone()  # alive while it is read: a region is only an address
     (found,) = pc.find(fresh, [_region(copy)]).values()
     assert found == trained.numel() * 2
+
+
+def test_a_view_off_the_8_byte_grid_is_anchored_and_found_where_it_is():
+    """A float32 view 4 bytes into its storage (a strategy's packed flat buffer): anchoring
+    it raised (a byte view at offset 4 cannot be read as int64 words); it is read from its
+    first aligned word, and the search still finds it whole where it lies."""
+    flat = torch.randn(MiB // 4 + 1, generator=torch.Generator().manual_seed(3))
+    view = flat[1:]
+    found = pc.take_anchors([view], 100 * MiB)  # checks itself: BlindSearch if not found
+    assert found is not None and found.sizes == (MiB - 8,)
+

@@ -58,6 +58,7 @@ from typing import Any
 
 import torch
 
+from offloadprobe.engine.model.anchor_words import aligned_words, constant, informative
 from offloadprobe.engine.model.device_regions import Region, storage_range, words_of
 from offloadprobe.engine.runtime.emulation import real_device
 
@@ -162,33 +163,6 @@ def anchor_count(device_bytes: int, words: int) -> int:
     return max(1, min(words, wanted))
 
 
-def _informative(words: torch.Tensor) -> torch.Tensor:
-    """Mask of words that are not four equal 16-bit elements."""
-    lanes = words.view(torch.int16).view(-1, 4)
-    return (lanes != lanes[:, :1]).any(dim=1)
-
-
-def _aligned_words(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """``(words, bytes)``: the tensor's bytes from its first 8-byte-aligned address on, as
-    whole int64 words (a view packed 4 bytes into a storage starts off the 8-byte grid the
-    search reads regions on), and how many bytes those words hold."""
-    raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-    skip = min(raw.numel(), (-raw.data_ptr()) % 8)
-    raw = raw[skip:]
-    size = raw.numel() // 8 * 8
-    return raw[:size].view(torch.int64), size
-
-
-def _constant(words: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
-    """True (for every pick) where the whole buffer is one repeated word (an RMSNorm's
-    ones, a zeroed bias): its bytes are everywhere, a copy of them is no evidence, and a
-    match could not say where in the buffer it lies; False otherwise."""
-    same = picked.numel() and bool((picked == picked[0]).all())
-    if same and bool((words == words[:1]).all()):
-        return torch.ones_like(picked, dtype=torch.bool)
-    return torch.zeros_like(picked, dtype=torch.bool)
-
-
 @contextlib.contextmanager
 def _serial() -> Iterator[None]:
     """One intra-op thread meanwhile: the host work here is many small operations, which
@@ -211,7 +185,7 @@ class BlindSearch(RuntimeError):
 def _unchanged(anchors: Anchors, tensors: list[torch.Tensor]) -> bool:
     """Whether every anchor still reads as taken (the same buffers, their bytes there)."""
     with torch._C.DisableTorchFunction():
-        aligned = [_aligned_words(t) for t in tensors]
+        aligned = [aligned_words(t) for t in tensors]
         sizes = tuple(n for _, n in aligned)
         if sizes != anchors.sizes:
             return False
@@ -274,7 +248,7 @@ def take_anchors(
 
 def _anchors(tensors: list[torch.Tensor], device_bytes: int, limit: int | None) -> Anchors:
     with torch._C.DisableTorchFunction():
-        aligned = [_aligned_words(t) for t in tensors]
+        aligned = [aligned_words(t) for t in tensors]
     sizes = tuple(n for _, n in aligned)
     count = anchor_count(device_bytes, sum(sizes) // 8)
     count = min(count, limit) if limit else count
@@ -285,7 +259,7 @@ def _anchors(tensors: list[torch.Tensor], device_bytes: int, limit: int | None) 
             words = aligned[index][0]
             where = torch.arange(0, size - 7, spacing, dtype=torch.int64)
             picked = words[(where // 8).to(real_device(tensor))].cpu()
-            good = _informative(picked) & ~_constant(words, picked)
+            good = informative(picked) & ~constant(words, picked)
             positions.append(where[good])
             values.append(picked[good])
             owners.append(torch.full((int(good.sum()),), index, dtype=torch.int64))

@@ -145,4 +145,3 @@ def test_a_view_off_the_8_byte_grid_is_anchored_and_found_where_it_is():
     view = flat[1:]
     found = pc.take_anchors([view], 100 * MiB)  # checks itself: BlindSearch if not found
     assert found is not None and found.sizes == (MiB - 8,)
-

@@ -173,3 +173,29 @@ class SplitsTheView(ExactPinned):
         with torch.no_grad():
             p = _largest(model)
             p.sharded_param._local_tensor = local_tensor(p.sharded_param).clone()
+
+
+class _SameRepr(float):
+    """A float whose ``repr`` is another float's."""
+
+    shown = "0.0"
+
+    def __repr__(self) -> str:
+        return self.shown
+
+
+class DoublesLrBehindItsRepr:
+    """Moves nothing itself; on load doubles every group's ``lr`` in a float subclass that
+    prints the old value (param-group values were compared by ``repr``)."""
+
+    def __init__(self, runtime: Any = None) -> None:
+        pass
+
+    def offload(self, optimizer: Any) -> None:
+        pass
+
+    def load(self, optimizer: Any) -> None:
+        for group in optimizer.param_groups:
+            sneaky = _SameRepr(float(group["lr"]) * 2)
+            sneaky.shown = repr(group["lr"])
+            group["lr"] = sneaky

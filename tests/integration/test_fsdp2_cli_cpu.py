@@ -106,6 +106,7 @@ ADVERSARIES = {
     "host": (f"exact+{BAD}LoadsToTheHost", "corrupted"),
     "copy": (f"{BAD}KeepsAShardCopy", "not offloaded"),
     "split": (f"{BAD}SplitsTheView", "corrupted"),
+    "lr": (f"exact+{BAD}DoublesLrBehindItsRepr", "corrupted"),
 }
 
 
@@ -115,7 +116,9 @@ def test_strategies_written_to_fool_the_gate_fail_it(cli, tmp_path):
     moments parked in one of FSDP2's own group slots; gradients left on the device (views
     of one flat storage, counted as one); a load that leaves the state on the host; a
     shard clone on the strategy (the copy search crashed on a DTensor); a local tensor
-    split from the storage FSDP2 all-gathers. One compare, each row expected to fail, and
+    split from the storage FSDP2 all-gathers; an ``lr`` doubled behind a ``repr`` of the
+    old value (no reference run here: the group check alone). One compare, each row
+    expected to fail, and
     an honest row whose load takes a device id (it gets one)."""
     out = tmp_path / "compare.json"
     rows = [f"{name}={spec}" for name, (spec, _) in ADVERSARIES.items()]
@@ -141,3 +144,4 @@ def test_strategies_written_to_fool_the_gate_fail_it(cli, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr  # every row failed as expected
     assert "sharded_grad" in got["grads"][1] and "not on the device after load" in got["host"][1]
     assert "sharded_param" in got["copy"][1] and "no longer views" in got["split"][1]
+    assert "'lr' changed in the round trip (0.001 -> 0.002 (_SameRepr))" in got["lr"][1]

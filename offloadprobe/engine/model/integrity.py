@@ -177,8 +177,25 @@ def _group_values(model: Any) -> list[tuple[str, Any]]:
                 if isinstance(value, torch.Tensor):
                     found.append((label, fingerprint(value)))
                 else:
-                    found.append((label, repr(value)))
+                    found.append((label, exact_repr(value)))
     return found
+
+
+_PLAIN = (bool, int, float, complex, str)
+
+
+def exact_repr(value: Any) -> str:
+    """``repr`` as the builtin type writes it (a subclass cannot hide a changed value
+    behind a ``__repr__`` of its own), with the subclass's name where it is one; tuples
+    and lists element by element (Adam's betas)."""
+    if isinstance(value, tuple | list):
+        inner = ", ".join(exact_repr(v) for v in value)
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    for base in _PLAIN:
+        if isinstance(value, base):
+            text = base.__repr__(value)
+            return text if type(value) is base else f"{text} ({type(value).__qualname__})"
+    return repr(value)
 
 
 @glibc_malloc.device_work  # CPU emulation: its temporaries are device memory on a GPU

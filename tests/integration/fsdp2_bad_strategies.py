@@ -49,7 +49,7 @@ class DeviceIdLoad:
     device_id)``; every AdamW state tensor to the host and back by ``.to``."""
 
     def __init__(self, runtime: Any = None) -> None:
-        self.devices: list[Any] = []
+        pass
 
     def offload(self, optimizer: Any) -> None:
         import torch
@@ -62,7 +62,6 @@ class DeviceIdLoad:
     def load(self, optimizer: Any, device_id: Any) -> None:
         import torch
 
-        self.devices.append(device_id)
         for state in optimizer.state.values():
             for key, value in state.items():
                 if isinstance(value, torch.Tensor) and key != "step":
@@ -135,19 +134,8 @@ class LeavesGradients(ExactPinned):
             self.arena.offload(device_storages(model_tensors(model), self.runtime), self._sync)
 
 
-class LoadsToTheHost:
+class LoadsToTheHost(DeviceIdLoad):
     """Moves AdamW's moments to the host; its load, handed a device id, ignores it."""
-
-    def __init__(self, runtime: Any = None) -> None:
-        pass
-
-    def offload(self, optimizer: Any) -> None:
-        import torch
-
-        for state in optimizer.state.values():
-            for key, value in state.items():
-                if isinstance(value, torch.Tensor) and key != "step":
-                    state[key] = value.to("cpu")
 
     def load(self, optimizer: Any, device_id: Any) -> None:
         pass

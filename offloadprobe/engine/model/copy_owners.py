@@ -15,6 +15,7 @@ from offloadprobe.core.roles import Role
 from offloadprobe.engine.engine_state import inventory_of
 from offloadprobe.engine.model.device_regions import regions_of, storage_range
 from offloadprobe.engine.model.search_apart import ContentSearch, Kept
+from offloadprobe.engine.optimizer.holdings import is_wrapper
 
 
 def attribute_names(addresses: set[int], labels: dict[int, str] | None = None) -> dict[int, str]:
@@ -44,8 +45,8 @@ def attribute_names(addresses: set[int], labels: dict[int, str] | None = None) -
 
 
 def _address(tensor: torch.Tensor) -> int | None:
-    if hasattr(type(tensor), "__tensor_flatten__"):
-        return None  # a wrapper (a DTensor): its inner tensors have the addresses
+    if is_wrapper(tensor):
+        return None  # a DTensor: its inner tensors have the addresses
     try:
         storage = tensor.untyped_storage()
     except (RuntimeError, NotImplementedError):

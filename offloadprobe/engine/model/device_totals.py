@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from offloadprobe.engine.optimizer.holdings import is_wrapper
 from offloadprobe.engine.runtime import emulation
 from offloadprobe.measure import cupti_memory
 
@@ -61,8 +62,8 @@ def device_total(runtime: Any) -> DeviceTotal:
 def _device_storage(obj: object) -> Any:
     """The device storage a live tensor (or, on CUDA, storage object) holds, or None."""
     if isinstance(obj, torch.Tensor):
-        if obj.is_meta or hasattr(type(obj), "__tensor_flatten__"):
-            return None  # a wrapper (a DTensor): its inner tensors are walked themselves
+        if obj.is_meta or is_wrapper(obj):
+            return None  # a DTensor: its inner tensors are walked themselves
         try:
             return obj.untyped_storage() if emulation.on_device(obj) else None
         except (RuntimeError, NotImplementedError):  # a tensor without storage

@@ -51,7 +51,7 @@ from offloadprobe.engine.model.buffers import ddp_buffers, nbytes
 from offloadprobe.engine.model.fingerprint import FingerprintKey, fingerprint, fingerprints
 from offloadprobe.engine.model.finite import nonfinite_counts
 from offloadprobe.engine.optimizer.holdings import storage_key
-from offloadprobe.engine.runtime import glibc_malloc
+from offloadprobe.engine.runtime import emulation, glibc_malloc
 
 __all__ = [
     "FingerprintKey",
@@ -216,25 +216,17 @@ def fingerprint_state(model: Any) -> Fingerprints:
         ],
         keys=[h.key for h in params],
         on_device=[
-            h.key for h in _role(holdings, Role.PARAMETERS, Role.OPTIMIZER) if _on_device(h.tensor)
+            h.key
+            for h in _role(holdings, Role.PARAMETERS, Role.OPTIMIZER)
+            if emulation.on_device(h.tensor)
         ],
     )
-
-
-def _on_device(tensor: torch.Tensor) -> bool:
-    """Whether the tensor's bytes are device memory (the emulated device's, in CPU
-    emulation), storage non-empty."""
-    from offloadprobe.engine.runtime import emulation
-
-    if emulation.active() is not None:
-        return bool(emulation.on_device(tensor))
-    return bool(tensor.is_cuda and tensor.untyped_storage().nbytes())
 
 
 def _not_back(holdings: list[Holding], before: Fingerprints, cycle: int) -> list[str]:
     """Holdings on the device before the offload that the load left elsewhere."""
     now = {h.key: h for h in holdings}
-    missing = [k for k in before.on_device if k in now and not _on_device(now[k].tensor)]
+    missing = [k for k in before.on_device if k in now and not emulation.on_device(now[k].tensor)]
     if not missing:
         return []
     owners = sorted({now[k].owner for k in missing})

@@ -53,15 +53,22 @@ def storage_key(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage()._cdata
 
 
+def is_wrapper(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a wrapper subclass (a DTensor, an FP8 state tensor): its bytes
+    are its inner tensors' (``__tensor_flatten__``), each a live tensor of its own."""
+    import torch
+
+    if type(tensor) in (torch.Tensor, torch.nn.Parameter):
+        return False
+    return getattr(tensor, "__tensor_flatten__", None) is not None
+
+
 def leaves(tensor: torch.Tensor) -> list[torch.Tensor]:
     """The plain tensors behind ``tensor``: itself, or a wrapper subclass's inner tensors
     (e.g. an FP8 state tensor that implements ``__tensor_flatten__``)."""
-    import torch
-
-    flatten = getattr(tensor, "__tensor_flatten__", None)
-    if type(tensor) in (torch.Tensor, torch.nn.Parameter) or flatten is None:
+    if not is_wrapper(tensor):
         return [tensor]
-    names, _ = flatten()
+    names, _ = tensor.__tensor_flatten__()
     inner = (getattr(tensor, name) for name in names)
     return [leaf for t in inner if isinstance(t, torch.Tensor) for leaf in leaves(t)]
 

@@ -16,18 +16,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from unittest import mock
 
 from offloadprobe.core.errors import UsageError
 from offloadprobe.engine.runtime.engine_session import EngineSession, SessionContext
 from offloadprobe.engines.fsdp2 import ranks_cpu, ranks_fake
 from offloadprobe.engines.fsdp2.world import Fsdp2World
-
-
-def _emulated_calls(stack: contextlib.ExitStack) -> None:
-    """The two ``torch.cuda`` calls ``DeviceMesh`` and FSDP2 make beyond the harness's shims."""
-    stack.enter_context(mock.patch("torch.cuda.is_initialized", lambda: True))
-    stack.enter_context(mock.patch("torch.cuda.set_device", lambda *a, **k: None))
 
 
 def _mesh(shards: int) -> object:
@@ -40,8 +33,9 @@ def _mesh(shards: int) -> object:
 def fsdp2_session(context: SessionContext) -> Iterator[EngineSession]:
     """This process as one FSDP2 rank (see the module's docstring)."""
     stack, world, parallel = context.stack, context.world, context.parallel
-    if context.emulated:
-        _emulated_calls(stack)
+    if context.emulated:  # the torch.cuda calls DeviceMesh and FSDP2 make, as a GPU answers
+        for patch in ranks_cpu.cuda_calls():
+            stack.enter_context(patch)
     shards = parallel.shards
     if world.distributed:
         if shards not in (None, world.world_size):
